@@ -1,0 +1,133 @@
+"""The error taxonomy shared by the SDK and the server.
+
+Every failure that crosses the wire is one of these classes. Its ``code`` is stable and
+machine-readable; ``status`` is the HTTP status the server answers with; ``retryable`` tells the
+transport whether repeating the same request may succeed. The server raises these types from the
+domain code and the Lambda handlers turn them into ``{"code": ..., "message": ...}``; the SDK turns
+that JSON back into the same class, so ``except rillet.StreamNotFound`` works on both sides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RilletError(Exception):
+    """Base of all typed Rillet errors."""
+
+    code = "InternalError"
+    status = 500
+    retryable = False
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code
+        self.details = details
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class InvalidArgument(RilletError):
+    """The request is malformed or a value is out of range."""
+
+    code, status = "InvalidArgument", 400
+
+
+class Unauthorized(RilletError):
+    code, status = "Unauthorized", 403
+
+
+class NotFound(RilletError):
+    code, status = "NotFound", 404
+
+
+class ScopeNotFound(NotFound):
+    code = "ScopeNotFound"
+
+
+class StreamNotFound(NotFound):
+    code = "StreamNotFound"
+
+
+class SegmentNotFound(NotFound):
+    """No such segment in the data plane (never created, or deleted)."""
+
+    code = "SegmentNotFound"
+
+
+class AlreadyExists(RilletError):
+    code, status = "AlreadyExists", 409
+
+
+class WriteConflict(RilletError):
+    """A conditional write lost a race; repeating the whole operation may succeed."""
+
+    code, status, retryable = "WriteConflict", 409, True
+
+
+class IllegalState(RilletError):
+    """The object is in a state that does not allow the operation (the state machine is a barrier)."""
+
+    code, status = "IllegalState", 409
+
+
+class ScopeNotEmpty(IllegalState):
+    code = "ScopeNotEmpty"
+
+
+class SegmentSealed(RilletError):
+    """The segment accepts no more appends; writers fetch its successors."""
+
+    code, status = "SegmentSealed", 409
+
+
+class OffsetMismatch(RilletError):
+    """A conditional append expected a different segment length."""
+
+    code, status = "OffsetMismatch", 412
+
+
+class Truncated(RilletError):
+    """The requested offset lies below the segment's start offset."""
+
+    code, status = "Truncated", 410
+
+
+class TooLarge(RilletError):
+    code, status = "TooLarge", 413
+
+
+class Throttled(RilletError):
+    code, status, retryable = "Throttled", 429, True
+
+
+class ServiceUnavailable(RilletError):
+    code, status, retryable = "ServiceUnavailable", 503, True
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+ERRORS_BY_CODE: dict[str, type[RilletError]] = {
+    c.code: c for c in [RilletError, *_all_subclasses(RilletError)]
+}
+
+
+def from_wire(status: int, body: dict[str, Any] | None) -> RilletError:
+    """Rebuild the typed error from an error response (unknown codes keep their status class)."""
+    body = body or {}
+    code = str(body.get("code", ""))
+    message = str(body.get("message", f"HTTP {status}"))
+    cls = ERRORS_BY_CODE.get(code)
+    if cls is None:
+        cls = next((c for c in ERRORS_BY_CODE.values() if c.status == status), RilletError)
+    return cls(message, **(body.get("details") or {}))

@@ -1,0 +1,198 @@
+"""Model types: stream configuration, policies, segments and stream information.
+
+These pydantic models are the wire format of the control API as well as the SDK's public types, so
+the server validates requests with exactly the rules the SDK applies (Pravega's rules for policy
+values). Durations are milliseconds and sizes bytes, as in Pravega's own configuration.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rillet.keyspace import KeyRange, segment_epoch, segment_number
+
+MAX_TAG_COUNT = 128
+MAX_TAG_LENGTH = 256
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _millis(value: timedelta | int) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, timedelta) else int(value)
+
+
+class ScaleType(str, Enum):
+    FIXED_NUM_SEGMENTS = "FIXED_NUM_SEGMENTS"
+    BY_RATE_IN_EVENTS_PER_SEC = "BY_RATE_IN_EVENTS_PER_SEC"
+    BY_RATE_IN_KBYTES_PER_SEC = "BY_RATE_IN_KBYTES_PER_SEC"
+
+
+class ScalingPolicy(_Model):
+    """How many segments a stream has and when auto-scaling splits or merges them."""
+
+    scale_type: ScaleType = ScaleType.FIXED_NUM_SEGMENTS
+    target_rate: int = Field(0, ge=0, description="Events/s or KB/s per segment that auto-scaling aims for.")
+    scale_factor: int = Field(0, ge=0, description="At most how many pieces a hot segment splits into.")
+    min_num_segments: int = Field(1, gt=0, le=1000)
+
+    @model_validator(mode="after")
+    def _rates_are_positive_when_scaling(self) -> ScalingPolicy:
+        if self.scale_type != ScaleType.FIXED_NUM_SEGMENTS:
+            if self.target_rate <= 0:
+                raise ValueError("target rate should be > 0")
+            if self.scale_factor <= 0:
+                raise ValueError("scale factor should be > 0, otherwise use a fixed scaling policy")
+        return self
+
+    @classmethod
+    def fixed(cls, num_segments: int) -> ScalingPolicy:
+        return cls(min_num_segments=num_segments)
+
+    @classmethod
+    def by_event_rate(cls, target_rate: int, scale_factor: int, min_num_segments: int) -> ScalingPolicy:
+        return cls(scale_type=ScaleType.BY_RATE_IN_EVENTS_PER_SEC, target_rate=target_rate,
+                   scale_factor=scale_factor, min_num_segments=min_num_segments)
+
+    @classmethod
+    def by_data_rate(cls, target_kbps: int, scale_factor: int, min_num_segments: int) -> ScalingPolicy:
+        return cls(scale_type=ScaleType.BY_RATE_IN_KBYTES_PER_SEC, target_rate=target_kbps,
+                   scale_factor=scale_factor, min_num_segments=min_num_segments)
+
+
+class RetentionType(str, Enum):
+    TIME = "TIME"
+    SIZE = "SIZE"
+
+
+class ConsumptionLimits(_Model):
+    """Consumption-based retention: truncate behind the subscribers' acknowledged stream cuts.
+
+    A subscriber that has not published a cut within ``subscriber_timeout_ms`` is ignored. When no
+    subscriber has been active for ``fallback_after_ms`` the plain time/size policy applies; without
+    a fallback nothing is truncated while no subscriber is active.
+    """
+
+    subscriber_timeout_ms: int = Field(gt=0)
+    fallback_after_ms: int | None = Field(None, gt=0)
+
+
+class RetentionPolicy(_Model):
+    """Time- or size-based retention with a minimum and an optional maximum limit.
+
+    ``retention_param`` is the minimum (milliseconds or bytes) and ``retention_max`` the maximum;
+    truncation keeps at least the minimum and at most the maximum. With ``consumption`` set, the
+    stream is truncated at the subscribers' lower bound, kept within the same limits.
+    """
+
+    retention_type: RetentionType
+    retention_param: int = Field(ge=0)
+    retention_max: int | None = Field(None, ge=0)
+    consumption: ConsumptionLimits | None = None
+
+    @model_validator(mode="after")
+    def _max_not_below_min(self) -> RetentionPolicy:
+        if self.retention_max is not None and self.retention_max < self.retention_param:
+            raise ValueError("retention max must be >= retention min")
+        return self
+
+    @classmethod
+    def by_time(cls, minimum: timedelta | int, maximum: timedelta | int | None = None) -> RetentionPolicy:
+        return cls(retention_type=RetentionType.TIME, retention_param=_millis(minimum),
+                   retention_max=None if maximum is None else _millis(maximum))
+
+    @classmethod
+    def by_size(cls, minimum: int, maximum: int | None = None) -> RetentionPolicy:
+        return cls(retention_type=RetentionType.SIZE, retention_param=minimum, retention_max=maximum)
+
+    def with_consumption(self, subscriber_timeout: timedelta | int,
+                         fallback_after: timedelta | int | None = None) -> RetentionPolicy:
+        limits = ConsumptionLimits(
+            subscriber_timeout_ms=_millis(subscriber_timeout),
+            fallback_after_ms=None if fallback_after is None else _millis(fallback_after))
+        return self.model_copy(update={"consumption": limits})
+
+
+class StreamConfiguration(_Model):
+    scaling_policy: ScalingPolicy = ScalingPolicy()
+    retention_policy: RetentionPolicy | None = None
+    timestamp_aggregation_timeout_ms: int = Field(
+        0, ge=0, description="A writer that stops noting time is dropped from watermarks after this long.")
+    tags: frozenset[str] = frozenset()
+    rollover_size_bytes: int = Field(0, ge=0)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_within_limits(cls, tags: frozenset[str]) -> frozenset[str]:
+        if len(tags) >= MAX_TAG_COUNT:
+            raise ValueError(f"maximum number of tags allowed is {MAX_TAG_COUNT - 1}")
+        for tag in tags:
+            if not tag or len(tag) >= MAX_TAG_LENGTH:
+                raise ValueError(f"a tag is 1 to {MAX_TAG_LENGTH - 1} characters")
+        return tags
+
+
+class StreamState(str, Enum):
+    CREATING = "CREATING"
+    ACTIVE = "ACTIVE"
+    UPDATING = "UPDATING"
+    SCALING = "SCALING"
+    COMMITTING_TXN = "COMMITTING_TXN"
+    TRUNCATING = "TRUNCATING"
+    SEALING = "SEALING"
+    SEALED = "SEALED"
+
+
+class SegmentRange(_Model):
+    """A segment of a stream with its key range."""
+
+    segment_id: int = Field(ge=0)
+    low: float = Field(ge=0.0, le=1.0)
+    high: float = Field(ge=0.0, le=1.0)
+
+    @property
+    def epoch(self) -> int:
+        return segment_epoch(self.segment_id)
+
+    @property
+    def number(self) -> int:
+        return segment_number(self.segment_id)
+
+    @property
+    def key_range(self) -> KeyRange:
+        return KeyRange(self.low, self.high)
+
+
+class SegmentPosition(_Model):
+    """A segment of a stream with an offset in it (an entry of a head or tail stream cut)."""
+
+    segment: SegmentRange
+    offset: int = Field(ge=0)
+
+
+class StreamInfo(_Model):
+    scope: str
+    stream: str
+    state: StreamState
+    configuration: StreamConfiguration
+    created_at_ms: int
+    current_epoch: int
+    current_segments: list[SegmentRange]
+    head: list[SegmentPosition]
+    tail: list[SegmentPosition]
+
+
+class SuccessorInfo(_Model):
+    """A successor of a sealed segment and all of that successor's predecessors."""
+
+    segment: SegmentRange
+    predecessors: list[int]
+
+
+class ScopeInfo(_Model):
+    scope: str
+    created_at_ms: int

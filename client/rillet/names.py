@@ -1,0 +1,59 @@
+"""Name rules, as Pravega's NameUtils states them.
+
+User scope, stream, reader group and writer names are ASCII letters, digits, '.' and '-'. A leading
+'_' is reserved for internal streams (the watermark and reader-group streams), which only the server
+creates.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rillet.errors import InvalidArgument
+
+MAX_NAME_SIZE = 255
+MAX_GIVEN_NAME_SIZE = MAX_NAME_SIZE - 5  # room for an internal prefix such as "_MARK"
+
+_USER_NAME = re.compile(r"[A-Za-z0-9.\-]+")
+
+
+def _validate(kind: str, name: object, limit: int) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"{kind} name must be a non-empty string")
+    if len(name) > limit:
+        raise InvalidArgument(f"{kind} name cannot exceed {limit} characters")
+    if not _USER_NAME.fullmatch(name):
+        raise InvalidArgument(f"{kind} name {name!r} must be a-z, A-Z, 0-9, '.', '-'")
+    return name
+
+
+def validate_scope_name(name: object) -> str:
+    return _validate("Scope", name, MAX_NAME_SIZE)
+
+
+def validate_stream_name(name: object) -> str:
+    return _validate("Stream", name, MAX_GIVEN_NAME_SIZE)
+
+
+def validate_reader_group_name(name: object) -> str:
+    return _validate("Reader group", name, MAX_GIVEN_NAME_SIZE)
+
+
+def validate_writer_id(name: object) -> str:
+    return _validate("Writer id", name, 64)
+
+
+def scoped_name(scope: str, stream: str) -> str:
+    return f"{scope}/{stream}"
+
+
+def split_scoped_name(scoped: str) -> tuple[str, str]:
+    parts = scoped.split("/")
+    if len(parts) != 2:
+        raise InvalidArgument(f"expected '<scope>/<stream>', got {scoped!r}")
+    return validate_scope_name(parts[0]), validate_stream_name(parts[1])
+
+
+def segment_name(scope: str, stream: str, segment: int | str) -> str:
+    """The data plane's name of a stream's segment (``segment`` is its id, or a transaction segment's token)."""
+    return f"{scope}/{stream}/{segment}"

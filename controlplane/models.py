@@ -1,0 +1,128 @@
+"""The metadata table: scopes, streams, epochs and segment records (one table, PynamoDB models).
+
+Keys (``pk`` / ``sk``):
+
+* ``scopes`` / ``<scope>`` -- :class:`ScopeRecord`; all scopes share one partition so listing them is
+  one query.
+* ``scope#<scope>`` / ``<stream>`` -- :class:`StreamRecord`: configuration, state, current epoch,
+  the truncation record and any workflow in flight; all streams of a scope share a partition so
+  listing them (and checking a scope is empty) is one query.
+* ``stream#<scope>/<stream>`` / ``epoch#<n>`` -- :class:`EpochRecord`: the segments of an epoch.
+* ``stream#<scope>/<stream>`` / ``segment#<id>`` -- :class:`SegmentRecord`: a segment's key range,
+  successors, predecessors and sealed size.
+
+Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
+puts them in the sparse ``workflows`` index the sweeper reads; a finished workflow removes them.
+Scope and stream records are versioned (``VersionAttribute``): every change is conditional on the
+version it read.
+"""
+
+from __future__ import annotations
+
+from pynamodb.attributes import (
+    DiscriminatorAttribute,
+    JSONAttribute,
+    ListAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+    UnicodeSetAttribute,
+    VersionAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from dataplane.deployment import Deployment
+
+SCOPES_PK = "scopes"
+PENDING = "wf"
+
+
+def scope_pk(scope: str) -> str:
+    return f"scope#{scope}"
+
+
+def stream_pk(scope: str, stream: str) -> str:
+    return f"stream#{scope}/{stream}"
+
+
+def epoch_sk(epoch: int) -> str:
+    return f"epoch#{epoch:010d}"
+
+
+def segment_sk(segment_id: int) -> str:
+    return f"segment#{segment_id:020d}"
+
+
+class WorkflowIndex(GlobalSecondaryIndex):
+    """Sparse index of records with a workflow in flight, oldest first."""
+
+    class Meta:
+        index_name = "workflows"
+        projection = AllProjection()
+
+    pending = UnicodeAttribute(hash_key=True)
+    pending_since = NumberAttribute(range_key=True)
+
+
+class MetadataItem(Model):
+    class Meta:
+        table_name = Deployment.metadata_table
+        region = Deployment.region
+        billing_mode = "PAY_PER_REQUEST"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = DiscriminatorAttribute()
+    pending = UnicodeAttribute(null=True)
+    pending_since = NumberAttribute(null=True)
+    workflows = WorkflowIndex()
+
+
+class ScopeRecord(MetadataItem, discriminator="scope"):
+    state = UnicodeAttribute()  # ACTIVE or DELETING
+    created_ms = NumberAttribute()
+    version = VersionAttribute()
+
+    @property
+    def scope(self) -> str:
+        return self.sk
+
+
+class StreamRecord(MetadataItem, discriminator="stream"):
+    scope = UnicodeAttribute()
+    stream = UnicodeAttribute()
+    state = UnicodeAttribute()
+    configuration = JSONAttribute()  # rillet.models.StreamConfiguration as JSON
+    tags = UnicodeSetAttribute(null=True)  # a copy of configuration.tags, for filtering listings
+    created_ms = NumberAttribute()
+    current_epoch = NumberAttribute(default=0)
+    segment_count = NumberAttribute(default=0)  # segments created so far: the next segment's number
+    head = JSONAttribute(null=True)  # the truncation record: {segment id: offset}
+    workflow = JSONAttribute(null=True)  # {"name": ..., ...parameters} of the workflow in flight
+    version = VersionAttribute()
+
+
+class EpochRecord(MetadataItem, discriminator="epoch"):
+    epoch = NumberAttribute()
+    created_ms = NumberAttribute()
+    segments = JSONAttribute()  # [[segment id, low, high], ...] ordered by key range
+
+
+class SegmentRecord(MetadataItem, discriminator="segment"):
+    segment_id = NumberAttribute()
+    low = NumberAttribute()
+    high = NumberAttribute()
+    created_ms = NumberAttribute()
+    sealed_epoch = NumberAttribute(null=True)
+    sealed_size = NumberAttribute(null=True)
+    successors = ListAttribute(of=NumberAttribute, default=list)
+    predecessors = ListAttribute(of=NumberAttribute, default=list)
+
+
+def bind(deployment: Deployment) -> None:
+    """Point the models at a deployment's table and endpoint (call before first use)."""
+    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord):
+        model.Meta.table_name = deployment.metadata_table
+        model.Meta.region = deployment.region
+        model.Meta.host = deployment.endpoint_url
+        model._connection = None

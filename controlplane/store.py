@@ -1,0 +1,184 @@
+"""Data access for stream metadata: every read and conditional write of the metadata table.
+
+The workflows never touch PynamoDB directly; they call this store, which turns DynamoDB's outcomes
+into typed errors: a failed version or state condition is a retryable :class:`WriteConflict`, a
+missing record is a ``*NotFound``, a duplicate create is :class:`AlreadyExists`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pynamodb.connection import Connection
+from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from controlplane.models import (
+    PENDING,
+    SCOPES_PK,
+    EpochRecord,
+    MetadataItem,
+    ScopeRecord,
+    SegmentRecord,
+    StreamRecord,
+    epoch_sk,
+    scope_pk,
+    segment_sk,
+    stream_pk,
+)
+from dataplane.deployment import Deployment
+from rillet.errors import AlreadyExists, IllegalState, ScopeNotFound, StreamNotFound, WriteConflict
+
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+@contextmanager
+def conditional(conflict: str) -> Iterator[None]:
+    """Turn a failed condition into a retryable WriteConflict that says what raced."""
+    try:
+        yield
+    except (PutError, UpdateError) as e:
+        if e.cause_response_code == _CONDITION_FAILED:
+            raise WriteConflict(conflict) from e
+        raise
+
+
+def _encode_token(key: dict[str, Any] | None) -> str | None:
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode() if key else None
+
+
+def _decode_token(token: str | None) -> dict[str, Any] | None:
+    return json.loads(base64.urlsafe_b64decode(token.encode())) if token else None
+
+
+class MetadataStore:
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+
+    # -- scopes --------------------------------------------------------------------------------
+
+    def create_scope(self, record: ScopeRecord) -> bool:
+        try:
+            record.save(condition=ScopeRecord.pk.does_not_exist())
+            return True
+        except PutError as e:
+            if e.cause_response_code == _CONDITION_FAILED:
+                return False
+            raise
+
+    def get_scope(self, scope: str) -> ScopeRecord:
+        try:
+            return ScopeRecord.get(SCOPES_PK, scope, consistent_read=True)
+        except DoesNotExist:
+            raise ScopeNotFound(f"scope {scope} does not exist") from None
+
+    def list_scopes(self, limit: int, token: str | None) -> tuple[list[ScopeRecord], str | None]:
+        result = ScopeRecord.query(SCOPES_PK, limit=limit, last_evaluated_key=_decode_token(token))
+        records = list(result)
+        return records, _encode_token(result.last_evaluated_key)
+
+    def delete_scope_record(self, record: ScopeRecord) -> None:
+        with conditional(f"scope {record.scope} changed while being deleted"):
+            record.delete()
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def create_stream(self, record: StreamRecord) -> None:
+        """Store a new stream record, provided its scope exists and is not being deleted."""
+        scope_key = ScopeRecord(SCOPES_PK, record.scope)
+        try:
+            with TransactWrite(connection=Connection(region=self.deployment.region,
+                                                     host=self.deployment.endpoint_url)) as tx:
+                tx.condition_check(ScopeRecord, SCOPES_PK, record.scope,
+                                   condition=ScopeRecord.state == "ACTIVE")
+                tx.save(record, condition=StreamRecord.pk.does_not_exist())
+        except TransactWriteError as e:
+            reasons = [r.code if r else None for r in (e.cancellation_reasons or [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                self.get_scope(record.scope)  # raises ScopeNotFound if absent
+                raise IllegalState(f"scope {scope_key.sk} is being deleted") from e
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                raise AlreadyExists(f"stream {record.scope}/{record.stream} already exists") from e
+            raise
+
+    def get_stream(self, scope: str, stream: str) -> StreamRecord:
+        try:
+            return StreamRecord.get(scope_pk(scope), stream, consistent_read=True)
+        except DoesNotExist:
+            raise StreamNotFound(f"stream {scope}/{stream} does not exist") from None
+
+    def list_streams(self, scope: str, tag: str | None, limit: int,
+                     token: str | None) -> tuple[list[StreamRecord], str | None]:
+        condition = StreamRecord.tags.contains(tag) if tag else None
+        result = StreamRecord.query(scope_pk(scope), filter_condition=condition, limit=limit,
+                                    last_evaluated_key=_decode_token(token))
+        records = list(result)
+        return records, _encode_token(result.last_evaluated_key)
+
+    def scope_has_streams(self, scope: str) -> bool:
+        return any(True for _ in StreamRecord.query(scope_pk(scope), limit=1))
+
+    def update(self, record: ScopeRecord | StreamRecord, actions: list, conflict: str) -> None:
+        """Apply ``actions`` if the scope or stream record still has the version it was read with."""
+        with conditional(conflict):
+            record.update(actions=actions)
+
+    def delete_stream_record(self, record: StreamRecord) -> None:
+        with conditional(f"stream {record.scope}/{record.stream} changed while being deleted"):
+            record.delete()
+
+    # -- epochs and segments ---------------------------------------------------------------------
+
+    def put_epoch(self, scope: str, stream: str, epoch: int, created_ms: int,
+                  segments: list[list[float]]) -> None:
+        """Write an epoch record; rewriting it with the same content is harmless (idempotent)."""
+        EpochRecord(stream_pk(scope, stream), epoch_sk(epoch), epoch=epoch, created_ms=created_ms,
+                    segments=segments).save()
+
+    def get_epoch(self, scope: str, stream: str, epoch: int) -> EpochRecord:
+        try:
+            return EpochRecord.get(stream_pk(scope, stream), epoch_sk(epoch), consistent_read=True)
+        except DoesNotExist:
+            raise StreamNotFound(f"stream {scope}/{stream} has no epoch {epoch}") from None
+
+    def list_epochs(self, scope: str, stream: str) -> list[EpochRecord]:
+        return list(EpochRecord.query(stream_pk(scope, stream), EpochRecord.sk.startswith("epoch#"),
+                                      consistent_read=True))
+
+    def put_segments(self, scope: str, stream: str, records: list[SegmentRecord]) -> None:
+        with SegmentRecord.batch_write() as batch:
+            for record in records:
+                record.pk = stream_pk(scope, stream)
+                record.sk = segment_sk(record.segment_id)
+                batch.save(record)
+
+    def get_segments(self, scope: str, stream: str, segment_ids: list[int]) -> list[SegmentRecord]:
+        if not segment_ids:
+            return []
+        pk = stream_pk(scope, stream)
+        found = {r.segment_id: r for r in SegmentRecord.batch_get([(pk, segment_sk(s)) for s in segment_ids])}
+        missing = [s for s in segment_ids if s not in found]
+        if missing:
+            raise StreamNotFound(f"stream {scope}/{stream} has no segment(s) {missing}")
+        return [found[s] for s in segment_ids]
+
+    def list_segments(self, scope: str, stream: str) -> list[SegmentRecord]:
+        return list(SegmentRecord.query(stream_pk(scope, stream), SegmentRecord.sk.startswith("segment#"),
+                                        consistent_read=True))
+
+    def update_segment(self, record: SegmentRecord, actions: list) -> None:
+        record.update(actions=actions)
+
+    def delete_stream_partition(self, scope: str, stream: str) -> None:
+        with MetadataItem.batch_write() as batch:
+            for item in MetadataItem.query(stream_pk(scope, stream), consistent_read=True):
+                batch.delete(item)
+
+    # -- workflows -------------------------------------------------------------------------------
+
+    def pending_workflows(self, older_than_ms: int) -> list[MetadataItem]:
+        return list(MetadataItem.workflows.query(PENDING, MetadataItem.pending_since <= older_than_ms))

@@ -1,0 +1,267 @@
+"""Scope and stream workflows, and the queries clients use to find segments.
+
+Each workflow is a short sequence of idempotent steps. Its first step records, on the scope or
+stream record, the workflow's name and parameters together with the ``pending`` marker; its last
+step clears them. A crash anywhere in between leaves a record that says exactly what remains to be
+done, and :mod:`controlplane.sweeper` (or a retry of the same request) calls the same ``finish_*``
+function to complete it. Steps that talk to the data plane (create, seal, delete segments) are
+themselves idempotent, so repeating a half-done step is harmless.
+"""
+
+from __future__ import annotations
+
+import time
+
+from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk
+from controlplane.states import check_transition
+from controlplane.store import MetadataStore
+from dataplane.segment_store import SegmentStore
+from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotEmpty, ScopeNotFound
+from rillet.keyspace import hash_routing_key, segment_id, split_evenly
+from rillet.models import (
+    ScopeInfo,
+    SegmentPosition,
+    SegmentRange,
+    StreamConfiguration,
+    StreamInfo,
+    StreamState,
+    SuccessorInfo,
+)
+from rillet.names import segment_name, validate_scope_name, validate_stream_name
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _state(record: StreamRecord) -> StreamState:
+    return StreamState(record.state)
+
+
+def _config(record: StreamRecord) -> StreamConfiguration:
+    return StreamConfiguration.model_validate(record.configuration)
+
+
+def _ranges(segments: list[list[float]]) -> list[SegmentRange]:
+    return [SegmentRange(segment_id=int(s), low=low, high=high) for s, low, high in segments]
+
+
+class StreamTasks:
+    """The control-plane workflows on scopes and streams."""
+
+    def __init__(self, store: MetadataStore, segments: SegmentStore) -> None:
+        self.store = store
+        self.segments = segments
+
+    # -- scopes --------------------------------------------------------------------------------
+
+    def create_scope(self, scope: str) -> bool:
+        validate_scope_name(scope)
+        return self.store.create_scope(ScopeRecord(SCOPES_PK, scope, state="ACTIVE", created_ms=now_ms()))
+
+    def get_scope(self, scope: str) -> ScopeInfo:
+        record = self.store.get_scope(validate_scope_name(scope))
+        return ScopeInfo(scope=record.scope, created_at_ms=record.created_ms)
+
+    def list_scopes(self, limit: int = 100, token: str | None = None) -> tuple[list[ScopeInfo], str | None]:
+        records, token = self.store.list_scopes(limit, token)
+        return [ScopeInfo(scope=r.scope, created_at_ms=r.created_ms) for r in records], token
+
+    def delete_scope(self, scope: str) -> bool:
+        """Delete an empty scope; returns False if it did not exist.
+
+        The scope is first marked DELETING, which stops new streams from being created in it, and
+        only then checked for streams, so a concurrent create cannot slip in between the check and
+        the delete.
+        """
+        try:
+            record = self.store.get_scope(validate_scope_name(scope))
+        except ScopeNotFound:
+            return False
+        if record.state == "ACTIVE":
+            self.store.update(record, [ScopeRecord.state.set("DELETING"),
+                                              ScopeRecord.pending.set(PENDING),
+                                              ScopeRecord.pending_since.set(now_ms())],
+                                     f"scope {scope} changed concurrently")
+        return self.finish_delete_scope(record)
+
+    def finish_delete_scope(self, record: ScopeRecord) -> bool:
+        if self.store.scope_has_streams(record.scope):
+            self.store.update(record, [ScopeRecord.state.set("ACTIVE"), ScopeRecord.pending.remove(),
+                                              ScopeRecord.pending_since.remove()],
+                                     f"scope {record.scope} changed concurrently")
+            raise ScopeNotEmpty(f"scope {record.scope} still has streams; delete them first")
+        self.store.delete_scope_record(record)
+        return True
+
+    # -- stream lifecycle ------------------------------------------------------------------------
+
+    def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> bool:
+        """Create a stream (CREATING, then ACTIVE); returns False if it already existed.
+
+        Creating a stream that exists is not an error, as in Pravega; if an earlier attempt was
+        interrupted, this call finishes it.
+        """
+        validate_scope_name(scope)
+        validate_stream_name(stream)
+        now = now_ms()
+        count = config.scaling_policy.min_num_segments
+        record = StreamRecord(
+            scope_pk(scope), stream, scope=scope, stream=stream, state=StreamState.CREATING.value,
+            configuration=config.model_dump(mode="json"), tags=set(config.tags) or None, created_ms=now,
+            current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=PENDING,
+            pending_since=now)
+        try:
+            self.store.create_stream(record)
+        except AlreadyExists:
+            existing = self.store.get_stream(scope, stream)
+            if _state(existing) == StreamState.CREATING:
+                self.finish_create_stream(existing)
+            return False
+        self.finish_create_stream(record)
+        return True
+
+    def finish_create_stream(self, record: StreamRecord) -> None:
+        config = _config(record)
+        ranges = split_evenly(0.0, 1.0, config.scaling_policy.min_num_segments)
+        epoch0 = [[segment_id(0, i), r.low, r.high] for i, r in enumerate(ranges)]
+        self.store.put_epoch(record.scope, record.stream, 0, record.created_ms, epoch0)
+        self.store.put_segments(record.scope, record.stream, [
+            SegmentRecord(segment_id=sid, low=low, high=high, created_ms=record.created_ms)
+            for sid, low, high in epoch0])
+        for sid, _, _ in epoch0:
+            self.segments.create(segment_name(record.scope, record.stream, sid))
+        self._finish(record, StreamState.ACTIVE)
+
+    def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
+        record = self.store.get_stream(scope, stream)
+        if _state(record) == StreamState.UPDATING and record.workflow.get("configuration") == config.model_dump(mode="json"):
+            return self.finish_update_stream(record)
+        self._begin(record, StreamState.UPDATING, {"name": "update", "configuration": config.model_dump(mode="json")})
+        self.finish_update_stream(record)
+
+    def finish_update_stream(self, record: StreamRecord) -> None:
+        config = StreamConfiguration.model_validate(record.workflow["configuration"])
+        self._finish(record, StreamState.ACTIVE, StreamRecord.configuration.set(config.model_dump(mode="json")),
+                     StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove())
+
+    def seal_stream(self, scope: str, stream: str) -> None:
+        record = self.store.get_stream(scope, stream)
+        if _state(record) == StreamState.SEALED:
+            return
+        if _state(record) != StreamState.SEALING:
+            self._begin(record, StreamState.SEALING, {"name": "seal"})
+        self.finish_seal_stream(record)
+
+    def finish_seal_stream(self, record: StreamRecord) -> None:
+        epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
+        for sid, _, _ in epoch.segments:
+            self._seal_segment(record, int(sid), record.current_epoch)
+        self._finish(record, StreamState.SEALED)
+
+    def delete_stream(self, scope: str, stream: str) -> None:
+        """Delete a sealed stream with all its segments and metadata."""
+        record = self.store.get_stream(scope, stream)
+        if _state(record) != StreamState.SEALED:
+            raise IllegalState(f"stream {scope}/{stream} is {record.state}; seal it before deleting it",
+                               state=record.state)
+        if not record.workflow:
+            self.store.update(record, [StreamRecord.workflow.set({"name": "delete"}),
+                                              StreamRecord.pending.set(PENDING),
+                                              StreamRecord.pending_since.set(now_ms())],
+                                     f"stream {scope}/{stream} changed concurrently")
+        self.finish_delete_stream(record)
+
+    def finish_delete_stream(self, record: StreamRecord) -> None:
+        for segment in self.store.list_segments(record.scope, record.stream):
+            self.segments.delete(segment_name(record.scope, record.stream, segment.segment_id))
+        self.store.delete_stream_partition(record.scope, record.stream)
+        self.store.delete_stream_record(record)
+
+    def _seal_segment(self, record: StreamRecord, sid: int, epoch: int) -> int:
+        size = self.segments.seal(segment_name(record.scope, record.stream, sid))
+        (segment,) = self.store.get_segments(record.scope, record.stream, [sid])
+        if segment.sealed_size is None:
+            self.store.update_segment(segment, [SegmentRecord.sealed_size.set(size),
+                                                SegmentRecord.sealed_epoch.set(epoch)])
+        return size
+
+    def _begin(self, record: StreamRecord, state: StreamState, workflow: dict) -> None:
+        """Step one of a workflow: leave ACTIVE for ``state`` and record what is to be done."""
+        check_transition(_state(record), state, f"stream {record.scope}/{record.stream}")
+        self.store.update(record, [StreamRecord.state.set(state.value), StreamRecord.workflow.set(workflow),
+                                          StreamRecord.pending.set(PENDING), StreamRecord.pending_since.set(now_ms())],
+                                 f"stream {record.scope}/{record.stream} changed concurrently")
+
+    def _finish(self, record: StreamRecord, state: StreamState, *actions) -> None:
+        """The last step of a workflow: enter ``state`` and clear the workflow in flight."""
+        current = _state(record)
+        if current != state:
+            check_transition(current, state, f"stream {record.scope}/{record.stream}")
+        self.store.update(record, [StreamRecord.state.set(state.value), StreamRecord.workflow.remove(),
+                                          StreamRecord.pending.remove(), StreamRecord.pending_since.remove(),
+                                          *actions],
+                                 f"stream {record.scope}/{record.stream} changed concurrently")
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def list_streams(self, scope: str, tag: str | None = None, limit: int = 100,
+                     token: str | None = None) -> tuple[list[str], str | None]:
+        self.store.get_scope(validate_scope_name(scope))
+        records, token = self.store.list_streams(scope, tag, limit, token)
+        return [r.stream for r in records if not r.stream.startswith("_")], token
+
+    def stream_info(self, scope: str, stream: str) -> StreamInfo:
+        record = self.store.get_stream(scope, stream)
+        if _state(record) == StreamState.CREATING:
+            current: list[SegmentRange] = []
+        else:
+            current = self.current_segments(scope, stream, record)
+        tail = []
+        for segment in current:
+            info = self.segments.info(segment_name(scope, stream, segment.segment_id))
+            tail.append(SegmentPosition(segment=segment, offset=info.length))
+        return StreamInfo(scope=scope, stream=stream, state=_state(record), configuration=_config(record),
+                          created_at_ms=record.created_ms, current_epoch=record.current_epoch,
+                          current_segments=current, head=self.head(scope, stream, record) if current else [],
+                          tail=tail)
+
+    def current_segments(self, scope: str, stream: str, record: StreamRecord | None = None) -> list[SegmentRange]:
+        record = record or self.store.get_stream(scope, stream)
+        return _ranges(self.store.get_epoch(scope, stream, record.current_epoch).segments)
+
+    def head(self, scope: str, stream: str, record: StreamRecord | None = None) -> list[SegmentPosition]:
+        """The head stream cut: the truncation record, or the first epoch's segments at offset 0."""
+        record = record or self.store.get_stream(scope, stream)
+        if record.head:
+            return [SegmentPosition(segment=SegmentRange(segment_id=int(s), low=low, high=high), offset=int(o))
+                    for s, low, high, o in record.head]
+        return [SegmentPosition(segment=r, offset=0) for r in _ranges(self.store.get_epoch(scope, stream, 0).segments)]
+
+    def segments_at(self, scope: str, stream: str, time_ms: int) -> list[SegmentRange]:
+        """The segments that were current at ``time_ms`` (the first epoch's for earlier times)."""
+        self.store.get_stream(scope, stream)
+        epochs = self.store.list_epochs(scope, stream)
+        chosen = epochs[0]
+        for epoch in epochs:
+            if epoch.created_ms <= time_ms:
+                chosen = epoch
+        return _ranges(chosen.segments)
+
+    def segment_for_key(self, scope: str, stream: str, routing_key: str) -> SegmentRange:
+        point = hash_routing_key(routing_key)
+        for segment in self.current_segments(scope, stream):
+            if segment.low <= point < segment.high:
+                return segment
+        raise InvalidArgument(f"no current segment of {scope}/{stream} covers key point {point}")
+
+    def successors(self, scope: str, stream: str, sid: int) -> list[SuccessorInfo]:
+        (segment,) = self.store.get_segments(scope, stream, [sid])
+        found = self.store.get_segments(scope, stream, list(segment.successors))
+        return [SuccessorInfo(segment=SegmentRange(segment_id=s.segment_id, low=s.low, high=s.high),
+                              predecessors=list(s.predecessors)) for s in found]
+
+    def predecessors(self, scope: str, stream: str, sid: int) -> list[SegmentRange]:
+        (segment,) = self.store.get_segments(scope, stream, [sid])
+        return [SegmentRange(segment_id=s.segment_id, low=s.low, high=s.high)
+                for s in self.store.get_segments(scope, stream, list(segment.predecessors))]

@@ -1,0 +1,64 @@
+"""The sweeper: finishes workflows that a crash or a timeout left half done.
+
+It reads the sparse ``workflows`` index (only records with a workflow in flight are in it), skips
+those younger than a grace period (they probably still have a live caller) and runs the same
+``finish_*`` step that the original request would have run next. Every step is idempotent, so a
+sweeper racing with a slow original caller costs a retried write at worst.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from controlplane.models import ScopeRecord, StreamRecord
+from controlplane.streams import StreamTasks, now_ms
+from rillet.errors import NotFound, RilletError, ScopeNotEmpty
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    subject: str  # "scope" or "scope/stream"
+    workflow: str
+    outcome: str  # "completed", "reverted" or the error code that stopped it
+
+
+class Sweeper:
+    def __init__(self, tasks: StreamTasks, grace_ms: int = 30_000) -> None:
+        self.tasks = tasks
+        self.grace_ms = grace_ms
+
+    def sweep(self) -> list[SweepOutcome]:
+        outcomes = []
+        for item in self.tasks.store.pending_workflows(now_ms() - self.grace_ms):
+            outcomes.append(self._finish(item))
+        return outcomes
+
+    def _finish(self, item: ScopeRecord | StreamRecord) -> SweepOutcome:
+        store = self.tasks.store
+        if isinstance(item, ScopeRecord):
+            try:
+                self.tasks.finish_delete_scope(store.get_scope(item.scope))
+                return SweepOutcome(item.scope, "delete-scope", "completed")
+            except ScopeNotEmpty:
+                return SweepOutcome(item.scope, "delete-scope", "reverted")
+            except NotFound:
+                return SweepOutcome(item.scope, "delete-scope", "completed")
+            except RilletError as e:
+                return SweepOutcome(item.scope, "delete-scope", e.code)
+        subject = f"{item.scope}/{item.stream}"
+        name = (item.workflow or {}).get("name", "unknown")
+        try:
+            record = store.get_stream(item.scope, item.stream)
+            if not record.workflow:
+                return SweepOutcome(subject, name, "completed")
+            finish = getattr(self.tasks, f"finish_{record.workflow['name']}_stream")
+            finish(record)
+            return SweepOutcome(subject, name, "completed")
+        except NotFound:
+            return SweepOutcome(subject, name, "completed")
+        except RilletError as e:
+            log.warning("sweeper could not finish %s of %s: %s", name, subject, e)
+            return SweepOutcome(subject, name, e.code)

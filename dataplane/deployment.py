@@ -1,0 +1,53 @@
+"""Where a deployment's tables and bucket are, read once from the environment.
+
+The same code runs on AWS and in standalone; only these values differ. On AWS the endpoint is unset
+and credentials come from the Lambda role; in standalone they point at the in-process moto server.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+import boto3
+from botocore.config import Config
+
+
+@dataclass(frozen=True)
+class Deployment:
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    metadata_table: str = "rillet-metadata"
+    segments_table: str = "rillet-segments"
+    bucket: str = "rillet-segments"
+
+    @classmethod
+    def from_env(cls) -> Deployment:
+        env = os.environ
+        return cls(
+            region=env.get("RILLET_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or cls.region,
+            endpoint_url=env.get("RILLET_AWS_ENDPOINT") or None,
+            metadata_table=env.get("RILLET_METADATA_TABLE", cls.metadata_table),
+            segments_table=env.get("RILLET_SEGMENTS_TABLE", cls.segments_table),
+            bucket=env.get("RILLET_BUCKET", cls.bucket),
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes ``from_env`` return this deployment (for child processes)."""
+        env = {
+            "RILLET_REGION": self.region,
+            "RILLET_METADATA_TABLE": self.metadata_table,
+            "RILLET_SEGMENTS_TABLE": self.segments_table,
+            "RILLET_BUCKET": self.bucket,
+        }
+        if self.endpoint_url:
+            env["RILLET_AWS_ENDPOINT"] = self.endpoint_url
+        return env
+
+    @cached_property
+    def s3(self):  # noqa: ANN201 - a boto3 client has no importable type
+        return boto3.session.Session().client(
+            "s3", region_name=self.region, endpoint_url=self.endpoint_url,
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 5},
+                          max_pool_connections=32))

@@ -1,0 +1,103 @@
+"""The segments table: one partition per segment, holding its head record and its index.
+
+Items of a segment's partition (hash key ``pk`` = the segment's name):
+
+* ``sk = "m"`` -- the :class:`SegmentMeta` head record: committed length, start offset (after
+  truncation), sealed flag, the last block of every writer (for de-duplication), traffic rates and
+  tiering bookkeeping. Every append ends with one conditional update of this item.
+* ``sk = "e#<offset>"`` -- :class:`IndexEntry` items, one per contiguous byte range, saying where the
+  bytes are: inline in the item (small appends), in an S3 object (a large append block or a tiered
+  chunk), or in another segment (a merged transaction segment, so merges copy no payload).
+
+Attribute names are one or two letters because every append writes an index entry and DynamoDB
+charges for names as well as values.
+"""
+
+from __future__ import annotations
+
+from pynamodb.attributes import (
+    BinaryAttribute,
+    BooleanAttribute,
+    DiscriminatorAttribute,
+    MapAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from dataplane.deployment import Deployment
+
+META_KEY = "m"
+ENTRY_PREFIX = "e#"
+OFFSET_DIGITS = 20
+
+
+def entry_key(offset: int) -> str:
+    return f"{ENTRY_PREFIX}{offset:0{OFFSET_DIGITS}d}"
+
+
+class TieringIndex(GlobalSecondaryIndex):
+    """Sparse index of segments whose inline bytes are due to move to S3 (``tier_at`` is set)."""
+
+    class Meta:
+        index_name = "tiering"
+        projection = AllProjection()
+
+    tier_shard = UnicodeAttribute(hash_key=True, attr_name="ts")
+    tier_at = NumberAttribute(range_key=True, attr_name="ta")
+
+
+class SegmentItem(Model):
+    class Meta:
+        table_name = Deployment.segments_table
+        region = Deployment.region
+        billing_mode = "PAY_PER_REQUEST"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = DiscriminatorAttribute(attr_name="k")
+
+
+class SegmentMeta(SegmentItem, discriminator="m"):
+    length = NumberAttribute(default=0, attr_name="n")
+    start = NumberAttribute(default=0, attr_name="s")
+    sealed = BooleanAttribute(default=False, attr_name="x")
+    created_ms = NumberAttribute(attr_name="c")
+    # writer id -> {"f": first event number, "l": last event number, "o": offset, "t": time ms} of
+    # the writer's last block; "_merge" -> {"src": source segment, "o": offset} of the last merge.
+    writers = MapAttribute(default=dict, attr_name="w")
+    # Exponentially decayed event and byte rates: {"t": ms, "e": [...], "b": [...]} (see rates.py).
+    rates = MapAttribute(null=True, attr_name="r")
+    inline_bytes = NumberAttribute(default=0, attr_name="ib")
+    tier_shard = UnicodeAttribute(null=True, attr_name="ts")
+    tier_at = NumberAttribute(null=True, attr_name="ta")
+    merged_into = UnicodeAttribute(null=True, attr_name="mi")
+    merged_offset = NumberAttribute(null=True, attr_name="mo")
+    tiering = TieringIndex()
+
+
+class IndexEntry(SegmentItem, discriminator="e"):
+    offset = NumberAttribute(attr_name="o")
+    size = NumberAttribute(attr_name="z")
+    data = BinaryAttribute(null=True, legacy_encoding=False, attr_name="d")
+    object_key = UnicodeAttribute(null=True, attr_name="ok")
+    object_offset = NumberAttribute(default=0, attr_name="oo")
+    source = UnicodeAttribute(null=True, attr_name="src")
+    writer = UnicodeAttribute(null=True, attr_name="w")
+    first = NumberAttribute(null=True, attr_name="f")
+    last = NumberAttribute(null=True, attr_name="l")
+    created_ms = NumberAttribute(attr_name="c")
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+def bind(deployment: Deployment) -> None:
+    """Point the models at a deployment's table and endpoint (call before first use)."""
+    for model in (SegmentItem, SegmentMeta, IndexEntry):
+        model.Meta.table_name = deployment.segments_table
+        model.Meta.region = deployment.region
+        model.Meta.host = deployment.endpoint_url
+        model._connection = None

@@ -1,0 +1,46 @@
+"""Per-segment traffic rates, decayed over 2, 5, 10 and 20 minutes as Pravega's segment store does.
+
+Each rate is an exponentially decayed sum: on every append ``r <- r * exp(-dt / w) + n / w``. For a
+steady input of ``n`` per second the rate converges to ``n``, and an idle segment's rate decays
+towards zero without anything being written: readers decay the stored value to "now". The state
+rides on the segment's head record, so keeping it costs no extra request per append.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+WINDOWS_S = (120.0, 300.0, 600.0, 1200.0)
+
+
+@dataclass(frozen=True)
+class Rates:
+    at_ms: int
+    events: tuple[float, ...]
+    bytes: tuple[float, ...]
+
+    @classmethod
+    def empty(cls, at_ms: int) -> Rates:
+        zero = tuple(0.0 for _ in WINDOWS_S)
+        return cls(at_ms, zero, zero)
+
+    @classmethod
+    def from_item(cls, item: dict | None, now_ms: int) -> Rates:
+        if not item:
+            return cls.empty(now_ms)
+        return cls(int(item["t"]), tuple(float(x) for x in item["e"]), tuple(float(x) for x in item["b"]))
+
+    def to_item(self) -> dict:
+        return {"t": self.at_ms, "e": [round(x, 6) for x in self.events], "b": [round(x, 6) for x in self.bytes]}
+
+    def decayed(self, now_ms: int) -> Rates:
+        dt = max(0.0, (now_ms - self.at_ms) / 1000.0)
+        factors = [math.exp(-dt / w) for w in WINDOWS_S]
+        return Rates(max(now_ms, self.at_ms), tuple(r * f for r, f in zip(self.events, factors)),
+                     tuple(r * f for r, f in zip(self.bytes, factors)))
+
+    def record(self, now_ms: int, events: int, size: int) -> Rates:
+        base = self.decayed(now_ms)
+        return Rates(base.at_ms, tuple(r + events / w for r, w in zip(base.events, WINDOWS_S)),
+                     tuple(r + size / w for r, w in zip(base.bytes, WINDOWS_S)))

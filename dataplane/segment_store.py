@@ -1,0 +1,551 @@
+"""The segment store: append-only segments on a DynamoDB index (Tier 1) and S3 objects (Tier 2).
+
+How an append commits (one S3 PUT for a large block, then three small DynamoDB requests):
+
+1. A block larger than ``inline_max`` is put to S3 under a key derived from the writer id and its
+   first event number, so a retried block overwrites the same object with the same bytes.
+2. Read the head record (consistently). De-duplicate: a block whose event numbers the writer already
+   appended is acknowledged with its original offset.
+3. *Claim* the tail: put the index entry at ``e#<length>`` on the condition that no entry exists there.
+4. *Advance*: update the head record on the condition that its length is still ``length`` and it is
+   not sealed, setting the new length and the writer's last block.
+
+The head record's length is the commit point: entries at or beyond it are claims, not data. If step 3
+finds another writer's claim, the appender first completes that claim's step 4 on its behalf and
+tries again at the new tail, so a crashed appender never blocks the segment and concurrent writers
+always make progress (each round commits one block) instead of colliding forever. No multi-item
+transaction is needed, which keeps an append at about 2 write units and 1 read unit.
+
+Invariants the rest of the code relies on:
+
+* Bytes below the head record's length never change; a reader sees them in offset order.
+* Every offset below the length is covered by an index entry; after tiering or a crash an index may
+  also hold stale entries that lie inside a newer, larger entry, and readers skip those.
+* Entries are only rewritten (tiering) or deleted (truncation) well below the tail, so a claim can
+  never land inside committed data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from botocore.exceptions import ClientError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, UpdateError
+
+from dataplane.deployment import Deployment
+from dataplane.models import ENTRY_PREFIX, META_KEY, IndexEntry, SegmentMeta, entry_key
+from dataplane.rates import Rates
+from rillet.errors import (
+    InvalidArgument,
+    OffsetMismatch,
+    SegmentNotFound,
+    SegmentSealed,
+    TooLarge,
+    Truncated,
+)
+from rillet.framing import MAX_BLOCK_SIZE, MAX_READ_SIZE
+from rillet.names import validate_writer_id
+
+MERGE_KEY = "_merge"
+TIER_SHARD = "due"
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Tunables of the segment store (see docs/dataplane.md for how the defaults were chosen)."""
+
+    inline_max: int = 3 * 1024  # blocks up to this size are kept inline in the index entry
+    chunk_target: int = 8 * 1024 * 1024  # tiering packs inline ranges into S3 chunks of this size
+    tier_min_age_ms: int = 60_000  # entries younger than this are never rewritten (see module doc)
+    tier_max_age_ms: int = 15 * 60_000  # inline bytes older than this are tiered even if few
+    poll_interval_ms: int = 100  # long-poll cadence of tail reads
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    offset: int | None  # None only for a duplicate of an older block than the writer's last one
+    length: int  # the segment length right after the block
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    data: bytes
+    offset: int
+    next_offset: int
+    start_offset: int
+    length: int
+    sealed: bool
+
+    @property
+    def end_of_segment(self) -> bool:
+        return self.sealed and self.next_offset >= self.length
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    name: str
+    start_offset: int
+    length: int
+    sealed: bool
+    created_ms: int
+    event_rates: tuple[float, ...]
+    byte_rates: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class _Block:
+    """What an append or a merge wants placed at the tail."""
+
+    size: int
+    writer: str
+    first: int = 0
+    last: int = 0
+    data: bytes | None = None
+    object_key: str | None = None
+    source: str | None = None
+
+    def same_as(self, entry: IndexEntry) -> bool:
+        if self.source is not None:
+            return entry.source == self.source
+        return (entry.writer, entry.first, entry.last, entry.size) == (self.writer, self.first, self.last, self.size)
+
+    def to_entry(self, segment: str, offset: int) -> IndexEntry:
+        return IndexEntry(segment, entry_key(offset), offset=offset, size=self.size, data=self.data,
+                          object_key=self.object_key, source=self.source, writer=self.writer,
+                          first=self.first, last=self.last, created_ms=now_ms())
+
+
+def _block_of(entry: IndexEntry) -> _Block:
+    return _Block(size=entry.size, writer=entry.writer, first=entry.first or 0, last=entry.last or 0,
+                  data=entry.data, object_key=entry.object_key, source=entry.source)
+
+
+def _failed_condition(error: Exception) -> bool:
+    return getattr(error, "cause_response_code", None) == _CONDITION_FAILED
+
+
+def validate_segment_name(name: str) -> str:
+    if not name or len(name) > 512 or not all(c.isalnum() or c in "./-_" for c in name) or ".." in name:
+        raise InvalidArgument(f"invalid segment name {name!r}")
+    return name
+
+
+class SegmentStore:
+    def __init__(self, deployment: Deployment, settings: StoreSettings | None = None) -> None:
+        self.deployment = deployment
+        self.settings = settings or StoreSettings()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def create(self, segment: str) -> bool:
+        """Create an empty segment; returns False if it already existed (creation is idempotent)."""
+        validate_segment_name(segment)
+        try:
+            SegmentMeta(segment, META_KEY, created_ms=now_ms()).save(condition=SegmentMeta.pk.does_not_exist())
+            return True
+        except PutError as e:
+            if _failed_condition(e):
+                return False
+            raise
+
+    def info(self, segment: str) -> SegmentInfo:
+        meta = self._meta(segment)
+        rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now_ms()).decayed(now_ms())
+        return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms,
+                           rates.events, rates.bytes)
+
+    def seal(self, segment: str) -> int:
+        """Seal the segment and return its final length (idempotent)."""
+        try:
+            meta = SegmentMeta(segment, META_KEY)
+            meta.update(actions=[SegmentMeta.sealed.set(True)], condition=SegmentMeta.pk.exists())
+            return meta.length
+        except UpdateError as e:
+            if _failed_condition(e):
+                raise SegmentNotFound(f"segment {segment} does not exist") from e
+            raise
+
+    def truncate(self, segment: str, offset: int) -> None:
+        """Make ``offset`` the segment's start; later reads below it fail with Truncated.
+
+        Only moves forward and never past the tail. Bytes below the new start are released right
+        away; a crash part-way leaves index entries below the start that the next truncation or
+        tiering pass releases.
+        """
+        meta = self._meta(segment)
+        if offset < meta.start:
+            return  # already truncated further: truncation only moves forward
+        if offset > meta.length:
+            raise InvalidArgument(f"cannot truncate {segment} at {offset}: beyond its length {meta.length}")
+        try:
+            meta.update(actions=[SegmentMeta.start.set(offset)],
+                        condition=SegmentMeta.start <= offset)
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
+        self._release_below(segment, self._meta(segment).start)
+
+    def delete(self, segment: str) -> None:
+        """Delete the segment, its index, its objects and the segments merged into it (idempotent).
+
+        The segment is sealed first so that no append commits while its index is being removed.
+        """
+        try:
+            self.seal(segment)
+        except SegmentNotFound:
+            pass  # an earlier attempt got as far as deleting the head record
+        for entry in self._entries_from(segment, 0):
+            if entry.source:
+                self.delete(entry.source)
+            entry.delete()
+        self._delete_objects(self._object_prefix(segment))
+        SegmentMeta(segment, META_KEY).delete()
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append(self, segment: str, writer: str, first_event: int, event_count: int, data: bytes,
+               expected_offset: int | None = None) -> AppendResult:
+        """Append a block of events atomically; see the module docstring for the protocol."""
+        if not data:
+            raise InvalidArgument("an append carries at least one byte")
+        if len(data) > MAX_BLOCK_SIZE:
+            raise TooLarge(f"append block of {len(data)} bytes exceeds {MAX_BLOCK_SIZE} bytes")
+        if first_event < 0 or event_count < 1:
+            raise InvalidArgument("event numbers are >= 0 and a block holds at least one event")
+        validate_writer_id(writer)
+        block = _Block(size=len(data), writer=writer, first=first_event, last=first_event + event_count - 1)
+        if len(data) <= self.settings.inline_max:
+            block = replace(block, data=data)
+        else:
+            key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}"
+            self._meta(segment)  # fail fast on unknown segments before paying for a PUT
+            self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=data)
+            block = replace(block, object_key=key)
+        return self._place(segment, block, expected_offset)
+
+    def merge(self, target: str, source: str) -> int:
+        """Append all of ``source`` to ``target`` atomically and return the offset it landed at.
+
+        ``source`` is sealed first. No payload is copied: the target gets one index entry that refers
+        to the source segment, which therefore lives as long as that entry does. Idempotent, provided
+        merges into one target are issued one at a time (the controller commits transactions serially).
+        """
+        smeta = self._meta(source)
+        if smeta.merged_into is not None:
+            if smeta.merged_into != target:
+                raise InvalidArgument(f"{source} was merged into {smeta.merged_into}, not {target}")
+            return smeta.merged_offset
+        length = self.seal(source)
+        result = self._place(target, _Block(size=length, writer=MERGE_KEY, source=source), None)
+        smeta.update(actions=[SegmentMeta.merged_into.set(target), SegmentMeta.merged_offset.set(result.offset)])
+        return result.offset
+
+    def _place(self, segment: str, block: _Block, expected_offset: int | None) -> AppendResult:
+        while True:
+            meta = self._meta(segment)
+            done = self._already_placed(meta, block)
+            if done is not None:
+                return done
+            if meta.sealed:
+                raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
+            if expected_offset is not None and expected_offset != meta.length:
+                raise OffsetMismatch(f"expected offset {expected_offset} but the segment's length is {meta.length}",
+                                     length=meta.length)
+            self._check_event_order(meta, block)
+            tail = meta.length
+            claimed = self._claim(segment, tail, block)
+            if claimed is not None and self._advance(meta, tail, claimed) and claimed is block:
+                return AppendResult(tail, tail + block.size)
+
+    def _already_placed(self, meta: SegmentMeta, block: _Block) -> AppendResult | None:
+        state = meta.writers.as_dict().get(block.writer) if meta.writers else None
+        if not state:
+            return None
+        if block.source is not None:
+            if state.get("src") == block.source:
+                return AppendResult(int(state["o"]), meta.length, duplicate=True)
+            return None
+        if block.last <= int(state["l"]):
+            same = (int(state["f"]), int(state["l"])) == (block.first, block.last)
+            return AppendResult(int(state["o"]) if same else None, meta.length, duplicate=True)
+        return None
+
+    def _check_event_order(self, meta: SegmentMeta, block: _Block) -> None:
+        state = meta.writers.as_dict().get(block.writer) if meta.writers else None
+        if block.source is None and state and block.first != int(state["l"]) + 1:
+            raise InvalidArgument(
+                f"writer {block.writer} must continue at event number {int(state['l']) + 1}, got {block.first}",
+                expected_event_number=int(state["l"]) + 1)
+
+    def _claim(self, segment: str, tail: int, block: _Block) -> _Block | None:
+        """Put our entry at ``tail`` unless one is there; return whichever block now sits there."""
+        try:
+            block.to_entry(segment, tail).save(condition=IndexEntry.pk.does_not_exist())
+            return block
+        except PutError as e:
+            if not _failed_condition(e):
+                raise
+        try:
+            existing = IndexEntry.get(segment, entry_key(tail), consistent_read=True)
+        except DoesNotExist:
+            return None  # the claim was released meanwhile; the next round claims again
+        return block if block.same_as(existing) else _block_of(existing)
+
+    def _advance(self, meta: SegmentMeta, tail: int, block: _Block) -> bool:
+        """Commit the block claimed at ``tail``: the head record's length moves past it."""
+        now = now_ms()
+        writer_state = {"o": tail, "t": now}
+        if block.source is not None:
+            writer_state["src"] = block.source
+            order = SegmentMeta.writers[MERGE_KEY].does_not_exist() | (SegmentMeta.writers[MERGE_KEY]["src"] != block.source)
+        else:
+            writer_state.update(f=block.first, l=block.last)
+            order = SegmentMeta.writers[block.writer].does_not_exist() | (
+                SegmentMeta.writers[block.writer]["l"] == block.first - 1)
+        events = block.last - block.first + 1 if block.source is None else 0
+        rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).record(now, events, block.size)
+        actions = [
+            SegmentMeta.length.set(tail + block.size),
+            SegmentMeta.writers[block.writer].set(writer_state),
+            SegmentMeta.rates.set(rates.to_item()),
+        ]
+        if block.data is not None:
+            due = now if meta.inline_bytes + block.size >= self.settings.chunk_target else now + self.settings.tier_max_age_ms
+            actions += [SegmentMeta.inline_bytes.add(block.size), SegmentMeta.tier_shard.set(TIER_SHARD),
+                        SegmentMeta.tier_at.set(due if meta.tier_at is None else min(due, meta.tier_at))]
+        try:
+            meta.update(actions=actions,
+                        condition=(SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order)  # noqa: E712
+            return True
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
+        fresh = self._meta(meta.pk)
+        if fresh.length == tail and not fresh.sealed:
+            # The claim breaks the writer's event order, which only a misbehaving writer can cause:
+            # release it so the tail is free again.
+            self._release_claim(meta.pk, tail, block)
+        return False
+
+    def _release_claim(self, segment: str, offset: int, block: _Block) -> None:
+        try:
+            IndexEntry(segment, entry_key(offset)).delete(
+                condition=(IndexEntry.writer == block.writer) & (IndexEntry.size == block.size))
+        except DeleteError as e:
+            if not _failed_condition(e):
+                raise
+
+    # -- read --------------------------------------------------------------------------------
+
+    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE, wait_ms: int = 0) -> ReadResult:
+        """Read up to ``max_bytes`` from ``offset``; at the tail, wait up to ``wait_ms`` for data."""
+        if offset < 0 or max_bytes < 1:
+            raise InvalidArgument("offset must be >= 0 and max_bytes >= 1")
+        max_bytes = min(max_bytes, MAX_READ_SIZE)
+        meta = self._meta(segment)
+        deadline = time.monotonic() + wait_ms / 1000.0
+        while offset == meta.length and offset >= meta.start and not meta.sealed and time.monotonic() < deadline:
+            time.sleep(min(self.settings.poll_interval_ms / 1000.0, max(0.0, deadline - time.monotonic())))
+            meta = self._meta(segment)
+        if offset < meta.start:
+            raise Truncated(f"offset {offset} of {segment} is below its start offset {meta.start}",
+                            start_offset=meta.start)
+        if offset > meta.length:
+            raise InvalidArgument(f"offset {offset} is beyond the length {meta.length} of {segment}",
+                                  length=meta.length)
+        end = min(meta.length, offset + max_bytes)
+        data = self._read_range(segment, offset, end) if end > offset else b""
+        return ReadResult(data, offset, end, meta.start, meta.length, meta.sealed)
+
+    def _read_range(self, segment: str, start: int, end: int) -> bytes:
+        parts: list[bytes] = []
+        pending: list[tuple[str, int, int]] = []  # adjacent ranges of one S3 object, fetched in one GET
+
+        def flush() -> None:
+            if pending:
+                key, lo, hi = pending[0][0], pending[0][1], pending[-1][2]
+                parts.append(self._get_object_range(key, lo, hi))
+                pending.clear()
+
+        for entry, lo, hi in self._covering(segment, start, end):
+            if entry.data is not None:
+                flush()
+                parts.append(entry.data[lo - entry.offset:hi - entry.offset])
+            elif entry.object_key is not None:
+                obj_lo = entry.object_offset + lo - entry.offset
+                obj_hi = entry.object_offset + hi - entry.offset
+                if pending and (pending[-1][0] != entry.object_key or pending[-1][2] != obj_lo):
+                    flush()
+                pending.append((entry.object_key, obj_lo, obj_hi))
+            else:
+                flush()
+                parts.append(self._read_range(entry.source, lo - entry.offset, hi - entry.offset))
+        flush()
+        return b"".join(parts)
+
+    def _covering(self, segment: str, start: int, end: int) -> Iterator[tuple[IndexEntry, int, int]]:
+        """The entries covering [start, end) in order, each with the sub-range it contributes.
+
+        Stale entries (inside a larger entry that replaced them) are skipped. If the index changes
+        under the scan (tiering replaced a run of entries), a gap appears; the scan then looks the
+        missing offset up again, which finds the replacing entry.
+        """
+        expected = start
+        for _attempt in range(8):
+            for entry in self._entries_from(segment, expected, end):
+                if entry.end <= expected:
+                    continue
+                if entry.offset > expected:
+                    break  # a gap: look it up again
+                hi = min(entry.end, end)
+                yield entry, expected, hi
+                expected = hi
+                if expected >= end:
+                    return
+            if expected >= end:
+                return
+        raise RuntimeError(f"index of {segment} has no entry covering offset {expected}")
+
+    def _entries_from(self, segment: str, offset: int, end: int | None = None) -> Iterator[IndexEntry]:
+        """Entries in offset order from the one covering ``offset`` (if any), stopping before ``end``.
+
+        Sequential readers usually ask for an offset where an entry starts, which takes one query;
+        an offset inside an entry takes a second one to find that entry.
+        """
+        upper = entry_key(end - 1) if end is not None else ENTRY_PREFIX + "~"
+        forward = iter(IndexEntry.query(segment, IndexEntry.sk.between(entry_key(offset), upper),
+                                        consistent_read=True))
+        first = next(forward, None)
+        if offset > 0 and (first is None or first.offset > offset):
+            before = IndexEntry.query(segment, IndexEntry.sk.between(ENTRY_PREFIX, entry_key(offset)),
+                                      scan_index_forward=False, limit=1, consistent_read=True)
+            yield from (e for e in before if e.end > offset)
+        if first is not None:
+            yield first
+            yield from forward
+
+    def _get_object_range(self, key: str, lo: int, hi: int) -> bytes:
+        try:
+            body = self.deployment.s3.get_object(Bucket=self.deployment.bucket, Key=key, Range=f"bytes={lo}-{hi - 1}")
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise Truncated(f"object {key} is gone: the range was truncated") from e
+            raise
+        return body["Body"].read()
+
+    # -- tiering and release -------------------------------------------------------------------
+
+    def segments_due_for_tiering(self, limit: int = 100) -> list[str]:
+        return [m.pk for m in SegmentMeta.tiering.query(TIER_SHARD, SegmentMeta.tier_at <= now_ms(), limit=limit)]
+
+    def tier(self, segment: str) -> int:
+        """Move committed inline entries into S3 chunks of about ``chunk_target`` bytes.
+
+        Steps, each safe to repeat: put the chunk object (deterministic key), replace the first entry
+        of the run by one entry for the whole chunk (conditional on it still being inline), delete the
+        run's other entries, then adjust the head record's inline byte count. A crash between steps
+        leaves stale entries inside the chunk's range, which readers skip and the next pass deletes.
+        Returns the number of bytes moved.
+        """
+        try:
+            meta = self._meta(segment)
+        except SegmentNotFound:
+            return 0
+        horizon = now_ms() - self.settings.tier_min_age_ms
+        moved = 0
+        for run in self._inline_runs(segment, meta, horizon):
+            moved += self._tier_run(segment, run)
+        remaining = [e for e in self._entries_from(segment, meta.start, meta.length) if e.data is not None]
+        actions = [SegmentMeta.inline_bytes.set(sum(e.size for e in remaining))]
+        if remaining:
+            oldest = min(e.created_ms for e in remaining)
+            actions.append(SegmentMeta.tier_at.set(max(now_ms(), oldest + self.settings.tier_min_age_ms)
+                                                   if meta.sealed or oldest + self.settings.tier_max_age_ms <= now_ms()
+                                                   else oldest + self.settings.tier_max_age_ms))
+        else:
+            actions += [SegmentMeta.tier_at.remove(), SegmentMeta.tier_shard.remove()]
+        meta.update(actions=actions)
+        self._release_below(segment, meta.start)
+        return moved
+
+    def _inline_runs(self, segment: str, meta: SegmentMeta, horizon: int) -> Iterator[list[IndexEntry]]:
+        """Maximal runs of adjacent inline entries old enough to tier, each at most ``chunk_target``."""
+        run: list[IndexEntry] = []
+        size = 0
+        expected = None
+        for entry in self._entries_from(segment, meta.start, meta.length):
+            if expected is not None and entry.offset < expected:
+                if entry.data is not None:
+                    entry.delete()  # stale: inside a chunk written by an interrupted earlier pass
+                continue
+            expected = entry.end
+            eligible = entry.data is not None and (meta.sealed or entry.created_ms <= horizon)
+            if run and (not eligible or size + entry.size > self.settings.chunk_target):
+                yield run
+                run, size = [], 0
+            if eligible:
+                run.append(entry)
+                size += entry.size
+        if run:
+            yield run
+
+    def _tier_run(self, segment: str, run: list[IndexEntry]) -> int:
+        first, last = run[0], run[-1]
+        key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}"
+        self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=b"".join(e.data for e in run))
+        chunk = IndexEntry(segment, entry_key(first.offset), offset=first.offset, size=last.end - first.offset,
+                           object_key=key, writer=first.writer, first=first.first, last=last.last,
+                           created_ms=first.created_ms)
+        try:
+            chunk.save(condition=IndexEntry.data.exists() & (IndexEntry.size == first.size))
+        except PutError as e:
+            if _failed_condition(e):
+                return 0  # another pass already replaced it
+            raise
+        with IndexEntry.batch_write() as batch:
+            for entry in run[1:]:
+                batch.delete(entry)
+        return chunk.size
+
+    def _release_below(self, segment: str, start: int) -> None:
+        """Delete entries (and their objects and merged segments) lying wholly below ``start``."""
+        if start <= 0:
+            return
+        for entry in IndexEntry.query(segment, IndexEntry.sk.between(ENTRY_PREFIX, entry_key(start - 1)),
+                                      consistent_read=True):
+            if entry.end > start:
+                break
+            if entry.source:
+                self.delete(entry.source)
+            elif entry.object_key:
+                self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=entry.object_key)
+            entry.delete()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _meta(self, segment: str) -> SegmentMeta:
+        try:
+            return SegmentMeta.get(segment, META_KEY, consistent_read=True)
+        except DoesNotExist:
+            raise SegmentNotFound(f"segment {segment} does not exist") from None
+
+    @staticmethod
+    def _object_prefix(segment: str) -> str:
+        return f"segments/{segment}/"
+
+    def _delete_objects(self, prefix: str) -> None:
+        s3, bucket = self.deployment.s3, self.deployment.bucket
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+
+

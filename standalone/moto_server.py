@@ -1,0 +1,140 @@
+"""moto's server for DynamoDB and S3, in-process, made faithful enough to build on.
+
+moto's backends are not safe under concurrent requests: two conditional writes racing on one item
+can both pass their condition, which real DynamoDB never allows. The server here handles one request
+at a time (requests still arrive on many connections), which restores the atomicity of conditional
+writes and transactions that Rillet's correctness depends on.
+
+It also counts every request by service and operation (the benchmarks read the counts) and keeps
+moto's request log quiet.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import BaseWSGIServer, make_server
+
+
+@dataclass
+class RequestRecord:
+    service: str
+    operation: str
+    request: dict[str, Any] | None  # the JSON body of a DynamoDB request
+    response: dict[str, Any] | None  # the JSON body of a DynamoDB response
+    request_bytes: int
+    response_bytes: int
+
+
+@dataclass
+class RequestMeter:
+    """Counts AWS requests; ``records`` keeps DynamoDB bodies for the cost model when asked to."""
+
+    keep_records: bool = False
+    counts: Counter = field(default_factory=Counter)
+    records: list[RequestRecord] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, record: RequestRecord) -> None:
+        with self._lock:
+            self.counts[(record.service, record.operation)] += 1
+            if self.keep_records:
+                self.records.append(record)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts.clear()
+            self.records.clear()
+
+    def snapshot(self) -> tuple[Counter, list[RequestRecord]]:
+        with self._lock:
+            return Counter(self.counts), list(self.records)
+
+
+def _s3_operation(method: str, path: str, query: dict[str, list[str]]) -> str:
+    has_key = path.strip("/").count("/") >= 1
+    if method == "PUT":
+        return "PutObject" if has_key else "CreateBucket"
+    if method == "GET":
+        if not has_key:
+            return "ListObjectsV2" if "list-type" in query else "ListObjects"
+        return "GetObject"
+    if method == "HEAD":
+        return "HeadObject" if has_key else "HeadBucket"
+    if method == "DELETE":
+        return "DeleteObject" if has_key else "DeleteBucket"
+    if method == "POST" and "delete" in query:
+        return "DeleteObjects"
+    return f"{method} {path}"
+
+
+class _SerializedApp:
+    """WSGI middleware: one request at a time, and each one metered."""
+
+    def __init__(self, app: Callable, meter: RequestMeter) -> None:
+        self.app = app
+        self.meter = meter
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        with self.lock:
+            if target.startswith("DynamoDB_"):
+                return self._dynamodb(environ, start_response, target.split(".", 1)[1], length)
+            body = list(self.app(environ, start_response))
+        operation = _s3_operation(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""),
+                                  parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True))
+        self.meter.add(RequestRecord("s3", operation, None, None, length, sum(len(b) for b in body)))
+        return body
+
+    def _dynamodb(self, environ: dict, start_response: Callable, operation: str, length: int) -> list[bytes]:
+        raw = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(raw)
+        body = list(self.app(environ, start_response))
+        payload = b"".join(body)
+        keep = self.meter.keep_records
+        self.meter.add(RequestRecord(
+            "dynamodb", operation,
+            json.loads(raw) if keep and raw else None,
+            json.loads(payload) if keep and payload else None,
+            len(raw), len(payload)))
+        return body
+
+
+class _QuietHandler(MotoRequestHandler):
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class MotoServer:
+    """moto's DynamoDB and S3 on ``host:port`` in a background thread (port 0 picks a free one)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, meter: RequestMeter | None = None) -> None:
+        self.meter = meter or RequestMeter()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        app = _SerializedApp(DomainDispatcherApplication(create_backend_app), self.meter)
+        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True, request_handler=_QuietHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> MotoServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,30 @@
+"""Create a deployment's tables and bucket from the models that define them.
+
+The PynamoDB models are the one schema definition: standalone creates the tables from them and a
+test checks that infra/terraform declares the same keys and indexes.
+"""
+
+from __future__ import annotations
+
+from controlplane import models as control_models
+from dataplane import models as data_models
+from dataplane.deployment import Deployment
+
+TABLE_MODELS = (control_models.MetadataItem, data_models.SegmentMeta)
+
+
+def bind_all(deployment: Deployment) -> None:
+    control_models.bind(deployment)
+    data_models.bind(deployment)
+
+
+def create_resources(deployment: Deployment) -> None:
+    """Create the tables and the bucket if they do not exist yet (idempotent)."""
+    bind_all(deployment)
+    for model in TABLE_MODELS:
+        if not model.exists():
+            model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+    s3 = deployment.s3
+    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if deployment.bucket not in existing:
+        s3.create_bucket(Bucket=deployment.bucket)
