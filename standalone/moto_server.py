@@ -61,6 +61,8 @@ class RequestMeter:
 
 
 def _s3_operation(method: str, path: str, query: dict[str, list[str]]) -> str:
+    if path.strip("/") == "":
+        return "ListBuckets"
     has_key = path.strip("/").count("/") >= 1
     if method == "PUT":
         return "PutObject" if has_key else "CreateBucket"

@@ -1,0 +1,102 @@
+"""Request and response bodies of the control API (the SDK and the server share these models).
+
+Data-path requests (appends and reads) carry binary bodies; their metadata travels in the headers
+named here.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rillet.models import ScopeInfo, SegmentPosition, SegmentRange, StreamConfiguration, StreamState, SuccessorInfo
+
+# Headers of the data path.
+WRITER_ID = "x-rillet-writer-id"
+EVENT_NUMBER = "x-rillet-event-number"
+EVENT_COUNT = "x-rillet-event-count"
+EXPECTED_OFFSET = "x-rillet-expected-offset"
+RAW_BYTES = "x-rillet-raw"
+OFFSET = "x-rillet-offset"
+NEXT_OFFSET = "x-rillet-next-offset"
+START_OFFSET = "x-rillet-start-offset"
+LENGTH = "x-rillet-length"
+SEALED = "x-rillet-sealed"
+END_OF_SEGMENT = "x-rillet-end-of-segment"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateScopeRequest(_Body):
+    scope: str
+
+
+class CreateStreamRequest(_Body):
+    stream: str
+    configuration: StreamConfiguration = StreamConfiguration()
+
+
+class Created(_Body):
+    created: bool = Field(description="False when the object already existed (creation is idempotent).")
+
+
+class Deleted(_Body):
+    deleted: bool = Field(description="False when there was nothing to delete.")
+
+
+class ScopeList(_Body):
+    scopes: list[ScopeInfo]
+    next_token: str | None = None
+
+
+class StreamList(_Body):
+    streams: list[str]
+    next_token: str | None = None
+
+
+class StreamStatus(_Body):
+    scope: str
+    stream: str
+    state: StreamState
+
+
+class SegmentList(_Body):
+    segments: list[SegmentRange]
+
+
+class PositionList(_Body):
+    positions: list[SegmentPosition]
+
+
+class Successors(_Body):
+    successors: list[SuccessorInfo]
+
+
+class Endpoints(_Body):
+    """Where the data path is served (Function URLs on AWS)."""
+
+    append_url: str
+    read_url: str
+
+
+class AppendAck(_Body):
+    offset: int | None = Field(description="Where the block starts; null for a duplicate of an older block.")
+    length: int = Field(description="The segment's length right after the block.")
+    duplicate: bool = False
+
+
+class SegmentStatus(_Body):
+    segment: str
+    start_offset: int
+    length: int
+    sealed: bool
+    created_at_ms: int
+    event_rates: list[float] = Field(description="Events/s decayed over 2, 5, 10 and 20 minutes.")
+    byte_rates: list[float] = Field(description="Bytes/s decayed over 2, 5, 10 and 20 minutes.")
+
+
+class ErrorBody(_Body):
+    code: str
+    message: str
+    details: dict | None = None

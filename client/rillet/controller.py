@@ -1,0 +1,114 @@
+"""Typed calls to the control API; the SDK's other classes talk to the controller only through this."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cached_property
+from urllib.parse import quote
+
+from rillet import api
+from rillet.models import (
+    ScopeInfo,
+    SegmentPosition,
+    SegmentRange,
+    StreamConfiguration,
+    StreamInfo,
+    StreamState,
+    SuccessorInfo,
+)
+from rillet.names import validate_scope_name
+from rillet.transport import Transport
+
+
+def _stream_path(scope: str, stream: str) -> str:
+    return f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}"
+
+
+class ControllerClient:
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    @cached_property
+    def endpoints(self) -> api.Endpoints:
+        return api.Endpoints.model_validate(self.transport.json("GET", "/v1/endpoints"))
+
+    # -- scopes ----------------------------------------------------------------------------------
+
+    def create_scope(self, scope: str) -> bool:
+        validate_scope_name(scope)
+        body = api.CreateScopeRequest(scope=scope).model_dump()
+        return api.Created.model_validate(self.transport.json("POST", "/v1/scopes", json_body=body)).created
+
+    def get_scope(self, scope: str) -> ScopeInfo:
+        return ScopeInfo.model_validate(self.transport.json("GET", f"/v1/scopes/{quote(scope, safe='')}"))
+
+    def list_scopes(self) -> Iterator[ScopeInfo]:
+        token = None
+        while True:
+            page = api.ScopeList.model_validate(self.transport.json("GET", "/v1/scopes", params={"token": token}))
+            yield from page.scopes
+            if not page.next_token:
+                return
+            token = page.next_token
+
+    def delete_scope(self, scope: str) -> bool:
+        return api.Deleted.model_validate(
+            self.transport.json("DELETE", f"/v1/scopes/{quote(scope, safe='')}")).deleted
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def create_stream(self, scope: str, stream: str, configuration: StreamConfiguration) -> bool:
+        body = api.CreateStreamRequest(stream=stream, configuration=configuration).model_dump(mode="json")
+        path = f"/v1/scopes/{quote(scope, safe='')}/streams"
+        return api.Created.model_validate(self.transport.json("POST", path, json_body=body)).created
+
+    def list_streams(self, scope: str, tag: str | None = None) -> Iterator[str]:
+        token = None
+        while True:
+            page = api.StreamList.model_validate(self.transport.json(
+                "GET", f"/v1/scopes/{quote(scope, safe='')}/streams", params={"tag": tag, "token": token}))
+            yield from page.streams
+            if not page.next_token:
+                return
+            token = page.next_token
+
+    def stream_info(self, scope: str, stream: str) -> StreamInfo:
+        return StreamInfo.model_validate(self.transport.json("GET", _stream_path(scope, stream)))
+
+    def update_stream(self, scope: str, stream: str, configuration: StreamConfiguration) -> StreamState:
+        data = self.transport.json("PUT", _stream_path(scope, stream) + "/configuration",
+                                   json_body=configuration.model_dump(mode="json"))
+        return api.StreamStatus.model_validate(data).state
+
+    def seal_stream(self, scope: str, stream: str) -> StreamState:
+        return api.StreamStatus.model_validate(
+            self.transport.json("POST", _stream_path(scope, stream) + "/seal")).state
+
+    def delete_stream(self, scope: str, stream: str) -> bool:
+        return api.Deleted.model_validate(self.transport.json("DELETE", _stream_path(scope, stream))).deleted
+
+    # -- segments --------------------------------------------------------------------------------
+
+    def current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
+        data = self.transport.json("GET", _stream_path(scope, stream) + "/segments")
+        return api.SegmentList.model_validate(data).segments
+
+    def segments_at(self, scope: str, stream: str, at_ms: int) -> list[SegmentRange]:
+        data = self.transport.json("GET", _stream_path(scope, stream) + "/segments", params={"at_ms": at_ms})
+        return api.SegmentList.model_validate(data).segments
+
+    def head(self, scope: str, stream: str) -> list[SegmentPosition]:
+        return api.PositionList.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/head")).positions
+
+    def segment_for_key(self, scope: str, stream: str, routing_key: str) -> SegmentRange:
+        data = self.transport.json("GET", _stream_path(scope, stream) + "/segment-for-key",
+                                   params={"routing_key": routing_key})
+        return SegmentRange.model_validate(data)
+
+    def successors(self, scope: str, stream: str, segment_id: int) -> list[SuccessorInfo]:
+        data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/successors")
+        return api.Successors.model_validate(data).successors
+
+    def predecessors(self, scope: str, stream: str, segment_id: int) -> list[SegmentRange]:
+        data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/predecessors")
+        return api.SegmentList.model_validate(data).segments

@@ -1,0 +1,88 @@
+"""StreamManager: create, update, seal, delete and list scopes and streams (Pravega's StreamManager)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rillet.controller import ControllerClient
+from rillet.errors import NotFound
+from rillet.models import ScopeInfo, StreamConfiguration, StreamInfo, StreamState
+from rillet.names import validate_scope_name, validate_stream_name
+from rillet.transport import Transport
+
+
+class StreamManager:
+    """Administers scopes and streams through the control API at ``endpoint``.
+
+    ``endpoint`` is the controller's URL: ``http://127.0.0.1:9090`` in standalone, or the
+    controller Function URL on AWS (requests to it are SigV4-signed automatically).
+    """
+
+    def __init__(self, endpoint: str, *, sign: bool | None = None, region: str | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self.controller = ControllerClient(Transport(endpoint, sign=sign, region=region, timeout_s=timeout_s))
+
+    def close(self) -> None:
+        """Nothing to release (connections are pooled); here for symmetry with Pravega's API."""
+
+    def __enter__(self) -> StreamManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scopes ----------------------------------------------------------------------------------
+
+    def create_scope(self, scope: str) -> bool:
+        """Create a scope; False if it already existed."""
+        return self.controller.create_scope(scope)
+
+    def check_scope_exists(self, scope: str) -> bool:
+        try:
+            self.controller.get_scope(validate_scope_name(scope))
+            return True
+        except NotFound:
+            return False
+
+    def list_scopes(self) -> Iterator[ScopeInfo]:
+        return self.controller.list_scopes()
+
+    def delete_scope(self, scope: str) -> bool:
+        """Delete an empty scope (ScopeNotEmpty otherwise); False if it did not exist."""
+        return self.controller.delete_scope(validate_scope_name(scope))
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def create_stream(self, scope: str, stream: str, configuration: StreamConfiguration | None = None) -> bool:
+        """Create a stream; False if it already existed."""
+        validate_scope_name(scope)
+        validate_stream_name(stream)
+        return self.controller.create_stream(scope, stream, configuration or StreamConfiguration())
+
+    def update_stream(self, scope: str, stream: str, configuration: StreamConfiguration) -> StreamState:
+        return self.controller.update_stream(scope, stream, configuration)
+
+    def seal_stream(self, scope: str, stream: str) -> StreamState:
+        """Seal a stream: writers get SegmentSealed, readers reach its end."""
+        return self.controller.seal_stream(scope, stream)
+
+    def delete_stream(self, scope: str, stream: str) -> bool:
+        """Delete a sealed stream and all its data."""
+        return self.controller.delete_stream(scope, stream)
+
+    def check_stream_exists(self, scope: str, stream: str) -> bool:
+        try:
+            self.controller.stream_info(scope, stream)
+            return True
+        except NotFound:
+            return False
+
+    def list_streams(self, scope: str, tag: str | None = None) -> Iterator[str]:
+        """The streams of a scope (internal ones excluded), optionally only those with ``tag``."""
+        return self.controller.list_streams(validate_scope_name(scope), tag)
+
+    def get_stream_info(self, scope: str, stream: str) -> StreamInfo:
+        return self.controller.stream_info(scope, stream)
+
+    def get_stream_tags(self, scope: str, stream: str) -> frozenset[str]:
+        return self.get_stream_info(scope, stream).configuration.tags

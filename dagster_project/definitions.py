@@ -1,0 +1,13 @@
+"""The Dagster code location: every Rillet background job, sensor and schedule, with its resources."""
+
+
+from dagster import Definitions
+
+from dagster_project.maintenance import sweep_workflows_job, tier_segments_job, tiering_sensor, workflow_sweeper_sensor
+from dagster_project.resources import RilletDeployment
+
+defs = Definitions(
+    jobs=[sweep_workflows_job, tier_segments_job],
+    sensors=[workflow_sweeper_sensor, tiering_sensor],
+    resources={"rillet": RilletDeployment.from_env()},
+)

@@ -1,0 +1,37 @@
+"""The deployment the jobs work on, injected into ops and sensors by type."""
+
+
+import os
+
+from dagster import ConfigurableResource
+
+from controlplane.service import Controller
+from dataplane.deployment import Deployment
+
+
+class RilletDeployment(ConfigurableResource):
+    """Tables, bucket and endpoint of one Rillet deployment (moto in standalone, AWS otherwise)."""
+
+    region: str = Deployment.region
+    endpoint_url: str | None = None
+    metadata_table: str = Deployment.metadata_table
+    segments_table: str = Deployment.segments_table
+    bucket: str = Deployment.bucket
+
+    @classmethod
+    def from_env(cls) -> "RilletDeployment":
+        d = Deployment.from_env()
+        return cls(region=d.region, endpoint_url=d.endpoint_url, metadata_table=d.metadata_table,
+                   segments_table=d.segments_table, bucket=d.bucket)
+
+    def deployment(self) -> Deployment:
+        return Deployment(region=self.region, endpoint_url=self.endpoint_url, metadata_table=self.metadata_table,
+                          segments_table=self.segments_table, bucket=self.bucket)
+
+    def controller(self) -> Controller:
+        return Controller.for_deployment(self.deployment())
+
+
+def sensor_interval(name: str, default_s: int) -> int:
+    """A sensor's interval, overridable per deployment (standalone runs them more often)."""
+    return int(os.environ.get(f"RILLET_{name.upper()}_INTERVAL_S", default_s))

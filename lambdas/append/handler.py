@@ -1,0 +1,54 @@
+"""Append API: a binary block of framed events per request, de-duplicated by writer id and event number."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Header
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from dataplane import models
+from dataplane.deployment import Deployment
+from dataplane.segment_store import SegmentStore
+from lambdas.http import ScopeName, SegmentToken, StreamName, build_resolver, powertools, raw_body
+from rillet import api
+from rillet.api import AppendAck
+from rillet.errors import InvalidArgument
+from rillet.framing import count_frames
+from rillet.names import segment_name
+
+logger, metrics, tracer = powertools("append")
+app = build_resolver(logger)
+deployment = Deployment.from_env()
+models.bind(deployment)
+store = SegmentStore(deployment)
+
+
+@app.post("/v1/segments/<scope>/<stream>/<segment>", summary="Append a block of events to a segment")
+def append(
+    scope: ScopeName,
+    stream: StreamName,
+    segment: SegmentToken,
+    writer_id: Annotated[str, Header(alias=api.WRITER_ID, min_length=1, max_length=64)],
+    event_number: Annotated[int, Header(alias=api.EVENT_NUMBER, ge=0)],
+    event_count: Annotated[int, Header(alias=api.EVENT_COUNT, ge=1)],
+    expected_offset: Annotated[int | None, Header(alias=api.EXPECTED_OFFSET, ge=0)] = None,
+    raw: Annotated[bool, Header(alias=api.RAW_BYTES)] = False,
+) -> AppendAck:
+    block = raw_body(app)
+    if not raw and count_frames(block) != event_count:
+        raise InvalidArgument(f"the block holds {count_frames(block)} events, the header says {event_count}")
+    result = store.append(segment_name(scope, stream, segment), writer_id, event_number, event_count, block,
+                          expected_offset)
+    if not result.duplicate:
+        metrics.add_metric(name="AppendedBytes", unit=MetricUnit.Bytes, value=len(block))
+        metrics.add_metric(name="AppendedEvents", unit=MetricUnit.Count, value=event_count)
+    return AppendAck(offset=result.offset, length=result.length, duplicate=result.duplicate)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

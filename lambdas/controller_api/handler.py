@@ -1,0 +1,138 @@
+"""Control API: scopes, streams and segment queries, as JSON over a Lambda Function URL."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from controlplane.service import Controller
+from dataplane.deployment import Deployment
+from lambdas.http import build_resolver, powertools
+from rillet.api import (
+    Created,
+    CreateScopeRequest,
+    CreateStreamRequest,
+    Deleted,
+    Endpoints,
+    PositionList,
+    ScopeList,
+    SegmentList,
+    StreamList,
+    StreamStatus,
+    Successors,
+)
+from rillet.models import ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo
+
+logger, metrics, tracer = powertools("controller")
+app = build_resolver(logger)
+controller = Controller.for_deployment(Deployment.from_env())
+streams = controller.streams
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
+Token = Annotated[str | None, Query(description="next_token of the previous page.")]
+
+
+@app.get("/v1/endpoints", summary="Where the append and read APIs are served")
+def get_endpoints() -> Endpoints:
+    return Endpoints(append_url=os.environ["RILLET_APPEND_URL"], read_url=os.environ["RILLET_READ_URL"])
+
+
+@app.post("/v1/scopes", summary="Create a scope")
+def create_scope(request: CreateScopeRequest) -> Created:
+    return Created(created=streams.create_scope(request.scope))
+
+
+@app.get("/v1/scopes", summary="List scopes")
+def list_scopes(limit: Limit = 100, token: Token = None) -> ScopeList:
+    scopes, next_token = streams.list_scopes(limit, token)
+    return ScopeList(scopes=scopes, next_token=next_token)
+
+
+@app.get("/v1/scopes/<scope>", summary="Describe a scope")
+def get_scope(scope: str) -> ScopeInfo:
+    return streams.get_scope(scope)
+
+
+@app.delete("/v1/scopes/<scope>", summary="Delete an empty scope")
+def delete_scope(scope: str) -> Deleted:
+    return Deleted(deleted=streams.delete_scope(scope))
+
+
+@app.post("/v1/scopes/<scope>/streams", summary="Create a stream")
+def create_stream(scope: str, request: CreateStreamRequest) -> Created:
+    return Created(created=streams.create_stream(scope, request.stream, request.configuration))
+
+
+@app.get("/v1/scopes/<scope>/streams", summary="List the streams of a scope, optionally by tag")
+def list_streams(scope: str, tag: Annotated[str | None, Query()] = None, limit: Limit = 100,
+                 token: Token = None) -> StreamList:
+    names, next_token = streams.list_streams(scope, tag, limit, token)
+    return StreamList(streams=names, next_token=next_token)
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>", summary="Stream state, configuration, segments, head and tail")
+def get_stream(scope: str, stream: str) -> StreamInfo:
+    return streams.stream_info(scope, stream)
+
+
+@app.put("/v1/scopes/<scope>/streams/<stream>/configuration", summary="Update a stream's configuration")
+def update_stream(scope: str, stream: str, configuration: StreamConfiguration) -> StreamStatus:
+    streams.update_stream(scope, stream, configuration)
+    return _status(scope, stream)
+
+
+@app.post("/v1/scopes/<scope>/streams/<stream>/seal", summary="Seal a stream: no more appends")
+def seal_stream(scope: str, stream: str) -> StreamStatus:
+    streams.seal_stream(scope, stream)
+    return _status(scope, stream)
+
+
+@app.delete("/v1/scopes/<scope>/streams/<stream>", summary="Delete a sealed stream")
+def delete_stream(scope: str, stream: str) -> Deleted:
+    streams.delete_stream(scope, stream)
+    return Deleted(deleted=True)
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/segments",
+         summary="Current segments, or those current at a time (milliseconds since the epoch)")
+def get_segments(scope: str, stream: str, at_ms: Annotated[int | None, Query(ge=0)] = None) -> SegmentList:
+    if at_ms is None:
+        return SegmentList(segments=streams.current_segments(scope, stream))
+    return SegmentList(segments=streams.segments_at(scope, stream, at_ms))
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/head", summary="The head stream cut")
+def get_head(scope: str, stream: str) -> PositionList:
+    return PositionList(positions=streams.head(scope, stream))
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/segment-for-key", summary="The current segment of a routing key")
+def get_segment_for_key(scope: str, stream: str, routing_key: Annotated[str, Query(max_length=4096)]) -> SegmentRange:
+    return streams.segment_for_key(scope, stream, routing_key)
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/segments/<segment_id>/successors",
+         summary="Successors of a sealed segment, each with all its predecessors")
+def get_successors(scope: str, stream: str, segment_id: int) -> Successors:
+    return Successors(successors=streams.successors(scope, stream, segment_id))
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/segments/<segment_id>/predecessors",
+         summary="Predecessors of a segment")
+def get_predecessors(scope: str, stream: str, segment_id: int) -> SegmentList:
+    return SegmentList(segments=streams.predecessors(scope, stream, segment_id))
+
+
+def _status(scope: str, stream: str) -> StreamStatus:
+    record = controller.store.get_stream(scope, stream)
+    return StreamStatus(scope=scope, stream=stream, state=record.state)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

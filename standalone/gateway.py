@@ -1,0 +1,232 @@
+"""Lambda Function URLs on loopback: HTTP requests in, the real handlers invoked, HTTP responses out.
+
+Each function gets its own port (as each Function URL has its own host) and its own pool of worker
+processes. A worker imports the handler module once and then serves one event at a time, as a Lambda
+execution environment does; that matters because powertools' resolvers keep the current event in
+module state. Requests are turned into payload-format-2.0 events exactly as the Function URL service
+builds them (binary bodies base64-encoded, headers lower-cased, the 6 MB payload limit), and the
+handler's result is turned back into a response the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+MAX_PAYLOAD = 6 * 1024 * 1024
+_TEXT_TYPES = ("application/json", "text/", "application/xml", "application/x-www-form-urlencoded")
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    handler: str  # "module.function", as in the Lambda configuration
+    memory_mb: int = 512
+    timeout_s: int = 30
+    workers: int = 2
+
+
+@dataclass
+class InvocationMeter:
+    """Counts invocations and billed duration per function (the benchmarks read it)."""
+
+    invocations: dict[str, int] = field(default_factory=dict)
+    gb_seconds: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, spec: FunctionSpec, seconds: float) -> None:
+        billed = max(0.001, round(seconds, 3))  # Lambda bills per millisecond
+        with self._lock:
+            self.invocations[spec.name] = self.invocations.get(spec.name, 0) + 1
+            self.gb_seconds[spec.name] = self.gb_seconds.get(spec.name, 0.0) + billed * spec.memory_mb / 1024
+
+    def reset(self) -> None:
+        with self._lock:
+            self.invocations.clear()
+            self.gb_seconds.clear()
+
+
+@dataclass
+class _Context:
+    """The attributes of the Lambda context object that handlers and powertools read."""
+
+    function_name: str
+    memory_limit_in_mb: int
+    timeout_s: int
+    aws_request_id: str
+    deadline: float
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:local:000000000000:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - time.time()) * 1000))
+
+
+_handler = None
+
+
+def _load_handler(path: str, env: dict[str, str]) -> None:
+    global _handler
+    os.environ.update(env)
+    module, function = path.rsplit(".", 1)
+    _handler = getattr(importlib.import_module(module), function)
+
+
+def _invoke(spec: FunctionSpec, event: dict) -> tuple[Any, float]:
+    started = time.perf_counter()
+    context = _Context(spec.name, spec.memory_mb, spec.timeout_s, str(uuid.uuid4()), time.time() + spec.timeout_s)
+    result = _handler(event, context)
+    return result, time.perf_counter() - started
+
+
+def build_event(method: str, target: str, headers: dict[str, str], body: bytes, host: str,
+                source_ip: str) -> dict:
+    parts = urlsplit(target)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    params: dict[str, str] = {}
+    for key, value in query:
+        params[key] = f"{params[key]},{value}" if key in params else value
+    content_type = headers.get("content-type", "")
+    is_text = any(content_type.startswith(t) for t in _TEXT_TYPES)
+    now = datetime.now(timezone.utc)
+    event = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": host.split(".")[0],
+            "domainName": host,
+            "domainPrefix": host.split(".")[0],
+            "http": {"method": method, "path": parts.path, "protocol": "HTTP/1.1", "sourceIp": source_ip,
+                     "userAgent": headers.get("user-agent", "")},
+            "requestId": str(uuid.uuid4()),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now.timestamp() * 1000),
+        },
+        "isBase64Encoded": bool(body) and not is_text,
+    }
+    if params:
+        event["queryStringParameters"] = params
+    if body:
+        event["body"] = body.decode() if is_text else base64.b64encode(body).decode()
+    return event
+
+
+def decode_result(result: Any) -> tuple[int, dict[str, str], bytes]:
+    """A handler's return value as (status, headers, body), per the Function URL response rules."""
+    if not isinstance(result, dict) or "statusCode" not in result:
+        return 200, {"content-type": "application/json"}, json.dumps(result).encode()
+    headers = {k.lower(): str(v) for k, v in (result.get("headers") or {}).items()}
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers[name.lower()] = ",".join(str(v) for v in values)
+    body = result.get("body") or ""
+    raw = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode()
+    return int(result["statusCode"]), headers, raw
+
+
+class FunctionUrl:
+    """One function behind its own loopback port."""
+
+    def __init__(self, spec: FunctionSpec, env: dict[str, str], meter: InvocationMeter,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.spec = spec
+        self.meter = meter
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+        self.pool = ProcessPoolExecutor(spec.workers, mp_context=context, initializer=_load_handler,
+                                        initargs=(spec.handler, env))
+        self.server = ThreadingHTTPServer((host, port), self._request_handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name=f"url-{spec.name}", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FunctionUrl:
+        # Warm every worker before taking traffic, so the first requests do not pay the imports.
+        list(self.pool.map(_warm, range(self.spec.workers)))
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def invoke(self, event: dict) -> Any:
+        result, seconds = self.pool.submit(_invoke, self.spec, event).result(timeout=self.spec.timeout_s + 5)
+        self.meter.add(self.spec, seconds)
+        return result
+
+    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
+        function = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                if length > MAX_PAYLOAD:
+                    self.rfile.read(length)
+                    return self._send(413, {"content-type": "application/json"}, json.dumps(
+                        {"code": "TooLarge", "message": f"request payload exceeds {MAX_PAYLOAD} bytes"}).encode())
+                body = self.rfile.read(length) if length else b""
+                headers: dict[str, str] = {}
+                for name, value in self.headers.items():
+                    key = name.lower()
+                    headers[key] = f"{headers[key]},{value}" if key in headers else value
+                event = build_event(self.command, self.path, headers, body, self.headers.get("host", "localhost"),
+                                    self.client_address[0])
+                if len(json.dumps(event)) > MAX_PAYLOAD:
+                    return self._send(413, {"content-type": "application/json"}, json.dumps(
+                        {"code": "TooLarge", "message": f"request payload exceeds {MAX_PAYLOAD} bytes"}).encode())
+                try:
+                    status, out_headers, out_body = decode_result(function.invoke(event))
+                except Exception:  # the function crashed or timed out, as Lambda reports it
+                    status, out_headers, out_body = 502, {"content-type": "application/json"}, json.dumps(
+                        {"code": "InternalError", "message": "the function failed"}).encode()
+                self._send(status, out_headers, out_body)
+
+            def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name not in ("content-length", "connection", "transfer-encoding"):
+                        self.send_header(name, value)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _serve
+
+        return Handler
+
+
+def _warm(_: int) -> bool:
+    time.sleep(0.05)  # let each warm-up call land on a different worker
+    return _handler is not None

@@ -1,0 +1,147 @@
+"""The standalone stack: everything Rillet needs, in one process tree on loopback.
+
+* moto server with DynamoDB and S3 (data lives in memory and is gone when the stack stops),
+* the tables and bucket, created from the same models the Terraform mirrors,
+* the controller_api, append and read handlers behind their own Function-URL-like ports,
+* Dagster (webserver and daemon) loading ``dagster_project`` against the same endpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from dataplane.deployment import Deployment
+from standalone.gateway import FunctionSpec, FunctionUrl, InvocationMeter
+from standalone.moto_server import MotoServer, RequestMeter
+from standalone.resources import create_resources
+
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "standalone", "AWS_SECRET_ACCESS_KEY": "standalone"}
+
+
+@dataclass
+class StackConfig:
+    host: str = "127.0.0.1"
+    moto_port: int = 4566
+    controller_port: int = 9090
+    append_port: int = 9091
+    read_port: int = 9092
+    dagster_port: int = 3000
+    with_dagster: bool = True
+    workers: dict[str, int] = field(default_factory=lambda: {"controller": 2, "append": 3, "read": 3})
+    # Standalone runs the background jobs more often than a deployment would.
+    sensor_intervals_s: dict[str, int] = field(default_factory=lambda: {"sweeper": 15, "tiering": 30})
+
+    @classmethod
+    def ephemeral(cls, with_dagster: bool = False) -> StackConfig:
+        """Free ports everywhere: for tests and benchmarks that run beside a developer's stack."""
+        return cls(moto_port=0, controller_port=0, append_port=0, read_port=0, dagster_port=0,
+                   with_dagster=with_dagster)
+
+
+class Stack:
+    def __init__(self, config: StackConfig | None = None) -> None:
+        self.config = config or StackConfig()
+        self.requests = RequestMeter()
+        self.invocations = InvocationMeter()
+        self.moto: MotoServer | None = None
+        self.functions: dict[str, FunctionUrl] = {}
+        self.dagster: subprocess.Popen | None = None
+        self.dagster_home: str | None = None
+        self.deployment: Deployment | None = None
+
+    @property
+    def controller_url(self) -> str:
+        return self.functions["controller"].url
+
+    @property
+    def dagster_url(self) -> str | None:
+        return f"http://{self.config.host}:{self._dagster_port}" if self.dagster else None
+
+    def start(self) -> Stack:
+        cfg = self.config
+        os.environ.update({k: os.environ.get(k, v) for k, v in FAKE_CREDENTIALS.items()})
+        self.moto = MotoServer(cfg.host, cfg.moto_port, self.requests).start()
+        self.deployment = Deployment(endpoint_url=self.moto.url)
+        create_resources(self.deployment)
+        env = {**FAKE_CREDENTIALS, **self.deployment.to_env(), "POWERTOOLS_TRACE_DISABLED": "true",
+               "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        try:
+            for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
+                                        ("read", "lambdas.read.handler.handler", cfg.read_port)):
+                self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]), env,
+                                                   self.invocations, cfg.host, port)
+            env = {**env, "RILLET_APPEND_URL": self.functions["append"].url,
+                   "RILLET_READ_URL": self.functions["read"].url}
+            self.functions["controller"] = FunctionUrl(
+                FunctionSpec("controller", "lambdas.controller_api.handler.handler",
+                             workers=cfg.workers["controller"]), env, self.invocations, cfg.host, cfg.controller_port)
+            for function in self.functions.values():
+                function.start()
+            if cfg.with_dagster:
+                self._start_dagster(env)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_dagster(self, env: dict[str, str]) -> None:
+        self.dagster_home = tempfile.mkdtemp(prefix="rillet-dagster-")
+        with open(os.path.join(self.dagster_home, "dagster.yaml"), "w") as f:
+            f.write("telemetry:\n  enabled: false\n")
+        self._dagster_port = self.config.dagster_port or _free_port(self.config.host)
+        intervals = {f"RILLET_{k.upper()}_INTERVAL_S": str(v) for k, v in self.config.sensor_intervals_s.items()}
+        child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home}
+        self.dagster = subprocess.Popen(
+            [sys.executable, "-m", "dagster", "dev", "-m", "dagster_project.definitions",
+             "-h", self.config.host, "-p", str(self._dagster_port)],
+            env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def wait_for_dagster(self, timeout_s: float = 180) -> None:
+        """Block until the Dagster webserver answers (it loads the code location first)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.dagster.poll() is not None:
+                raise RuntimeError(f"dagster exited with {self.dagster.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.dagster_url}/server_info", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(1)
+        raise TimeoutError("the Dagster webserver did not come up")
+
+    def stop(self) -> None:
+        if self.dagster and self.dagster.poll() is None:
+            os.killpg(self.dagster.pid, signal.SIGTERM)
+            try:
+                self.dagster.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.dagster.pid, signal.SIGKILL)
+        if self.dagster_home:
+            shutil.rmtree(self.dagster_home, ignore_errors=True)
+        for function in self.functions.values():
+            function.stop()
+        if self.moto:
+            self.moto.stop()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
