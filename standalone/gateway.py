@@ -15,6 +15,7 @@ import importlib
 import json
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import uuid
@@ -84,6 +85,7 @@ _handler = None
 
 def _load_handler(path: str, env: dict[str, str]) -> None:
     global _handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the stack, which stops the workers
     os.environ.update(env)
     module, function = path.rsplit(".", 1)
     _handler = getattr(importlib.import_module(module), function)

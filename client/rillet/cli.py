@@ -1,0 +1,226 @@
+"""The ``rillet`` command: scopes and streams from a shell, and the standalone stack.
+
+Every command prints a readable summary, or JSON with ``--json``. The endpoint comes from
+``--endpoint`` or ``RILLET_ENDPOINT`` (default: the standalone controller on 127.0.0.1:9090).
+Server-side commands (``rillet standalone``) are plugins registered under the ``rillet.cli`` entry
+point group, so the SDK itself depends on nothing server-side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from rillet.errors import RilletError
+from rillet.manager import StreamManager
+from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from rillet.names import split_scoped_name
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:9090"
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+_SIZE = re.compile(r"^(\d+)(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$")
+_SIZE_BYTES = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` or plain milliseconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 15m, 12h, 7d)")
+    return int(match.group(1)) * _DURATION_MS[match.group(2)]
+
+
+def parse_size(text: str) -> int:
+    """``10GB``, ``512MiB`` or plain bytes."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 512MiB, 10GB)")
+    return int(match.group(1)) * _SIZE_BYTES[match.group(2)]
+
+
+def parse_scaling(text: str) -> ScalingPolicy:
+    """``fixed:N``, ``events:TARGET,FACTOR,MIN`` or ``kbytes:TARGET,FACTOR,MIN``."""
+    kind, _, args = text.partition(":")
+    try:
+        numbers = [int(x) for x in args.split(",")]
+        if kind == "fixed" and len(numbers) == 1:
+            return ScalingPolicy.fixed(numbers[0])
+        if kind == "events" and len(numbers) == 3:
+            return ScalingPolicy.by_event_rate(*numbers)
+        if kind == "kbytes" and len(numbers) == 3:
+            return ScalingPolicy.by_data_rate(*numbers)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"bad scaling policy {text!r}: {e}") from e
+    raise argparse.ArgumentTypeError(f"bad scaling policy {text!r} (fixed:N, events:T,F,MIN or kbytes:T,F,MIN)")
+
+
+def _configuration(args: argparse.Namespace) -> StreamConfiguration:
+    retention = None
+    if args.retention_time is not None:
+        retention = RetentionPolicy.by_time(args.retention_time, args.retention_time_max)
+    elif args.retention_size is not None:
+        retention = RetentionPolicy.by_size(args.retention_size, args.retention_size_max)
+    if retention is not None and args.subscriber_timeout is not None:
+        retention = retention.with_consumption(args.subscriber_timeout, args.fallback_after)
+    return StreamConfiguration(scaling_policy=args.scaling, retention_policy=retention, tags=frozenset(args.tag))
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+def _manager(args: argparse.Namespace) -> StreamManager:
+    return StreamManager(args.endpoint)
+
+
+def _scope_create(args: argparse.Namespace) -> None:
+    created = _manager(args).create_scope(args.scope)
+    _emit(args, {"scope": args.scope, "created": created},
+          f"scope {args.scope} {'created' if created else 'already exists'}")
+
+
+def _scope_delete(args: argparse.Namespace) -> None:
+    deleted = _manager(args).delete_scope(args.scope)
+    _emit(args, {"scope": args.scope, "deleted": deleted},
+          f"scope {args.scope} {'deleted' if deleted else 'did not exist'}")
+
+
+def _scope_list(args: argparse.Namespace) -> None:
+    scopes = list(_manager(args).list_scopes())
+    _emit(args, [s.model_dump(mode="json") for s in scopes], "\n".join(s.scope for s in scopes) or "(no scopes)")
+
+
+def _stream_create(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    config = _configuration(args)
+    created = _manager(args).create_stream(scope, stream, config)
+    _emit(args, {"stream": args.stream, "created": created, "configuration": config.model_dump(mode="json")},
+          f"stream {args.stream} {'created' if created else 'already exists'}")
+
+
+def _stream_update(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    state = _manager(args).update_stream(scope, stream, _configuration(args))
+    _emit(args, {"stream": args.stream, "state": state.value}, f"stream {args.stream} updated ({state.value})")
+
+
+def _stream_seal(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    state = _manager(args).seal_stream(scope, stream)
+    _emit(args, {"stream": args.stream, "state": state.value}, f"stream {args.stream} {state.value.lower()}")
+
+
+def _stream_delete(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    _manager(args).delete_stream(scope, stream)
+    _emit(args, {"stream": args.stream, "deleted": True}, f"stream {args.stream} deleted")
+
+
+def _stream_list(args: argparse.Namespace) -> None:
+    names = list(_manager(args).list_streams(args.scope, args.tag))
+    _emit(args, names, "\n".join(names) or "(no streams)")
+
+
+def _stream_info(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    info = _manager(args).get_stream_info(scope, stream)
+    policy = info.configuration.scaling_policy
+    lines = [
+        f"stream      {info.scope}/{info.stream}",
+        f"state       {info.state.value}",
+        f"scaling     {policy.scale_type.value} min={policy.min_num_segments}"
+        + (f" target={policy.target_rate} factor={policy.scale_factor}" if policy.target_rate else ""),
+        f"retention   {info.configuration.retention_policy.model_dump(mode='json') if info.configuration.retention_policy else 'none'}",
+        f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
+        f"epoch       {info.current_epoch}",
+        "segments    id                    range                  head        tail",
+    ]
+    heads = {p.segment.segment_id: p.offset for p in info.head}
+    for position in info.tail:
+        s = position.segment
+        lines.append(f"            {s.segment_id:<21} [{s.low:.4f}, {s.high:.4f})  "
+                     f"{heads.get(s.segment_id, '-')!s:<11} {position.offset}")
+    _emit(args, info.model_dump(mode="json"), "\n".join(lines))
+
+
+def _add_configuration_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scaling", type=parse_scaling, default=ScalingPolicy.fixed(1),
+                        help="fixed:N (default fixed:1), events:TARGET,FACTOR,MIN or kbytes:TARGET,FACTOR,MIN")
+    parser.add_argument("--retention-time", type=parse_duration_ms, help="keep at least this long (e.g. 7d)")
+    parser.add_argument("--retention-time-max", type=parse_duration_ms, help="keep at most this long")
+    parser.add_argument("--retention-size", type=parse_size, help="keep at least this many bytes (e.g. 10GB)")
+    parser.add_argument("--retention-size-max", type=parse_size, help="keep at most this many bytes")
+    parser.add_argument("--subscriber-timeout", type=parse_duration_ms,
+                        help="consumption-based retention: ignore subscribers silent for this long")
+    parser.add_argument("--fallback-after", type=parse_duration_ms,
+                        help="consumption-based retention: apply the time/size policy after this long without subscribers")
+    parser.add_argument("--tag", action="append", default=[], help="a stream tag (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rillet", description="Rillet streams from the command line.")
+    parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
+                        help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    scope = commands.add_parser("scope", help="create, delete and list scopes").add_subparsers(dest="action", required=True)
+    for name, fn, help_text in (("create", _scope_create, "create a scope"), ("delete", _scope_delete, "delete an empty scope")):
+        p = scope.add_parser(name, help=help_text)
+        p.add_argument("scope")
+        p.set_defaults(func=fn)
+    scope.add_parser("list", help="list scopes").set_defaults(func=_scope_list)
+
+    stream = commands.add_parser("stream", help="create, update, seal, delete, list and describe streams")
+    actions = stream.add_subparsers(dest="action", required=True)
+    for name, fn, help_text in (("create", _stream_create, "create a stream"),
+                                ("update", _stream_update, "replace a stream's configuration")):
+        p = actions.add_parser(name, help=help_text)
+        p.add_argument("stream", help="SCOPE/STREAM")
+        _add_configuration_options(p)
+        p.set_defaults(func=fn)
+    for name, fn, help_text in (("seal", _stream_seal, "seal a stream"), ("delete", _stream_delete, "delete a sealed stream"),
+                                ("info", _stream_info, "state, configuration, segments, head and tail")):
+        p = actions.add_parser(name, help=help_text)
+        p.add_argument("stream", help="SCOPE/STREAM")
+        p.set_defaults(func=fn)
+    p = actions.add_parser("list", help="list the streams of a scope")
+    p.add_argument("scope")
+    p.add_argument("--tag", help="only streams with this tag")
+    p.set_defaults(func=_stream_list)
+
+    for plugin in entry_points(group="rillet.cli"):
+        register: Callable[[Any], None] = plugin.load()
+        register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except RilletError as e:
+        if args.json:
+            print(json.dumps(e.to_wire()), file=sys.stderr)
+        else:
+            print(f"error: {e.code}: {e.message}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors)
+        print(f"error: InvalidArgument: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
