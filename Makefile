@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lock bench clean
+.PHONY: up test lock bench clean openapi
 
 $(STAMP): requirements.lock pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,7 @@ lock: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis
+
+# Regenerate the checked-in OpenAPI documents from the handlers.
+openapi: $(STAMP)
+	$(BIN)/python -m lambdas.openapi

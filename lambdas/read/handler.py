@@ -26,7 +26,9 @@ models.bind(deployment)
 store = SegmentStore(deployment)
 
 
-@app.get("/v1/segments/<scope>/<stream>/<segment>", summary="Read bytes of a segment from an offset")
+@app.get("/v1/segments/<scope>/<stream>/<segment>", summary="Read bytes of a segment from an offset",
+         responses={200: {"description": "The bytes read; offsets and segment state in the x-rillet-* headers.",
+                          "content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}}})
 def read(
     scope: ScopeName,
     stream: StreamName,
@@ -34,7 +36,7 @@ def read(
     offset: Annotated[int, Query(ge=0)] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=MAX_READ_SIZE)] = MAX_READ_SIZE,
     wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="Long-poll bound at the tail.")] = 0,
-) -> Response:
+) -> Response[bytes]:
     result = store.read(segment_name(scope, stream, segment), offset, max_bytes, wait_ms)
     return Response(status_code=200, content_type=OCTETS, body=result.data, headers={
         api.OFFSET: str(result.offset),
