@@ -16,18 +16,20 @@ from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, 
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.segment_store import SegmentStore
-from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotEmpty, ScopeNotFound
+from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotEmpty, ScopeNotFound, StreamNotFound
 from rillet.keyspace import hash_routing_key, segment_id, split_evenly
 from rillet.models import (
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
+    SegmentSlice,
     StreamConfiguration,
     StreamInfo,
     StreamState,
     SuccessorInfo,
 )
 from rillet.names import segment_name, validate_scope_name, validate_stream_name
+from rillet.stream_cut import Ordering, compare_positions, segment_is_after, segment_is_before, validity_problem
 
 
 def now_ms() -> int:
@@ -44,6 +46,10 @@ def _config(record: StreamRecord) -> StreamConfiguration:
 
 def _ranges(segments: list[list[float]]) -> list[SegmentRange]:
     return [SegmentRange(segment_id=int(s), low=low, high=high) for s, low, high in segments]
+
+
+def _range(record: SegmentRecord) -> SegmentRange:
+    return SegmentRange(segment_id=record.segment_id, low=record.low, high=record.high)
 
 
 class StreamTasks:
@@ -186,11 +192,12 @@ class StreamTasks:
                                                 SegmentRecord.sealed_epoch.set(epoch)])
         return size
 
-    def _begin(self, record: StreamRecord, state: StreamState, workflow: dict) -> None:
+    def _begin(self, record: StreamRecord, state: StreamState, workflow: dict, *actions) -> None:
         """Step one of a workflow: leave ACTIVE for ``state`` and record what is to be done."""
         check_transition(_state(record), state, f"stream {record.scope}/{record.stream}")
         self.store.update(record, [StreamRecord.state.set(state.value), StreamRecord.workflow.set(workflow),
-                                          StreamRecord.pending.set(PENDING), StreamRecord.pending_since.set(now_ms())],
+                                          StreamRecord.pending.set(PENDING), StreamRecord.pending_since.set(now_ms()),
+                                          *actions],
                                  f"stream {record.scope}/{record.stream} changed concurrently")
 
     def _finish(self, record: StreamRecord, state: StreamState, *actions) -> None:
@@ -203,6 +210,88 @@ class StreamTasks:
                                           *actions],
                                  f"stream {record.scope}/{record.stream} changed concurrently")
 
+    # -- truncation ----------------------------------------------------------------------------
+
+    def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int]) -> None:
+        """Truncate at a stream cut: only forward, only at a valid cut.
+
+        The new head takes effect at the first step (readers move to it right away); the data before
+        it is then released segment by segment.
+        """
+        record = self.store.get_stream(scope, stream)
+        if _state(record) == StreamState.TRUNCATING:
+            return self.finish_truncate_stream(record)
+        cut = self.resolve_cut(scope, stream, offsets)
+        ordering = compare_positions(cut, self.head(scope, stream, record))
+        if ordering == Ordering.EQUAL:
+            return None
+        if ordering != Ordering.AFTER:
+            raise InvalidArgument(f"truncation only moves forward: the cut is {ordering.value.lower()} the head")
+        head = [[p.segment.segment_id, p.segment.low, p.segment.high, p.offset] for p in cut]
+        self._begin(record, StreamState.TRUNCATING, {"name": "truncate"}, StreamRecord.head.set(head))
+        self.finish_truncate_stream(record)
+
+    def finish_truncate_stream(self, record: StreamRecord) -> None:
+        head = self.head(record.scope, record.stream, record)
+        cut = [p.segment for p in head]
+        for position in head:
+            self.segments.truncate(segment_name(record.scope, record.stream, position.segment.segment_id),
+                                   position.offset)
+        for segment in self.store.list_segments(record.scope, record.stream):
+            if segment_is_before(_range(segment), cut):
+                self.segments.delete(segment_name(record.scope, record.stream, segment.segment_id))
+        self._finish(record, StreamState.ACTIVE)
+
+    def resolve_cut(self, scope: str, stream: str, offsets: dict[int, int]) -> list[SegmentPosition]:
+        """Check that ``offsets`` is a valid cut of the stream and attach the segments' key ranges."""
+        try:
+            records = self.store.get_segments(scope, stream, sorted(offsets))
+        except StreamNotFound as e:
+            raise InvalidArgument(f"the cut names a segment the stream does not have: {e.message}") from e
+        problem = validity_problem([_range(r) for r in records])
+        if problem:
+            raise InvalidArgument(f"invalid stream cut: {problem}")
+        positions = []
+        for r in records:
+            offset = offsets[r.segment_id]
+            length = r.sealed_size if r.sealed_size is not None else self.segments.info(
+                segment_name(scope, stream, r.segment_id)).length
+            if offset > length:
+                raise InvalidArgument(f"offset {offset} is beyond the length {length} of segment {r.segment_id}")
+            positions.append(SegmentPosition(segment=_range(r), offset=offset))
+        return positions
+
+    def tail(self, scope: str, stream: str, record: StreamRecord | None = None) -> list[SegmentPosition]:
+        """The tail stream cut: the current segments at their current lengths."""
+        return [SegmentPosition(segment=s, offset=self.segments.info(segment_name(scope, stream, s.segment_id)).length)
+                for s in self.current_segments(scope, stream, record)]
+
+    def slices(self, scope: str, stream: str, start: dict[int, int] | None = None,
+               end: dict[int, int] | None = None) -> list[SegmentSlice]:
+        """The byte range of every segment between two cuts (head and tail by default)."""
+        record = self.store.get_stream(scope, stream)
+        frm = self.resolve_cut(scope, stream, start) if start else self.head(scope, stream, record)
+        to = self.resolve_cut(scope, stream, end) if end else self.tail(scope, stream, record)
+        if compare_positions(frm, to) in (Ordering.AFTER, Ordering.OVERLAPPING):
+            raise InvalidArgument("the start cut must not lie after the end cut")
+        frm_offsets = {p.segment.segment_id: p.offset for p in frm}
+        to_offsets = {p.segment.segment_id: p.offset for p in to}
+        frm_cut, to_cut = [p.segment for p in frm], [p.segment for p in to]
+        slices = []
+        for r in self.store.list_segments(scope, stream):
+            segment = _range(r)
+            if segment.segment_id not in frm_offsets and segment_is_before(segment, frm_cut):
+                continue
+            if segment.segment_id not in to_offsets and segment_is_after(segment, to_cut):
+                continue
+            begin = frm_offsets.get(segment.segment_id, 0)
+            finish = to_offsets.get(segment.segment_id)
+            if finish is None:
+                finish = r.sealed_size if r.sealed_size is not None else self.segments.info(
+                    segment_name(scope, stream, segment.segment_id)).length
+            slices.append(SegmentSlice(segment=segment, start_offset=begin, end_offset=max(begin, finish)))
+        return slices
+
     # -- queries -------------------------------------------------------------------------------
 
     def list_streams(self, scope: str, tag: str | None = None, limit: int = 100,
@@ -213,14 +302,9 @@ class StreamTasks:
 
     def stream_info(self, scope: str, stream: str) -> StreamInfo:
         record = self.store.get_stream(scope, stream)
-        if _state(record) == StreamState.CREATING:
-            current: list[SegmentRange] = []
-        else:
-            current = self.current_segments(scope, stream, record)
-        tail = []
-        for segment in current:
-            info = self.segments.info(segment_name(scope, stream, segment.segment_id))
-            tail.append(SegmentPosition(segment=segment, offset=info.length))
+        creating = _state(record) == StreamState.CREATING
+        tail = [] if creating else self.tail(scope, stream, record)
+        current = [p.segment for p in tail]
         return StreamInfo(scope=scope, stream=stream, state=_state(record), configuration=_config(record),
                           created_at_ms=record.created_ms, current_epoch=record.current_epoch,
                           current_segments=current, head=self.head(scope, stream, record) if current else [],
@@ -258,10 +342,10 @@ class StreamTasks:
     def successors(self, scope: str, stream: str, sid: int) -> list[SuccessorInfo]:
         (segment,) = self.store.get_segments(scope, stream, [sid])
         found = self.store.get_segments(scope, stream, list(segment.successors))
-        return [SuccessorInfo(segment=SegmentRange(segment_id=s.segment_id, low=s.low, high=s.high),
-                              predecessors=list(s.predecessors)) for s in found]
+        predecessor_ids = sorted({p for s in found for p in s.predecessors})
+        ranges = {r.segment_id: _range(r) for r in self.store.get_segments(scope, stream, predecessor_ids)}
+        return [SuccessorInfo(segment=_range(s), predecessors=[ranges[p] for p in s.predecessors]) for s in found]
 
     def predecessors(self, scope: str, stream: str, sid: int) -> list[SegmentRange]:
         (segment,) = self.store.get_segments(scope, stream, [sid])
-        return [SegmentRange(segment_id=s.segment_id, low=s.low, high=s.high)
-                for s in self.store.get_segments(scope, stream, list(segment.predecessors))]
+        return [_range(s) for s in self.store.get_segments(scope, stream, list(segment.predecessors))]

@@ -16,6 +16,10 @@ from rillet.errors import (
     Truncated,
     WriteConflict,
 )
+from rillet.batch import BatchClient
+from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
+from rillet.connection import Connection
+from rillet.factory import BatchClientFactory, ByteStreamClientFactory, EventStreamClientFactory
 from rillet.keyspace import KeyRange, hash_routing_key, segment_epoch, segment_id, segment_number
 from rillet.manager import StreamManager
 from rillet.models import (
@@ -27,13 +31,23 @@ from rillet.models import (
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
+    SegmentSlice,
     StreamConfiguration,
     StreamInfo,
     StreamState,
     SuccessorInfo,
 )
 
+from rillet.reader import EventPointer, EventRead, StreamReader
+from rillet.serializers import BytesSerializer, JsonSerializer, Serializer, UTF8StringSerializer
+from rillet.stream_cut import Ordering, StreamCut
+from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
+
 __all__ = [
+    "BatchClient", "BatchClientFactory", "ByteStreamClientFactory", "ByteStreamReader", "ByteStreamWriter",
+    "BytesSerializer", "Connection", "EventPointer", "EventRead", "EventStreamClientFactory", "EventStreamWriter",
+    "EventWriterConfig", "JsonSerializer", "Ordering", "SegmentSlice", "Serializer", "StreamCut", "StreamReader",
+    "UTF8StringSerializer", "WriteAck",
     "AlreadyExists", "ConsumptionLimits", "IllegalState", "InvalidArgument", "KeyRange", "NotFound",
     "OffsetMismatch", "RetentionPolicy", "RetentionType", "RilletError", "ScaleType", "ScalingPolicy",
     "ScopeInfo", "ScopeNotEmpty", "ScopeNotFound", "SegmentNotFound", "SegmentPosition", "SegmentRange",

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rillet.models import ScopeInfo, SegmentPosition, SegmentRange, StreamConfiguration, StreamState, SuccessorInfo
+from rillet.models import (
+    ScopeInfo,
+    SegmentPosition,
+    SegmentRange,
+    SegmentSlice,
+    StreamConfiguration,
+    StreamState,
+    SuccessorInfo,
+)
 
 # Headers of the data path.
 WRITER_ID = "x-rillet-writer-id"
@@ -67,6 +75,22 @@ class SegmentList(_Body):
 
 class PositionList(_Body):
     positions: list[SegmentPosition]
+
+
+class CutPosition(_Body):
+    segment_id: int = Field(ge=0)
+    offset: int = Field(ge=0)
+
+
+class TruncateRequest(_Body):
+    """A stream cut to truncate at: an offset for each segment; the segments must tile the key space."""
+
+    positions: list[CutPosition] = Field(min_length=1)
+
+
+class SliceList(_Body):
+    slices: list[SegmentSlice]
+    size_bytes: int = Field(description="Bytes between the two cuts: the sum of the slices' lengths.")
 
 
 class Successors(_Body):

@@ -109,6 +109,16 @@ class ControllerClient:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/successors")
         return api.Successors.model_validate(data).successors
 
+    def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int]) -> StreamState:
+        body = api.TruncateRequest(positions=[api.CutPosition(segment_id=s, offset=o) for s, o in offsets.items()])
+        data = self.transport.json("POST", _stream_path(scope, stream) + "/truncate", json_body=body.model_dump())
+        return api.StreamStatus.model_validate(data).state
+
+    def slices(self, scope: str, stream: str, start: str | None = None, end: str | None = None) -> api.SliceList:
+        """Segment byte ranges between two cuts given in text form (head and tail by default)."""
+        data = self.transport.json("GET", _stream_path(scope, stream) + "/slices", params={"from": start, "to": end})
+        return api.SliceList.model_validate(data)
+
     def predecessors(self, scope: str, stream: str, segment_id: int) -> list[SegmentRange]:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/predecessors")
         return api.SegmentList.model_validate(data).segments

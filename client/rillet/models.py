@@ -174,6 +174,14 @@ class SegmentPosition(_Model):
     offset: int = Field(ge=0)
 
 
+class SegmentSlice(_Model):
+    """The bytes [start_offset, end_offset) of one segment: a unit of batch reading."""
+
+    segment: SegmentRange
+    start_offset: int = Field(ge=0)
+    end_offset: int = Field(ge=0)
+
+
 class StreamInfo(_Model):
     scope: str
     stream: str
@@ -190,7 +198,7 @@ class SuccessorInfo(_Model):
     """A successor of a sealed segment and all of that successor's predecessors."""
 
     segment: SegmentRange
-    predecessors: list[int]
+    predecessors: list[SegmentRange]
 
 
 class ScopeInfo(_Model):

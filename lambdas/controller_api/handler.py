@@ -20,10 +20,14 @@ from rillet.api import (
     PositionList,
     ScopeList,
     SegmentList,
+    SliceList,
     StreamList,
     StreamStatus,
     Successors,
+    TruncateRequest,
 )
+from rillet.errors import InvalidArgument
+from rillet.stream_cut import StreamCut
 from rillet.models import ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo
 
 logger, metrics, tracer = powertools("controller")
@@ -124,6 +128,32 @@ def get_successors(scope: str, stream: str, segment_id: int) -> Successors:
          summary="Predecessors of a segment")
 def get_predecessors(scope: str, stream: str, segment_id: int) -> SegmentList:
     return SegmentList(segments=streams.predecessors(scope, stream, segment_id))
+
+
+@app.post("/v1/scopes/<scope>/streams/<stream>/truncate",
+          summary="Truncate at a stream cut (only forward, only at a valid cut)")
+def truncate_stream(scope: str, stream: str, request: TruncateRequest) -> StreamStatus:
+    streams.truncate_stream(scope, stream, {p.segment_id: p.offset for p in request.positions})
+    return _status(scope, stream)
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/slices",
+         summary="The byte range of every segment between two stream cuts (head and tail by default)")
+def get_slices(scope: str, stream: str,
+               start: Annotated[str | None, Query(alias="from", description="A stream cut in text form.")] = None,
+               end: Annotated[str | None, Query(alias="to", description="A stream cut in text form.")] = None,
+               ) -> SliceList:
+    slices = streams.slices(scope, stream, _cut_offsets(scope, stream, start), _cut_offsets(scope, stream, end))
+    return SliceList(slices=slices, size_bytes=sum(s.end_offset - s.start_offset for s in slices))
+
+
+def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | None:
+    if text is None:
+        return None
+    cut = StreamCut.from_text(text)
+    if (cut.scope, cut.stream) != (scope, stream):
+        raise InvalidArgument(f"the stream cut is for {cut.scope}/{cut.stream}, not {scope}/{stream}")
+    return cut.offsets
 
 
 def _status(scope: str, stream: str) -> StreamStatus:

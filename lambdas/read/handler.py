@@ -36,7 +36,7 @@ def read(
     offset: Annotated[int, Query(ge=0)] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=MAX_READ_SIZE)] = MAX_READ_SIZE,
     wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="Long-poll bound at the tail.")] = 0,
-) -> Response[bytes]:
+):  # no return annotation: binary bodies must bypass powertools' (JSON) response validation
     result = store.read(segment_name(scope, stream, segment), offset, max_bytes, wait_ms)
     return Response(status_code=200, content_type=OCTETS, body=result.data, headers={
         api.OFFSET: str(result.offset),

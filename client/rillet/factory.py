@@ -1,0 +1,57 @@
+"""Client factories, named after Pravega's: one per kind of client, each bound to a scope."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from rillet.batch import BatchClient
+from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
+from rillet.connection import Connection
+from rillet.models import SegmentPosition
+from rillet.names import validate_scope_name
+from rillet.reader import StreamReader
+from rillet.serializers import Serializer
+from rillet.writer import EventStreamWriter, EventWriterConfig
+
+T = TypeVar("T")
+
+
+class _Factory:
+    def __init__(self, scope: str, endpoint: str | Connection, *, sign: bool | None = None,
+                 region: str | None = None) -> None:
+        self.scope = validate_scope_name(scope)
+        self.connection = endpoint if isinstance(endpoint, Connection) else Connection(endpoint, sign=sign,
+                                                                                        region=region)
+
+    def close(self) -> None:
+        """Nothing to release beyond pooled connections; for symmetry with Pravega's factories."""
+
+    def __enter__(self):  # noqa: ANN204
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventStreamClientFactory(_Factory):
+    def create_event_writer(self, stream: str, serializer: Serializer[T],
+                            config: EventWriterConfig | None = None) -> EventStreamWriter[T]:
+        return EventStreamWriter(self.connection, self.scope, stream, serializer, config)
+
+    def create_stream_reader(self, stream: str, serializer: Serializer[T],
+                             start: list[SegmentPosition] | None = None) -> StreamReader[T]:
+        """A single reader over the whole stream from ``start`` (the head by default)."""
+        return StreamReader(self.connection, self.scope, stream, serializer, start)
+
+
+class ByteStreamClientFactory(_Factory):
+    def create_byte_stream_writer(self, stream: str) -> ByteStreamWriter:
+        return ByteStreamWriter(self.connection, self.scope, stream)
+
+    def create_byte_stream_reader(self, stream: str) -> ByteStreamReader:
+        return ByteStreamReader(self.connection, self.scope, stream)
+
+
+class BatchClientFactory(_Factory):
+    def create_batch_client(self) -> BatchClient:
+        return BatchClient(self.connection)
