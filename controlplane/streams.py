@@ -17,7 +17,7 @@ from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.segment_store import SegmentStore
 from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotEmpty, ScopeNotFound, StreamNotFound
-from rillet.keyspace import hash_routing_key, segment_id, split_evenly
+from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
 from rillet.models import (
     ScopeInfo,
     SegmentPosition,
@@ -209,6 +209,95 @@ class StreamTasks:
                                           StreamRecord.pending.remove(), StreamRecord.pending_since.remove(),
                                           *actions],
                                  f"stream {record.scope}/{record.stream} changed concurrently")
+
+    # -- scaling -------------------------------------------------------------------------------
+
+    def scale_stream(self, scope: str, stream: str, seal: list[int], new_ranges: list[tuple[float, float]],
+                     now: int | None = None) -> int:
+        """Replace segments ``seal`` of the current epoch by new segments with ``new_ranges``.
+
+        The new ranges must tile exactly the key space of the sealed segments. Steps: enter SCALING
+        (recording the request and the new segment ids), create the new segments, record them with
+        their predecessors and the sealed segments' successors, write the new epoch, seal the old
+        segments (recording sealed sizes), then make the new epoch current and return to ACTIVE.
+        Returns the new epoch. Repeating a finished request returns its epoch again.
+        """
+        record = self.store.get_stream(scope, stream)
+        seal = sorted(set(seal))
+        ranges = sorted((float(lo), float(hi)) for lo, hi in new_ranges)
+        if _state(record) == StreamState.SCALING:
+            if record.workflow.get("seal") == seal and [tuple(r) for r in record.workflow["ranges"]] == ranges:
+                self.finish_scale_stream(record)
+                return int(record.workflow["epoch"])
+            raise IllegalState(f"stream {scope}/{stream} is already scaling", state=record.state)
+        done = self._finished_scale(scope, stream, seal, ranges)
+        if done is not None:
+            return done
+        current = {s.segment_id: s for s in self.current_segments(scope, stream, record)}
+        missing = [s for s in seal if s not in current]
+        if not seal or missing:
+            raise InvalidArgument(f"segments {missing or seal} are not current segments of {scope}/{stream}")
+        sealed_ranges = [current[s].key_range for s in seal]
+        try:
+            wanted = [KeyRange(lo, hi) for lo, hi in ranges]
+        except InvalidArgument as e:
+            raise InvalidArgument(f"invalid new key range: {e.message}") from None
+        if merge_adjacent(wanted) != merge_adjacent(sealed_ranges) or any(
+                a.overlaps(b) for a, b in zip(sorted(wanted), sorted(wanted)[1:])):
+            raise InvalidArgument("the new key ranges must cover exactly the key ranges of the sealed segments")
+        epoch = record.current_epoch + 1
+        new_ids = [segment_id(epoch, record.segment_count + i) for i in range(len(ranges))]
+        workflow = {"name": "scale", "seal": seal, "ranges": [list(r) for r in ranges], "epoch": epoch,
+                    "new": new_ids, "created_ms": now if now is not None else now_ms()}
+        self._begin(record, StreamState.SCALING, workflow, StreamRecord.segment_count.add(len(ranges)))
+        self.finish_scale_stream(record)
+        return epoch
+
+    def finish_scale_stream(self, record: StreamRecord) -> None:
+        wf = record.workflow
+        epoch, created = int(wf["epoch"]), int(wf["created_ms"])
+        sealed = {r.segment_id: r for r in self.store.get_segments(record.scope, record.stream, wf["seal"])}
+        new = [SegmentRange(segment_id=sid, low=lo, high=hi) for sid, (lo, hi) in zip(wf["new"], wf["ranges"])]
+        for segment in new:
+            self.segments.create(segment_name(record.scope, record.stream, segment.segment_id))
+        records = [SegmentRecord(segment_id=n.segment_id, low=n.low, high=n.high, created_ms=created,
+                                 predecessors=[o for o in wf["seal"] if sealed[o].low < n.high and n.low < sealed[o].high])
+                   for n in new]
+        for old in sealed.values():
+            old.successors = [n.segment_id for n in new if old.low < n.high and n.low < old.high]
+            records.append(old)
+        self.store.put_segments(record.scope, record.stream, records)
+        previous = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
+        kept = [s for s in previous.segments if int(s[0]) not in sealed]
+        segments = sorted(kept + [[n.segment_id, n.low, n.high] for n in new], key=lambda s: s[1])
+        self.store.put_epoch(record.scope, record.stream, epoch, created, segments)
+        for sid in wf["seal"]:
+            self._seal_segment(record, sid, epoch)
+        self._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
+
+    def _finished_scale(self, scope: str, stream: str, seal: list[int],
+                        ranges: list[tuple[float, float]]) -> int | None:
+        """The epoch of an already completed scale with exactly this request, if there is one."""
+        try:
+            records = self.store.get_segments(scope, stream, seal)
+        except StreamNotFound:
+            return None
+        epochs = {r.sealed_epoch for r in records}
+        if len(epochs) != 1 or None in epochs:
+            return None
+        successors = self.store.get_segments(scope, stream, sorted({s for r in records for s in r.successors}))
+        if sorted((s.low, s.high) for s in successors) == ranges:
+            return int(epochs.pop())
+        return None
+
+    def scale_status(self, scope: str, stream: str, epoch: int) -> str:
+        """DONE once ``epoch`` (returned by a scale) is current or past; IN_PROGRESS before."""
+        record = self.store.get_stream(scope, stream)
+        if record.current_epoch >= epoch:
+            return "DONE"
+        if _state(record) == StreamState.SCALING and int(record.workflow.get("epoch", -1)) == epoch:
+            return "IN_PROGRESS"
+        raise InvalidArgument(f"no scale to epoch {epoch} of {scope}/{stream} is known")
 
     # -- truncation ----------------------------------------------------------------------------
 

@@ -93,6 +93,17 @@ class SliceList(_Body):
     size_bytes: int = Field(description="Bytes between the two cuts: the sum of the slices' lengths.")
 
 
+class ScaleRequest(_Body):
+    seal: list[int] = Field(min_length=1, description="Ids of current segments to seal.")
+    new_ranges: list[tuple[float, float]] = Field(
+        min_length=1, description="Key ranges [low, high) of the new segments; together exactly the sealed ranges.")
+
+
+class ScaleStatus(_Body):
+    epoch: int
+    status: str = Field(description="DONE or IN_PROGRESS")
+
+
 class Successors(_Body):
     successors: list[SuccessorInfo]
 

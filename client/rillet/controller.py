@@ -109,6 +109,16 @@ class ControllerClient:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/successors")
         return api.Successors.model_validate(data).successors
 
+    def scale_stream(self, scope: str, stream: str, seal: list[int],
+                     new_ranges: list[tuple[float, float]]) -> api.ScaleStatus:
+        body = api.ScaleRequest(seal=seal, new_ranges=new_ranges).model_dump()
+        return api.ScaleStatus.model_validate(
+            self.transport.json("POST", _stream_path(scope, stream) + "/scale", json_body=body))
+
+    def scale_status(self, scope: str, stream: str, epoch: int) -> api.ScaleStatus:
+        return api.ScaleStatus.model_validate(
+            self.transport.json("GET", _stream_path(scope, stream) + f"/scale/{epoch}"))
+
     def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int]) -> StreamState:
         body = api.TruncateRequest(positions=[api.CutPosition(segment_id=s, offset=o) for s, o in offsets.items()])
         data = self.transport.json("POST", _stream_path(scope, stream) + "/truncate", json_body=body.model_dump())

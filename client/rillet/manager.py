@@ -8,6 +8,7 @@ from rillet.controller import ControllerClient
 from rillet.errors import NotFound
 from rillet.models import ScopeInfo, StreamConfiguration, StreamInfo, StreamState
 from rillet.names import validate_scope_name, validate_stream_name
+from rillet.stream_cut import StreamCut
 from rillet.transport import Transport
 
 
@@ -69,6 +70,24 @@ class StreamManager:
     def delete_stream(self, scope: str, stream: str) -> bool:
         """Delete a sealed stream and all its data."""
         return self.controller.delete_stream(scope, stream)
+
+    def scale_stream(self, scope: str, stream: str, seal: list[int], new_ranges: list[tuple[float, float]]) -> int:
+        """Seal segments ``seal`` and replace them by new ones with ``new_ranges``; returns the new epoch."""
+        return self.controller.scale_stream(scope, stream, seal, new_ranges).epoch
+
+    def check_scale(self, scope: str, stream: str, epoch: int) -> bool:
+        """True once the scale that produced ``epoch`` has finished."""
+        return self.controller.scale_status(scope, stream, epoch).status == "DONE"
+
+    def truncate_stream(self, scope: str, stream: str, cut: StreamCut) -> StreamState:
+        """Truncate the stream at ``cut``: only forward, only at a valid cut."""
+        return self.controller.truncate_stream(scope, stream, cut.offsets)
+
+    def get_head(self, scope: str, stream: str) -> StreamCut:
+        return StreamCut.of(scope, stream, self.controller.head(scope, stream))
+
+    def get_tail(self, scope: str, stream: str) -> StreamCut:
+        return StreamCut.of(scope, stream, self.get_stream_info(scope, stream).tail)
 
     def check_stream_exists(self, scope: str, stream: str) -> bool:
         try:

@@ -18,6 +18,8 @@ from rillet.api import (
     Deleted,
     Endpoints,
     PositionList,
+    ScaleRequest,
+    ScaleStatus,
     ScopeList,
     SegmentList,
     SliceList,
@@ -154,6 +156,18 @@ def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | 
     if (cut.scope, cut.stream) != (scope, stream):
         raise InvalidArgument(f"the stream cut is for {cut.scope}/{cut.stream}, not {scope}/{stream}")
     return cut.offsets
+
+
+@app.post("/v1/scopes/<scope>/streams/<stream>/scale",
+          summary="Seal some current segments and replace them by segments with the given key ranges")
+def scale_stream(scope: str, stream: str, request: ScaleRequest) -> ScaleStatus:
+    epoch = streams.scale_stream(scope, stream, request.seal, request.new_ranges)
+    return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/scale/<epoch>", summary="Whether the scale to an epoch finished")
+def get_scale_status(scope: str, stream: str, epoch: int) -> ScaleStatus:
+    return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
 
 
 def _status(scope: str, stream: str) -> StreamStatus:
