@@ -10,6 +10,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``epoch#<n>`` -- :class:`EpochRecord`: the segments of an epoch.
 * ``stream#<scope>/<stream>`` / ``segment#<id>`` -- :class:`SegmentRecord`: a segment's key range,
   successors, predecessors and sealed size.
+* ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
 puts them in the sparse ``workflows`` index the sweeper reads; a finished workflow removes them.
@@ -47,6 +48,10 @@ def stream_pk(scope: str, stream: str) -> str:
 
 def epoch_sk(epoch: int) -> str:
     return f"epoch#{epoch:010d}"
+
+
+def reader_group_pk(scope: str, group: str) -> str:
+    return f"rg#{scope}/{group}"
 
 
 def segment_sk(segment_id: int) -> str:
@@ -119,9 +124,22 @@ class SegmentRecord(MetadataItem, discriminator="segment"):
     predecessors = ListAttribute(of=NumberAttribute, default=list)
 
 
+class ReaderGroupRecord(MetadataItem, discriminator="rg"):
+    """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as JSON).
+
+    Every change is a read-modify-write conditional on ``version``: the role Pravega's State
+    Synchronizer plays for reader groups.
+    """
+
+    scope = UnicodeAttribute()
+    group = UnicodeAttribute()
+    state = JSONAttribute()
+    version = VersionAttribute()
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord):
+    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, ReaderGroupRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane import models
+from controlplane.reader_groups import ReaderGroups
 from controlplane.store import MetadataStore
 from controlplane.streams import StreamTasks
 from controlplane.sweeper import Sweeper
@@ -20,6 +21,7 @@ class Controller:
     segments: SegmentStore
     streams: StreamTasks
     sweeper: Sweeper
+    reader_groups: ReaderGroups
 
     @classmethod
     def for_deployment(cls, deployment: Deployment) -> Controller:
@@ -28,4 +30,4 @@ class Controller:
         store = MetadataStore(deployment)
         segments = SegmentStore(deployment)
         streams = StreamTasks(store, segments)
-        return cls(deployment, store, segments, streams, Sweeper(streams))
+        return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams))

@@ -24,6 +24,7 @@ from rillet.keyspace import KeyRange, hash_routing_key, segment_epoch, segment_i
 from rillet.manager import StreamManager
 from rillet.models import (
     ConsumptionLimits,
+    ReaderGroupConfig,
     RetentionPolicy,
     RetentionType,
     ScaleType,
@@ -33,12 +34,22 @@ from rillet.models import (
     SegmentRange,
     SegmentSlice,
     StreamConfiguration,
+    StreamDataRetention,
     StreamInfo,
     StreamState,
     SuccessorInfo,
 )
 
 from rillet.reader import EventPointer, EventRead, StreamReader
+from rillet.reader_group import (
+    Checkpoint,
+    EventStreamReader,
+    GroupEventRead,
+    Position,
+    ReaderGroup,
+    ReaderGroupManager,
+    group_config,
+)
 from rillet.serializers import BytesSerializer, JsonSerializer, Serializer, UTF8StringSerializer
 from rillet.stream_cut import Ordering, StreamCut
 from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
@@ -47,7 +58,8 @@ __all__ = [
     "BatchClient", "BatchClientFactory", "ByteStreamClientFactory", "ByteStreamReader", "ByteStreamWriter",
     "BytesSerializer", "Connection", "EventPointer", "EventRead", "EventStreamClientFactory", "EventStreamWriter",
     "EventWriterConfig", "JsonSerializer", "Ordering", "SegmentSlice", "Serializer", "StreamCut", "StreamReader",
-    "UTF8StringSerializer", "WriteAck",
+    "UTF8StringSerializer", "WriteAck", "Checkpoint", "EventStreamReader", "GroupEventRead", "Position",
+    "ReaderGroup", "ReaderGroupConfig", "ReaderGroupManager", "StreamDataRetention", "group_config",
     "AlreadyExists", "ConsumptionLimits", "IllegalState", "InvalidArgument", "KeyRange", "NotFound",
     "OffsetMismatch", "RetentionPolicy", "RetentionType", "RilletError", "ScaleType", "ScalingPolicy",
     "ScopeInfo", "ScopeNotEmpty", "ScopeNotFound", "SegmentNotFound", "SegmentPosition", "SegmentRange",

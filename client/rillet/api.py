@@ -9,11 +9,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from rillet.models import (
+    ReaderGroupConfig,
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
     SegmentSlice,
     StreamConfiguration,
+    StreamCutBody,
     StreamState,
     SuccessorInfo,
 )
@@ -135,3 +137,78 @@ class ErrorBody(_Body):
     code: str
     message: str
     details: dict | None = None
+
+
+# -- reader groups ---------------------------------------------------------------------------------
+
+
+class CreateReaderGroupRequest(_Body):
+    group: str
+    config: ReaderGroupConfig
+
+
+class SegmentOffset(_Body):
+    """A reader's offset in one segment of one stream ("scope/stream")."""
+
+    stream: str
+    segment_id: int = Field(ge=0)
+    offset: int = Field(ge=0)
+
+
+class AssignedSegment(_Body):
+    stream: str
+    segment: SegmentRange
+    offset: int = Field(ge=0, description="Where to start reading if the reader does not know better.")
+    end_offset: int | None = Field(None, description="Stop here (the group's end stream cut); null: read to the end.")
+
+
+class SyncRequest(_Body):
+    """What a reader tells its group: its positions, segments it finished, a checkpoint it passed."""
+
+    positions: list[SegmentOffset] = []
+    completed: list[SegmentOffset] = Field([], description="Segments read to their end, with the end offset.")
+    checkpoint: str | None = Field(None, description="The checkpoint this reader has passed.")
+
+
+class Assignment(_Body):
+    """The reader's segments as the group now sees them; segments missing from it were taken away."""
+
+    generation: int
+    segments: list[AssignedSegment]
+    checkpoint: str | None = Field(None, description="A checkpoint the reader must pass next.")
+    silent: bool = Field(False, description="The checkpoint is internal: pass it without emitting an event.")
+    end_of_data: bool = Field(False, description="Every segment of every stream has been read to the end.")
+
+
+class OfflineRequest(_Body):
+    position: list[SegmentOffset] | None = Field(
+        None, description="The reader's last position; null: the last one it reported.")
+
+
+class CheckpointRequest(_Body):
+    name: str = Field(min_length=1, max_length=255)
+    silent: bool = False
+
+
+class CheckpointInfo(_Body):
+    name: str
+    complete: bool
+    cuts: list[StreamCutBody] = []
+
+
+class ReaderGroupInfo(_Body):
+    scope: str
+    group: str
+    config: ReaderGroupConfig
+    online_readers: list[str]
+    outstanding_checkpoints: list[str]
+    last_checkpoint: CheckpointInfo | None = None
+    unassigned_segments: int
+
+
+class StreamCutList(_Body):
+    cuts: list[StreamCutBody]
+
+
+class UnreadBytes(_Body):
+    unread_bytes: int

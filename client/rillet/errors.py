@@ -53,6 +53,10 @@ class StreamNotFound(NotFound):
     code = "StreamNotFound"
 
 
+class ReaderGroupNotFound(NotFound):
+    code = "ReaderGroupNotFound"
+
+
 class SegmentNotFound(NotFound):
     """No such segment in the data plane (never created, or deleted)."""
 

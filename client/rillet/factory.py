@@ -10,6 +10,7 @@ from rillet.connection import Connection
 from rillet.models import SegmentPosition
 from rillet.names import validate_scope_name
 from rillet.reader import StreamReader
+from rillet.reader_group import EventStreamReader
 from rillet.serializers import Serializer
 from rillet.writer import EventStreamWriter, EventWriterConfig
 
@@ -37,6 +38,10 @@ class EventStreamClientFactory(_Factory):
     def create_event_writer(self, stream: str, serializer: Serializer[T],
                             config: EventWriterConfig | None = None) -> EventStreamWriter[T]:
         return EventStreamWriter(self.connection, self.scope, stream, serializer, config)
+
+    def create_reader(self, reader_id: str, reader_group: str, serializer: Serializer[T]) -> EventStreamReader[T]:
+        """A reader that joins ``reader_group`` (created with ReaderGroupManager) as ``reader_id``."""
+        return EventStreamReader(self.connection, self.scope, reader_group, reader_id, serializer)
 
     def create_stream_reader(self, stream: str, serializer: Serializer[T],
                              start: list[SegmentPosition] | None = None) -> StreamReader[T]:

@@ -201,6 +201,56 @@ class SuccessorInfo(_Model):
     predecessors: list[SegmentRange]
 
 
+class StreamDataRetention(str, Enum):
+    """Whether a reader group is a subscriber of its streams' consumption-based retention."""
+
+    NONE = "NONE"
+    MANUAL_RELEASE_AT_USER_STREAMCUT = "MANUAL_RELEASE_AT_USER_STREAMCUT"
+    AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT = "AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT"
+
+
+class StreamCutBody(_Model):
+    """A stream cut on the wire: every segment of the cut with its key range and offset."""
+
+    scope: str
+    stream: str
+    positions: list[SegmentPosition]
+
+
+class StreamRange(_Model):
+    """A stream a reader group reads, from ``start`` (its head by default) to ``end`` (unbounded by default)."""
+
+    scope: str
+    stream: str
+    start: list[SegmentPosition] | None = None
+    end: list[SegmentPosition] | None = None
+
+    @property
+    def scoped_name(self) -> str:
+        return f"{self.scope}/{self.stream}"
+
+
+class ReaderGroupConfig(_Model):
+    """Pravega's ReaderGroupConfig: what a group reads and how it checkpoints.
+
+    ``generation`` is assigned by the controller and grows with every reset of the group.
+    """
+
+    streams: list[StreamRange] = Field(min_length=1)
+    automatic_checkpoint_interval_ms: int = Field(30_000, ge=0, description="0 disables automatic checkpoints.")
+    group_refresh_time_ms: int = Field(3_000, ge=0)
+    max_outstanding_checkpoint_request: int = Field(3, gt=0)
+    retention_type: StreamDataRetention = StreamDataRetention.NONE
+    generation: int = 0
+
+    @model_validator(mode="after")
+    def _streams_unique(self) -> ReaderGroupConfig:
+        names = [s.scoped_name for s in self.streams]
+        if len(set(names)) != len(names):
+            raise ValueError("a stream appears twice in the reader group configuration")
+        return self
+
+
 class ScopeInfo(_Model):
     scope: str
     created_at_ms: int

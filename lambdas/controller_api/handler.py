@@ -5,37 +5,48 @@ from __future__ import annotations
 import os
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
 from lambdas.http import build_resolver, powertools
 from rillet.api import (
+    Assignment,
+    CheckpointInfo,
+    CheckpointRequest,
+    CreateReaderGroupRequest,
     Created,
     CreateScopeRequest,
     CreateStreamRequest,
     Deleted,
     Endpoints,
+    OfflineRequest,
     PositionList,
+    ReaderGroupInfo,
     ScaleRequest,
     ScaleStatus,
     ScopeList,
     SegmentList,
     SliceList,
+    StreamCutList,
     StreamList,
     StreamStatus,
     Successors,
+    SyncRequest,
     TruncateRequest,
+    UnreadBytes,
 )
 from rillet.errors import InvalidArgument
 from rillet.stream_cut import StreamCut
-from rillet.models import ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo
+from rillet.models import ReaderGroupConfig, ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo
 
 logger, metrics, tracer = powertools("controller")
 app = build_resolver(logger)
 controller = Controller.for_deployment(Deployment.from_env())
 streams = controller.streams
+groups = controller.reader_groups
+ReaderName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,250}$")]
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 Token = Annotated[str | None, Query(description="next_token of the previous page.")]
@@ -168,6 +179,68 @@ def scale_stream(scope: str, stream: str, request: ScaleRequest) -> ScaleStatus:
 @app.get("/v1/scopes/<scope>/streams/<stream>/scale/<epoch>", summary="Whether the scale to an epoch finished")
 def get_scale_status(scope: str, stream: str, epoch: int) -> ScaleStatus:
     return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
+
+
+# -- reader groups ---------------------------------------------------------------------------------
+
+GROUP = "/v1/scopes/<scope>/reader-groups/<group>"
+
+
+@app.post("/v1/scopes/<scope>/reader-groups", summary="Create a reader group")
+def create_reader_group(scope: str, request: CreateReaderGroupRequest) -> Created:
+    return Created(created=groups.create(scope, request.group, request.config))
+
+
+@app.get(GROUP, summary="A reader group's configuration, readers and checkpoints")
+def get_reader_group(scope: str, group: str) -> ReaderGroupInfo:
+    return groups.info(scope, group)
+
+
+@app.put(GROUP + "/config", summary="Reset a reader group to a new configuration (a new generation)")
+def reset_reader_group(scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
+    return groups.reset(scope, group, config)
+
+
+@app.delete(GROUP, summary="Delete a reader group")
+def delete_reader_group(scope: str, group: str) -> Deleted:
+    return Deleted(deleted=groups.delete(scope, group))
+
+
+@app.post(GROUP + "/readers/<reader>", summary="A reader joins the group")
+def add_reader(scope: str, group: str, reader: ReaderName) -> Assignment:
+    return groups.add_reader(scope, group, reader)
+
+
+@app.post(GROUP + "/readers/<reader>/sync",
+          summary="A reader reports positions, completed segments and passed checkpoints; gets its segments")
+def sync_reader(scope: str, group: str, reader: ReaderName, request: SyncRequest) -> Assignment:
+    return groups.sync(scope, group, reader, request)
+
+
+@app.post(GROUP + "/readers/<reader>/offline", summary="Take a reader offline, handing its segments back")
+def reader_offline(scope: str, group: str, reader: ReaderName, request: OfflineRequest) -> Deleted:
+    groups.reader_offline(scope, group, reader, request.position)
+    return Deleted(deleted=True)
+
+
+@app.post(GROUP + "/checkpoints", summary="Initiate a checkpoint")
+def initiate_checkpoint(scope: str, group: str, request: CheckpointRequest) -> CheckpointInfo:
+    return groups.initiate_checkpoint(scope, group, request.name, request.silent)
+
+
+@app.get(GROUP + "/checkpoints/<name>", summary="Whether a checkpoint completed, and its stream cuts")
+def get_checkpoint(scope: str, group: str, name: str) -> CheckpointInfo:
+    return groups.checkpoint(scope, group, name)
+
+
+@app.get(GROUP + "/stream-cuts", summary="The group's current position in each stream")
+def get_group_stream_cuts(scope: str, group: str) -> StreamCutList:
+    return StreamCutList(cuts=groups.stream_cuts(scope, group))
+
+
+@app.get(GROUP + "/unread-bytes", summary="Bytes between the group's position and the tails of its streams")
+def get_unread_bytes(scope: str, group: str) -> UnreadBytes:
+    return UnreadBytes(unread_bytes=groups.unread_bytes(scope, group))
 
 
 def _status(scope: str, stream: str) -> StreamStatus:

@@ -1,0 +1,334 @@
+"""Reader groups: readers sharing the work of reading streams, with checkpoints (Pravega's API).
+
+* :class:`ReaderGroupManager` creates, opens and deletes groups in a scope.
+* :class:`ReaderGroup` administers one: online readers, ``reader_offline``, checkpoints, stream
+  cuts, reset, unread bytes.
+* :class:`EventStreamReader` is one reader of a group. ``read_next_event`` returns events of the
+  segments the group assigned to it, checkpoint markers when the group checkpoints, and None when
+  nothing arrived within the timeout.
+
+The group's shared state lives on the controller; a reader talks to it when it joins, when it
+finishes a segment, when it passes a checkpoint and otherwise every ``group_refresh_time_ms``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+from urllib.parse import quote
+
+from rillet import api
+from rillet.connection import Connection
+from rillet.errors import IllegalState, SegmentNotFound, Truncated
+from rillet.models import ReaderGroupConfig, StreamDataRetention, StreamRange
+from rillet.names import split_scoped_name, validate_reader_group_name
+from rillet.reader import EventPointer
+from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader
+from rillet.serializers import Serializer
+from rillet.stream_cut import StreamCut
+
+T = TypeVar("T")
+
+
+def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None = None,
+                 automatic_checkpoint_interval_ms: int = 30_000, group_refresh_time_ms: int = 3_000,
+                 max_outstanding_checkpoint_request: int = 3,
+                 retention_type: StreamDataRetention = StreamDataRetention.NONE) -> ReaderGroupConfig:
+    """Build a ReaderGroupConfig: each stream as "scope/stream" (from its head) or a start StreamCut."""
+    ends = {(c.scope, c.stream): list(c.positions) for c in end or []}
+    ranges = []
+    for item in streams:
+        if isinstance(item, StreamCut):
+            scope, stream, start = item.scope, item.stream, list(item.positions)
+        else:
+            (scope, stream), start = split_scoped_name(item), None
+        ranges.append(StreamRange(scope=scope, stream=stream, start=start, end=ends.get((scope, stream))))
+    return ReaderGroupConfig(streams=ranges, automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms,
+                             group_refresh_time_ms=group_refresh_time_ms,
+                             max_outstanding_checkpoint_request=max_outstanding_checkpoint_request,
+                             retention_type=retention_type)
+
+
+def _cut(body: api.StreamCutBody | object) -> StreamCut:
+    return StreamCut.of(body.scope, body.stream, list(body.positions))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    name: str
+    cuts: dict[str, StreamCut]  # "scope/stream" -> cut
+
+
+@dataclass(frozen=True)
+class Position:
+    """A reader's position: the offset after the last event it returned, per segment it holds."""
+
+    offsets: tuple[api.SegmentOffset, ...]
+
+    def to_wire(self) -> list[api.SegmentOffset]:
+        return list(self.offsets)
+
+
+@dataclass(frozen=True)
+class GroupEventRead(Generic[T]):
+    """An event (or a checkpoint marker) returned by a group reader."""
+
+    event: T | None
+    pointer: EventPointer | None
+    position: Position
+    checkpoint_name: str | None = None
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return self.checkpoint_name is not None
+
+
+class ReaderGroup:
+    def __init__(self, connection: Connection, scope: str, name: str) -> None:
+        self.connection = connection
+        self.scope, self.name = scope, validate_reader_group_name(name)
+        self._path = f"/v1/scopes/{quote(scope, safe='')}/reader-groups/{quote(name, safe='')}"
+
+    @property
+    def _transport(self):  # noqa: ANN202
+        return self.connection.controller.transport
+
+    def info(self) -> api.ReaderGroupInfo:
+        return api.ReaderGroupInfo.model_validate(self._transport.json("GET", self._path))
+
+    @property
+    def config(self) -> ReaderGroupConfig:
+        return self.info().config
+
+    def get_online_readers(self) -> list[str]:
+        return self.info().online_readers
+
+    def reader_offline(self, reader_id: str, last_position: Position | None) -> None:
+        """Hand the reader's segments back to the group at ``last_position`` (its last report if None)."""
+        body = api.OfflineRequest(position=last_position.to_wire() if last_position else None)
+        self._transport.json("POST", f"{self._path}/readers/{quote(reader_id, safe='')}/offline",
+                             json_body=body.model_dump())
+
+    def initiate_checkpoint(self, name: str, timeout_s: float = 60.0, silent: bool = False) -> Checkpoint:
+        """Start a checkpoint and wait until every reader has passed it; returns its stream cuts."""
+        body = api.CheckpointRequest(name=name, silent=silent).model_dump()
+        info = api.CheckpointInfo.model_validate(self._transport.json("POST", f"{self._path}/checkpoints",
+                                                                      json_body=body))
+        deadline = time.monotonic() + timeout_s
+        while not info.complete:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"checkpoint {name} did not complete within {timeout_s} s")
+            time.sleep(0.2)
+            info = api.CheckpointInfo.model_validate(
+                self._transport.json("GET", f"{self._path}/checkpoints/{quote(name, safe='')}"))
+        return Checkpoint(name, {f"{c.scope}/{c.stream}": _cut(c) for c in info.cuts})
+
+    def get_stream_cuts(self) -> dict[str, StreamCut]:
+        """The group's position per stream, as of the readers' last reports."""
+        data = api.StreamCutList.model_validate(self._transport.json("GET", f"{self._path}/stream-cuts"))
+        return {f"{c.scope}/{c.stream}": _cut(c) for c in data.cuts}
+
+    def generate_stream_cuts(self, timeout_s: float = 60.0) -> dict[str, StreamCut]:
+        """Exact current cuts: a silent checkpoint every reader passes without emitting an event."""
+        name = f"silent-{time.time_ns()}"
+        return self.initiate_checkpoint(name, timeout_s, silent=True).cuts
+
+    def reset_reader_group(self, config: ReaderGroupConfig) -> ReaderGroupConfig:
+        data = self._transport.json("PUT", f"{self._path}/config", json_body=config.model_dump(mode="json"))
+        return ReaderGroupConfig.model_validate(data)
+
+    def unread_bytes(self) -> int:
+        return api.UnreadBytes.model_validate(self._transport.json("GET", f"{self._path}/unread-bytes")).unread_bytes
+
+
+class ReaderGroupManager:
+    def __init__(self, scope: str, endpoint: str | Connection, *, sign: bool | None = None,
+                 region: str | None = None) -> None:
+        self.scope = scope
+        self.connection = endpoint if isinstance(endpoint, Connection) else Connection(endpoint, sign=sign,
+                                                                                        region=region)
+
+    def create_reader_group(self, name: str, config: ReaderGroupConfig) -> bool:
+        body = api.CreateReaderGroupRequest(group=validate_reader_group_name(name), config=config)
+        data = self.connection.controller.transport.json(
+            "POST", f"/v1/scopes/{quote(self.scope, safe='')}/reader-groups", json_body=body.model_dump(mode="json"))
+        return api.Created.model_validate(data).created
+
+    def get_reader_group(self, name: str) -> ReaderGroup:
+        group = ReaderGroup(self.connection, self.scope, name)
+        group.info()  # raises ReaderGroupNotFound
+        return group
+
+    def delete_reader_group(self, name: str) -> bool:
+        path = f"/v1/scopes/{quote(self.scope, safe='')}/reader-groups/{quote(name, safe='')}"
+        return api.Deleted.model_validate(self.connection.controller.transport.json("DELETE", path)).deleted
+
+
+@dataclass
+class _Held:
+    assigned: api.AssignedSegment
+    reader: SegmentEventReader
+    delivered: int  # offset after the last event returned to the application
+    events: deque = field(default_factory=deque)
+
+    @property
+    def key(self) -> str:
+        return f"{self.assigned.stream}/{self.assigned.segment.segment_id}"
+
+
+class EventStreamReader(Generic[T]):
+    """One reader of a reader group."""
+
+    def __init__(self, connection: Connection, scope: str, group: str, reader_id: str, serializer: Serializer[T],
+                 read_size: int = DEFAULT_READ_SIZE) -> None:
+        self.connection = connection
+        self.group = ReaderGroup(connection, scope, group)
+        self.reader_id = reader_id
+        self.serializer = serializer
+        self.read_size = read_size
+        self.refresh_s = self.group.config.group_refresh_time_ms / 1000
+        self._held: dict[str, _Held] = {}
+        self._completed: list[api.SegmentOffset] = []
+        self._to_pass: str | None = None  # a checkpoint returned to the application, passed on the next call
+        self._emitted: set[str] = set()
+        self._assignment = self._join()
+        self._last_sync = time.monotonic()
+        self._next = 0
+        self._closed = False
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def read_next_event(self, timeout_ms: int = 1000) -> GroupEventRead[T] | None:
+        """The next event, a checkpoint marker, or None when nothing arrived within ``timeout_ms``."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if self._to_pass is not None:
+                self._sync(checkpoint=self._to_pass)
+                self._to_pass = None
+            elif self._completed or time.monotonic() - self._last_sync >= self.refresh_s:
+                self._sync()
+            checkpoint = self._assignment.checkpoint
+            if checkpoint and checkpoint not in self._emitted:
+                self._emitted.add(checkpoint)
+                if self._assignment.silent:
+                    self._sync(checkpoint=checkpoint)
+                    continue
+                self._to_pass = checkpoint
+                return GroupEventRead(None, None, self.get_position(), checkpoint_name=checkpoint)
+            event = self._next_buffered()
+            if event is not None:
+                return event
+            if self._fetch():
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(remaining, 0.1 if self._held else 0.25, max(0.0, self.refresh_s)))
+
+    def get_position(self) -> Position:
+        return Position(tuple(api.SegmentOffset(stream=h.assigned.stream, segment_id=h.assigned.segment.segment_id,
+                                                offset=h.delivered) for h in self._held.values()))
+
+    def close(self) -> None:
+        """Leave the group, handing the segments back at this reader's position."""
+        if not self._closed:
+            self._closed = True
+            self.group.reader_offline(self.reader_id, self.get_position())
+
+    def __enter__(self) -> EventStreamReader[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- talking to the group --------------------------------------------------------------------
+
+    def _join(self) -> api.Assignment:
+        data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}")
+        assignment = api.Assignment.model_validate(data)
+        self._apply(assignment)
+        return assignment
+
+    def _sync(self, checkpoint: str | None = None) -> None:
+        request = api.SyncRequest(positions=list(self.get_position().offsets), completed=self._completed,
+                                  checkpoint=checkpoint)
+        try:
+            data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}/sync",
+                                              json_body=request.model_dump())
+            assignment = api.Assignment.model_validate(data)
+            self._apply(assignment)
+        except IllegalState:  # taken offline, or the group was reset: join again from scratch
+            self._held.clear()
+            assignment = self._join()
+        self._completed = []
+        self._assignment = assignment
+        self._last_sync = time.monotonic()
+
+    def _apply(self, assignment: api.Assignment) -> None:
+        if getattr(self, "_assignment", None) is not None and assignment.generation != self._assignment.generation:
+            self._held.clear()
+        wanted = {f"{a.stream}/{a.segment.segment_id}": a for a in assignment.segments}
+        for key in [k for k in self._held if k not in wanted]:
+            del self._held[key]  # released to another reader: undelivered events are theirs now
+        for key, assigned in wanted.items():
+            if key not in self._held:
+                scope, stream = split_scoped_name(assigned.stream)
+                reader = SegmentEventReader(self.connection.segments, scope, stream, assigned.segment.segment_id,
+                                            assigned.offset, assigned.end_offset, self.read_size)
+                self._held[key] = _Held(assigned, reader, assigned.offset)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _next_buffered(self) -> GroupEventRead[T] | None:
+        keys = sorted(self._held)
+        for i in range(len(keys)):
+            held = self._held[keys[(self._next + i) % len(keys)]]
+            if held.events:
+                self._next = (self._next + i + 1) % len(keys)
+                offset, payload = held.events.popleft()
+                held.delivered = offset + 4 + len(payload)
+                scope, stream = split_scoped_name(held.assigned.stream)
+                pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, offset, len(payload) + 4)
+                self._complete_if_done(held)
+                return GroupEventRead(self.serializer.deserialize(payload), pointer, self.get_position())
+        return None
+
+    def _fetch(self) -> bool:
+        """Read once from each held segment without waiting; True if anything arrived or finished."""
+        progressed = False
+        for held in list(self._held.values()):
+            if held.reader.finished:
+                progressed |= self._complete_if_done(held)
+                continue
+            try:
+                events = held.reader.read_events()
+            except Truncated as e:  # truncation overtook this reader: continue at the new start
+                start = int(e.details.get("start_offset", held.reader.offset))
+                held.reader = SegmentEventReader(self.connection.segments, held.reader.scope, held.reader.stream,
+                                                 held.reader.segment, start, held.assigned.end_offset, self.read_size)
+                held.delivered = start
+                progressed = True
+                continue
+            except SegmentNotFound:  # truncated away entirely: done with it
+                self._completed.append(self._offset_of(held))
+                del self._held[held.key]
+                progressed = True
+                continue
+            held.events.extend(events)
+            progressed |= bool(events) or self._complete_if_done(held)
+        return progressed
+
+    def _complete_if_done(self, held: _Held) -> bool:
+        if held.reader.finished and not held.events and held.key in self._held:
+            self._completed.append(self._offset_of(held))
+            del self._held[held.key]
+            return True
+        return False
+
+    @staticmethod
+    def _offset_of(held: _Held) -> api.SegmentOffset:
+        return api.SegmentOffset(stream=held.assigned.stream, segment_id=held.assigned.segment.segment_id,
+                                 offset=held.delivered)
+

@@ -1,0 +1,430 @@
+"""Reader groups: which reader reads which segment, checkpoints, and the group's position.
+
+The group's whole shared state is one versioned record (:class:`GroupState` as JSON). Every change
+is a pure function applied to the state and written back on the condition that nobody changed it
+meanwhile; a lost race is retried on the fresh state. This is the role Pravega's State Synchronizer
+plays, with the logic on the controller so that readers only need HTTPS.
+
+The rules, as in Pravega:
+
+* Segments of the start cut are unassigned at first; a reader acquires unassigned segments up to
+  its fair share (ceil(segments / readers)).
+* A reader that reads a segment to its end reports it completed. Its successors become available
+  once all their predecessors are completed (a merge's successor is held until every predecessor is
+  read: the R1, R2, S3 example of seed 004); successors past the group's end cut are never handed out.
+* Checkpoints: every online reader must pass the checkpoint; it reports its positions when it does.
+  When the last one has, the checkpoint's stream cuts are fixed. While a checkpoint is outstanding
+  no segment is handed out, so the cut stays consistent; a reader with more than its fair share
+  releases the surplus when it passes a checkpoint (rebalancing happens at checkpoints).
+* ``reader_offline(reader, position)`` returns the reader's segments to the group at that position.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+from pynamodb.exceptions import DoesNotExist, PutError
+
+from controlplane.models import ReaderGroupRecord, reader_group_pk
+from controlplane.store import conditional
+from rillet.api import AssignedSegment, Assignment, CheckpointInfo, ReaderGroupInfo, SegmentOffset, SyncRequest
+from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, NotFound, ReaderGroupNotFound, WriteConflict
+from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamCutBody, SuccessorInfo
+from rillet.names import validate_reader_group_name
+from rillet.stream_cut import segment_is_after, segment_is_before, validity_problem
+
+GROUP_KEY = "rg"
+
+
+class Held(BaseModel):
+    """A segment held by the group (assigned or not) with the offset reading continues from."""
+
+    stream: str
+    segment: SegmentRange
+    offset: int = 0
+    end_offset: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.stream}/{self.segment.segment_id}"
+
+
+class Waiting(BaseModel):
+    held: Held
+    predecessors: list[str]  # keys of predecessors not yet completed
+
+
+class ReaderEntry(BaseModel):
+    segments: dict[str, Held] = {}
+    seen_ms: int = 0
+
+
+class Completed(BaseModel):
+    stream: str
+    segment: SegmentRange
+    end_offset: int
+
+
+class Checkpoint(BaseModel):
+    name: str
+    silent: bool = False
+    pending: list[str]
+    positions: dict[str, Held] = {}  # reported at each reader's pass, plus segments completed meanwhile
+    created_ms: int
+
+
+class GroupState(BaseModel):
+    config: ReaderGroupConfig
+    readers: dict[str, ReaderEntry] = {}
+    unassigned: dict[str, Held] = {}
+    future: dict[str, Waiting] = {}
+    completed: dict[str, Completed] = {}
+    start: dict[str, list[SegmentRange]] = {}
+    end: dict[str, list[SegmentPosition]] = {}
+    checkpoints: list[Checkpoint] = []
+    last_checkpoint: CheckpointInfo | None = None
+    last_auto_checkpoint_ms: int = 0
+    checkpoint_counter: int = 0
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def live_count(self) -> int:
+        return len(self.unassigned) + sum(len(r.segments) for r in self.readers.values())
+
+    def fair_share(self) -> int:
+        return math.ceil(self.live_count() / max(1, len(self.readers)))
+
+    def known(self, key: str) -> bool:
+        return (key in self.unassigned or key in self.future or key in self.completed
+                or any(key in r.segments for r in self.readers.values()))
+
+    def end_of_data(self) -> bool:
+        return self.live_count() == 0 and not self.future
+
+    def current_positions(self) -> dict[str, Held]:
+        held = dict(self.unassigned)
+        for reader in self.readers.values():
+            held.update(reader.segments)
+        return held
+
+    def cuts(self, positions: dict[str, Held]) -> list[StreamCutBody]:
+        """Stream cuts from ``positions``, completed where needed so each covers the key space.
+
+        Segments still held but not in ``positions``, and completed segments whose successors have not
+        started, fill the gaps (a completed segment counts at its end offset).
+        """
+        chosen = dict(positions)
+        fillers = list(self.current_positions().values()) + [
+            Held(stream=c.stream, segment=c.segment, offset=c.end_offset) for c in self.completed.values()]
+        for held in fillers:
+            if held.key in chosen:
+                continue
+            same_stream = [h for h in chosen.values() if h.stream == held.stream]
+            if not any(h.segment.low < held.segment.high and held.segment.low < h.segment.high for h in same_stream):
+                chosen[held.key] = held
+        result = []
+        for spec in self.config.streams:
+            name = spec.scoped_name
+            held = sorted((h for h in chosen.values() if h.stream == name), key=lambda h: h.segment.low)
+            positions_ = [SegmentPosition(segment=h.segment, offset=h.offset) for h in held]
+            if positions_ and validity_problem([p.segment for p in positions_]) is None:
+                result.append(StreamCutBody(scope=spec.scope, stream=spec.stream, positions=positions_))
+        return result
+
+
+Successors = Callable[[str, int], list[SuccessorInfo]]  # (scoped stream, segment id) -> successors
+
+
+def new_state(config: ReaderGroupConfig, starts: dict[str, list[SegmentPosition]]) -> GroupState:
+    """The initial state: the start cuts' segments unassigned at their offsets."""
+    state = GroupState(config=config)
+    for spec in config.streams:
+        name = spec.scoped_name
+        positions = starts[name]
+        state.start[name] = [p.segment for p in positions]
+        if spec.end:
+            state.end[name] = list(spec.end)
+        ends = {p.segment.segment_id: p.offset for p in spec.end or []}
+        for p in positions:
+            if spec.end and p.segment.segment_id not in ends and segment_is_after(p.segment, [e.segment for e in spec.end]):
+                continue
+            held = Held(stream=name, segment=p.segment, offset=p.offset, end_offset=ends.get(p.segment.segment_id))
+            if held.end_offset is not None and held.offset >= held.end_offset:
+                state.completed[held.key] = Completed(stream=name, segment=p.segment, end_offset=held.offset)
+            else:
+                state.unassigned[held.key] = held
+    return state
+
+
+# -- transitions (pure: they change the state object they are given) --------------------------------
+
+
+def add_reader(state: GroupState, reader: str, now: int) -> None:
+    """A reader joins; it is not asked to pass checkpoints begun before it joined (it held nothing)."""
+    if reader not in state.readers:
+        state.readers[reader] = ReaderEntry(seen_ms=now)
+
+
+def sync(state: GroupState, reader: str, request: SyncRequest, now: int, successors: Successors) -> Assignment:
+    entry = state.readers.get(reader)
+    if entry is None:
+        raise IllegalState(f"reader {reader} is not online in this group (it was taken offline or never joined)")
+    entry.seen_ms = now
+    for p in request.positions:
+        key = f"{p.stream}/{p.segment_id}"
+        if key in entry.segments:
+            entry.segments[key].offset = p.offset
+    for c in request.completed:
+        _complete(state, entry, c, successors)
+    if request.checkpoint:
+        _pass_checkpoint(state, reader, entry, request.checkpoint, now)
+    _maybe_auto_checkpoint(state, now)
+    if not state.checkpoints:
+        while len(entry.segments) < state.fair_share() and state.unassigned:
+            key = min(state.unassigned)
+            entry.segments[key] = state.unassigned.pop(key)
+    return assignment(state, reader)
+
+
+def assignment(state: GroupState, reader: str) -> Assignment:
+    entry = state.readers[reader]
+    checkpoint = next((c for c in state.checkpoints if reader in c.pending), None)
+    return Assignment(
+        generation=state.config.generation,
+        segments=[AssignedSegment(stream=h.stream, segment=h.segment, offset=h.offset, end_offset=h.end_offset)
+                  for h in entry.segments.values()],
+        checkpoint=checkpoint.name if checkpoint else None,
+        silent=checkpoint.silent if checkpoint else False,
+        end_of_data=state.end_of_data())
+
+
+def reader_offline(state: GroupState, reader: str, position: list[SegmentOffset] | None) -> None:
+    entry = state.readers.pop(reader, None)
+    if entry is None:
+        return
+    given = {f"{p.stream}/{p.segment_id}": p.offset for p in position or []}
+    for key, held in entry.segments.items():
+        if key in given:
+            held.offset = given[key]
+        state.unassigned[key] = held
+    for checkpoint in state.checkpoints:
+        if reader in checkpoint.pending:
+            checkpoint.pending.remove(reader)
+            for key, held in entry.segments.items():
+                checkpoint.positions[key] = held.model_copy()
+    _finish_checkpoints(state)
+
+
+def initiate_checkpoint(state: GroupState, name: str, silent: bool, now: int) -> None:
+    if any(c.name == name for c in state.checkpoints) or (state.last_checkpoint and state.last_checkpoint.name == name):
+        raise AlreadyExists(f"checkpoint {name} already exists")
+    if len(state.checkpoints) >= state.config.max_outstanding_checkpoint_request:
+        raise IllegalState(f"the group already has {len(state.checkpoints)} outstanding checkpoints "
+                           f"(maximum {state.config.max_outstanding_checkpoint_request})")
+    state.checkpoints.append(Checkpoint(name=name, silent=silent, pending=sorted(state.readers), created_ms=now))
+    _finish_checkpoints(state)
+
+
+def _complete(state: GroupState, entry: ReaderEntry, done: SegmentOffset, successors: Successors) -> None:
+    key = f"{done.stream}/{done.segment_id}"
+    held = entry.segments.pop(key, None)
+    if held is None:
+        return
+    state.completed[key] = Completed(stream=held.stream, segment=held.segment, end_offset=done.offset)
+    for checkpoint in state.checkpoints:
+        if checkpoint.pending and key not in checkpoint.positions:
+            checkpoint.positions[key] = Held(stream=held.stream, segment=held.segment, offset=done.offset)
+    end_cut = [p.segment for p in state.end.get(held.stream, [])]
+    end_offsets = {p.segment.segment_id: p.offset for p in state.end.get(held.stream, [])}
+    if held.end_offset is not None:
+        return  # read up to the end cut: nothing after it belongs to the group
+    start = state.start.get(held.stream, [])
+    for info in successors(held.stream, held.segment.segment_id):
+        successor = Held(stream=held.stream, segment=info.segment, end_offset=end_offsets.get(info.segment.segment_id))
+        if state.known(successor.key) or (end_cut and successor.segment.segment_id not in end_offsets
+                                          and segment_is_after(successor.segment, end_cut)):
+            continue
+        waiting = [f"{held.stream}/{p.segment_id}" for p in info.predecessors
+                   if f"{held.stream}/{p.segment_id}" not in state.completed and not segment_is_before(p, start)]
+        state.future[successor.key] = Waiting(held=successor, predecessors=waiting)
+    for fkey, waiting in list(state.future.items()):
+        waiting.predecessors = [p for p in waiting.predecessors if p not in state.completed]
+        if not waiting.predecessors:
+            del state.future[fkey]
+            state.unassigned[fkey] = waiting.held
+
+
+def _pass_checkpoint(state: GroupState, reader: str, entry: ReaderEntry, name: str, now: int) -> None:
+    checkpoint = next((c for c in state.checkpoints if c.name == name), None)
+    if checkpoint is None or reader not in checkpoint.pending:
+        return  # already passed (a retried request) or a checkpoint that no longer exists
+    checkpoint.pending.remove(reader)
+    for key, held in entry.segments.items():
+        previous = checkpoint.positions.get(key)
+        if previous is None or held.offset > previous.offset:
+            checkpoint.positions[key] = held.model_copy()
+    surplus = len(entry.segments) - state.fair_share()
+    others_short = any(len(r.segments) < state.fair_share() for n, r in state.readers.items() if n != reader)
+    if surplus > 0 and others_short:
+        for key in sorted(entry.segments)[-surplus:]:
+            state.unassigned[key] = entry.segments.pop(key)
+    _finish_checkpoints(state)
+
+
+def _finish_checkpoints(state: GroupState) -> None:
+    while state.checkpoints and not state.checkpoints[0].pending:
+        checkpoint = state.checkpoints.pop(0)
+        state.last_checkpoint = CheckpointInfo(name=checkpoint.name, complete=True,
+                                               cuts=state.cuts(checkpoint.positions))
+
+
+def _maybe_auto_checkpoint(state: GroupState, now: int) -> None:
+    interval = state.config.automatic_checkpoint_interval_ms
+    if interval <= 0 or state.checkpoints or not state.readers:
+        return
+    if state.last_auto_checkpoint_ms == 0:
+        state.last_auto_checkpoint_ms = now
+        return
+    if now - state.last_auto_checkpoint_ms >= interval:
+        state.checkpoint_counter += 1
+        state.last_auto_checkpoint_ms = now
+        initiate_checkpoint(state, f"auto-{state.checkpoint_counter}", False, now)
+
+
+def checkpoint_info(state: GroupState, name: str) -> CheckpointInfo:
+    if state.last_checkpoint and state.last_checkpoint.name == name:
+        return state.last_checkpoint
+    if any(c.name == name for c in state.checkpoints):
+        return CheckpointInfo(name=name, complete=False)
+    raise NotFound(f"no outstanding or last checkpoint named {name}")
+
+
+# -- the store side: read-modify-write with retries ------------------------------------------------
+
+
+class ReaderGroups:
+    """Reader group operations, each a conditional read-modify-write of the group's record."""
+
+    def __init__(self, streams: Any) -> None:  # controlplane.streams.StreamTasks
+        self.streams = streams
+
+    def create(self, scope: str, group: str, config: ReaderGroupConfig) -> bool:
+        validate_reader_group_name(group)
+        starts = self._starts(config)
+        config = config.model_copy(update={"generation": 0})
+        record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group,
+                                   state=new_state(config, starts).model_dump(mode="json"))
+        try:
+            record.save(condition=ReaderGroupRecord.pk.does_not_exist())
+            return True
+        except PutError as e:
+            if e.cause_response_code == "ConditionalCheckFailedException":
+                return False
+            raise
+
+    def reset(self, scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
+        """Start over with a new configuration (a new generation); online readers are dropped."""
+        starts = self._starts(config)
+
+        def change(state: GroupState) -> GroupState:
+            return new_state(config.model_copy(update={"generation": state.config.generation + 1}), starts)
+        return self._modify(scope, group, change, replace=True).config
+
+    def delete(self, scope: str, group: str) -> bool:
+        try:
+            record = ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
+        except DoesNotExist:
+            return False
+        with conditional(f"reader group {scope}/{group} changed while being deleted"):
+            record.delete()
+        return True
+
+    def state(self, scope: str, group: str) -> GroupState:
+        return GroupState.model_validate(self._record(scope, group).state)
+
+    def info(self, scope: str, group: str) -> ReaderGroupInfo:
+        state = self.state(scope, group)
+        return ReaderGroupInfo(scope=scope, group=group, config=state.config, online_readers=sorted(state.readers),
+                               outstanding_checkpoints=[c.name for c in state.checkpoints],
+                               last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned))
+
+    def add_reader(self, scope: str, group: str, reader: str) -> Assignment:
+        now = _now()
+        return self._modify(scope, group, lambda s: (add_reader(s, reader, now), assignment(s, reader))[1])
+
+    def sync(self, scope: str, group: str, reader: str, request: SyncRequest) -> Assignment:
+        now = _now()
+        return self._modify(scope, group, lambda s: sync(s, reader, request, now, self._successors))
+
+    def reader_offline(self, scope: str, group: str, reader: str, position: list[SegmentOffset] | None) -> None:
+        self._modify(scope, group, lambda s: reader_offline(s, reader, position))
+
+    def initiate_checkpoint(self, scope: str, group: str, name: str, silent: bool = False) -> CheckpointInfo:
+        now = _now()
+        return self._modify(scope, group, lambda s: (initiate_checkpoint(s, name, silent, now),
+                                                     checkpoint_info(s, name))[1])
+
+    def checkpoint(self, scope: str, group: str, name: str) -> CheckpointInfo:
+        return checkpoint_info(self.state(scope, group), name)
+
+    def stream_cuts(self, scope: str, group: str) -> list[StreamCutBody]:
+        state = self.state(scope, group)
+        return state.cuts(state.current_positions())
+
+    def unread_bytes(self, scope: str, group: str) -> int:
+        total = 0
+        for cut in self.stream_cuts(scope, group):
+            offsets = {p.segment.segment_id: p.offset for p in cut.positions}
+            total += sum(s.end_offset - s.start_offset for s in self.streams.slices(cut.scope, cut.stream, offsets))
+        return total
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _starts(self, config: ReaderGroupConfig) -> dict[str, list[SegmentPosition]]:
+        starts = {}
+        for spec in config.streams:
+            if spec.start:
+                offsets = {p.segment.segment_id: p.offset for p in spec.start}
+                starts[spec.scoped_name] = self.streams.resolve_cut(spec.scope, spec.stream, offsets)
+            else:
+                starts[spec.scoped_name] = self.streams.head(spec.scope, spec.stream)
+            if spec.end:
+                problem = validity_problem([p.segment for p in spec.end])
+                if problem:
+                    raise InvalidArgument(f"invalid end stream cut for {spec.scoped_name}: {problem}")
+        return starts
+
+    def _successors(self, stream: str, segment_id: int) -> list[SuccessorInfo]:
+        scope, name = stream.split("/", 1)
+        return self.streams.successors(scope, name, segment_id)
+
+    def _record(self, scope: str, group: str) -> ReaderGroupRecord:
+        try:
+            return ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
+        except DoesNotExist:
+            raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
+
+    def _modify(self, scope: str, group: str, change: Callable[[GroupState], Any], replace: bool = False) -> Any:
+        """Apply ``change`` to the group's state and write it back if nobody raced; retry if somebody did."""
+        for attempt in range(20):
+            record = self._record(scope, group)
+            state = GroupState.model_validate(record.state)
+            result = change(state)
+            new = result if replace else state
+            try:
+                with conditional("reader group state changed concurrently"):
+                    record.update(actions=[ReaderGroupRecord.state.set(new.model_dump(mode="json"))])
+                return result
+            except WriteConflict:
+                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
+        raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
