@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rillet.errors import InvalidArgument
 
@@ -31,6 +32,7 @@ def segment_number(sid: int) -> int:
     return sid & _NUMBER_MASK
 
 
+@lru_cache(maxsize=1 << 16)  # writers see the same keys again and again
 def hash_routing_key(routing_key: str) -> float:
     """A stable point in [0, 1) for a routing key (the first 53 bits of BLAKE2b, so exact in a float)."""
     digest = hashlib.blake2b(routing_key.encode("utf-8"), digest_size=8).digest()

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures: requests per operation, modeled dollars, throughput ratios."""

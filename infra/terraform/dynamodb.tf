@@ -1,0 +1,94 @@
+# The two tables, on demand. Their keys and indexes are the PynamoDB models' (controlplane/models.py
+# MetadataItem, dataplane/models.py SegmentItem and SegmentMeta); tests/infra/test_terraform.py fails
+# when the two drift apart. Only key attributes are declared here: DynamoDB is schemaless otherwise.
+
+# Stream metadata: scopes, streams, epochs and segment records, versioned by conditional writes.
+# The sparse "workflows" index lists the records with a workflow in flight, for the sweeper.
+resource "aws_dynamodb_table" "metadata" {
+  name                        = local.metadata_table_name
+  billing_mode                = "PAY_PER_REQUEST"
+  hash_key                    = "pk"
+  range_key                   = "sk"
+  deletion_protection_enabled = var.table_deletion_protection
+
+  attribute {
+    name = "pk"
+    type = "S"
+  }
+
+  attribute {
+    name = "sk"
+    type = "S"
+  }
+
+  attribute {
+    name = "pending"
+    type = "S"
+  }
+
+  attribute {
+    name = "pending_since"
+    type = "N"
+  }
+
+  global_secondary_index {
+    name            = "workflows"
+    hash_key        = "pending"
+    range_key       = "pending_since"
+    projection_type = "ALL"
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled = true
+  }
+}
+
+# Segments: one partition per segment, holding its head record ("m") and its index entries ("e#...").
+# The sparse "tiering" index (attributes "ts"/"ta", the short attr_names of tier_shard/tier_at) lists
+# the segments whose inline bytes are due to move to S3.
+resource "aws_dynamodb_table" "segments" {
+  name                        = local.segments_table_name
+  billing_mode                = "PAY_PER_REQUEST"
+  hash_key                    = "pk"
+  range_key                   = "sk"
+  deletion_protection_enabled = var.table_deletion_protection
+
+  attribute {
+    name = "pk"
+    type = "S"
+  }
+
+  attribute {
+    name = "sk"
+    type = "S"
+  }
+
+  attribute {
+    name = "ts"
+    type = "S"
+  }
+
+  attribute {
+    name = "ta"
+    type = "N"
+  }
+
+  global_secondary_index {
+    name            = "tiering"
+    hash_key        = "ts"
+    range_key       = "ta"
+    projection_type = "ALL"
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled = true
+  }
+}

@@ -1,0 +1,146 @@
+# The three functions share one code artifact (infra/build_lambda.py) and differ in handler, role and
+# environment. Each is reached through a Function URL with AWS_IAM auth: clients sign requests with
+# SigV4 (service "lambda") and need the policy in aws_iam_policy.client.
+#
+# Log groups are declared (not left to Lambda to create) so that they have a retention period; the
+# functions depend on them so that no invocation can create one first.
+
+resource "aws_cloudwatch_log_group" "controller_api" {
+  name              = "/aws/lambda/${local.function_names.controller_api}"
+  retention_in_days = var.log_retention_days
+}
+
+resource "aws_cloudwatch_log_group" "append" {
+  name              = "/aws/lambda/${local.function_names.append}"
+  retention_in_days = var.log_retention_days
+}
+
+resource "aws_cloudwatch_log_group" "read" {
+  name              = "/aws/lambda/${local.function_names.read}"
+  retention_in_days = var.log_retention_days
+}
+
+# Control API: scopes, streams and segment queries as JSON; also tells clients where the data API is.
+resource "aws_lambda_function" "controller_api" {
+  function_name    = local.function_names.controller_api
+  description      = "Rillet control API: scopes, streams and segment queries"
+  role             = aws_iam_role.controller_api.arn
+  handler          = "lambdas.controller_api.handler.handler"
+  runtime          = "python3.11"
+  architectures    = [var.lambda_architecture]
+  filename         = var.lambda_zip
+  source_code_hash = filebase64sha256(var.lambda_zip)
+  memory_size      = 512
+  timeout          = 30
+
+  environment {
+    variables = {
+      RILLET_METADATA_TABLE        = aws_dynamodb_table.metadata.name
+      RILLET_SEGMENTS_TABLE        = aws_dynamodb_table.segments.name
+      RILLET_BUCKET                = aws_s3_bucket.segments.bucket
+      RILLET_APPEND_URL            = aws_lambda_function_url.append.function_url
+      RILLET_READ_URL              = aws_lambda_function_url.read.function_url
+      POWERTOOLS_SERVICE_NAME      = "controller"
+      POWERTOOLS_METRICS_NAMESPACE = "Rillet"
+      POWERTOOLS_LOG_LEVEL         = var.log_level
+    }
+  }
+
+  tracing_config {
+    mode = "Active"
+  }
+
+  depends_on = [
+    aws_cloudwatch_log_group.controller_api,
+    aws_iam_role_policy.controller_api,
+  ]
+}
+
+# Append API: binary blocks of events, de-duplicated by writer id and event number.
+resource "aws_lambda_function" "append" {
+  function_name    = local.function_names.append
+  description      = "Rillet append API: binary event blocks into segments"
+  role             = aws_iam_role.append.arn
+  handler          = "lambdas.append.handler.handler"
+  runtime          = "python3.11"
+  architectures    = [var.lambda_architecture]
+  filename         = var.lambda_zip
+  source_code_hash = filebase64sha256(var.lambda_zip)
+  memory_size      = 512
+  timeout          = 30
+
+  environment {
+    variables = {
+      RILLET_METADATA_TABLE        = aws_dynamodb_table.metadata.name
+      RILLET_SEGMENTS_TABLE        = aws_dynamodb_table.segments.name
+      RILLET_BUCKET                = aws_s3_bucket.segments.bucket
+      POWERTOOLS_SERVICE_NAME      = "append"
+      POWERTOOLS_METRICS_NAMESPACE = "Rillet"
+      POWERTOOLS_LOG_LEVEL         = var.log_level
+    }
+  }
+
+  tracing_config {
+    mode = "Active"
+  }
+
+  depends_on = [
+    aws_cloudwatch_log_group.append,
+    aws_iam_role_policy.append,
+  ]
+}
+
+# Read API: binary byte ranges of segments, long-polling up to 20 s at the tail (MAX_WAIT_MS), so the
+# timeout leaves 10 s for the read itself. Its responses are up to a megabyte of event bytes: the tracer
+# keeps them out of the X-Ray trace.
+resource "aws_lambda_function" "read" {
+  function_name    = local.function_names.read
+  description      = "Rillet read API: binary byte ranges of segments"
+  role             = aws_iam_role.read.arn
+  handler          = "lambdas.read.handler.handler"
+  runtime          = "python3.11"
+  architectures    = [var.lambda_architecture]
+  filename         = var.lambda_zip
+  source_code_hash = filebase64sha256(var.lambda_zip)
+  memory_size      = 512
+  timeout          = 30
+
+  environment {
+    variables = {
+      RILLET_METADATA_TABLE              = aws_dynamodb_table.metadata.name
+      RILLET_SEGMENTS_TABLE              = aws_dynamodb_table.segments.name
+      RILLET_BUCKET                      = aws_s3_bucket.segments.bucket
+      POWERTOOLS_SERVICE_NAME            = "read"
+      POWERTOOLS_METRICS_NAMESPACE       = "Rillet"
+      POWERTOOLS_LOG_LEVEL               = var.log_level
+      POWERTOOLS_TRACER_CAPTURE_RESPONSE = "false"
+    }
+  }
+
+  tracing_config {
+    mode = "Active"
+  }
+
+  depends_on = [
+    aws_cloudwatch_log_group.read,
+    aws_iam_role_policy.read,
+  ]
+}
+
+resource "aws_lambda_function_url" "controller_api" {
+  function_name      = aws_lambda_function.controller_api.function_name
+  authorization_type = "AWS_IAM"
+  invoke_mode        = "BUFFERED"
+}
+
+resource "aws_lambda_function_url" "append" {
+  function_name      = aws_lambda_function.append.function_name
+  authorization_type = "AWS_IAM"
+  invoke_mode        = "BUFFERED"
+}
+
+resource "aws_lambda_function_url" "read" {
+  function_name      = aws_lambda_function.read.function_name
+  authorization_type = "AWS_IAM"
+  invoke_mode        = "BUFFERED"
+}
