@@ -55,11 +55,54 @@ def render(name: str) -> str:
     return json.dumps(_document_errors(schema), indent=2, sort_keys=True) + "\n"
 
 
+API_DOC = OUT_DIR.parent / "api.md"
+API_INTRO = """# Rillet APIs
+
+Three HTTPS APIs, each a Lambda Function URL on AWS (AWS_IAM auth: requests are SigV4-signed for
+the `lambda` service; the SDK does it from the standard credential chain) and a loopback port in
+standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names the other two.
+
+* **Control API** (JSON): scopes, streams, segments, scaling, truncation, reader groups.
+* **Append API** (binary): `POST /v1/segments/{scope}/{stream}/{segment}` with a body of
+  length-prefixed events (a 4-byte big-endian length before each event, or raw bytes with
+  `x-rillet-raw: true` for byte streams) and the headers `x-rillet-writer-id`,
+  `x-rillet-event-number` (of the block's first event), `x-rillet-event-count` and optionally
+  `x-rillet-expected-offset` (a conditional append). The answer is
+  `{"offset", "length", "duplicate"}`.
+* **Read API** (binary): `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=&wait_ms=`
+  answers the bytes, with `x-rillet-offset`, `x-rillet-next-offset`, `x-rillet-start-offset`,
+  `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers.
+
+Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable `code`
+(`InvalidArgument` 400, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/
+`AlreadyExists` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `InternalError` 500);
+never a stack trace. The full types are in `client/rillet/errors.py`.
+
+The OpenAPI documents below are generated from the handlers' code (`make openapi`); a test fails if
+they drift from it.
+"""
+
+
+def render_markdown() -> str:
+    lines = [API_INTRO]
+    for name, (_, title, description) in APIS.items():
+        schema = json.loads(render(name))
+        lines += [f"## {title}", "", description, "", f"OpenAPI: [openapi/{name}.json](openapi/{name}.json)", "",
+                  "| method | path | what |", "|---|---|---|"]
+        for path, operations in sorted(schema["paths"].items()):
+            for method, operation in sorted(operations.items()):
+                lines.append(f"| {method.upper()} | `{path}` | {operation.get('summary', '')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     for name in APIS:
         (OUT_DIR / f"{name}.json").write_text(render(name))
         print(f"wrote {OUT_DIR / f'{name}.json'}")
+    API_DOC.write_text(render_markdown())
+    print(f"wrote {API_DOC}")
     return 0
 
 

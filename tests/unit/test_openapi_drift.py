@@ -2,7 +2,7 @@
 
 import pytest
 
-from lambdas.openapi import APIS, OUT_DIR, render
+from lambdas.openapi import API_DOC, APIS, OUT_DIR, render, render_markdown
 
 
 @pytest.mark.parametrize("name", sorted(APIS))
@@ -10,3 +10,7 @@ def test_checked_in_openapi_matches_the_code(name):
     path = OUT_DIR / f"{name}.json"
     assert path.exists(), f"{path} is missing: run `make openapi`"
     assert path.read_text() == render(name), f"{path} is stale: run `make openapi` and commit the result"
+
+
+def test_api_reference_matches_the_code():
+    assert API_DOC.read_text() == render_markdown(), f"{API_DOC} is stale: run `make openapi`"

@@ -1,0 +1,13 @@
+"""``make bench``: run every benchmark and print its figures."""
+
+from bench import data_path
+
+
+def main() -> None:
+    print(data_path.report(data_path.run(total_mb=32)))
+    print()
+    print(data_path.report(data_path.run(total_mb=8, rate_mb_s=1.0)))
+
+
+if __name__ == "__main__":
+    main()
