@@ -11,7 +11,7 @@ from controlplane.streams import StreamTasks
 from controlplane.sweeper import Sweeper
 from dataplane import models as data_models
 from dataplane.deployment import Deployment
-from dataplane.segment_store import SegmentStore
+from dataplane.segment_store import SegmentStore, StoreSettings
 
 
 @dataclass
@@ -24,10 +24,10 @@ class Controller:
     reader_groups: ReaderGroups
 
     @classmethod
-    def for_deployment(cls, deployment: Deployment) -> Controller:
+    def for_deployment(cls, deployment: Deployment, settings: StoreSettings | None = None) -> Controller:
         models.bind(deployment)
         data_models.bind(deployment)
         store = MetadataStore(deployment)
-        segments = SegmentStore(deployment)
+        segments = SegmentStore(deployment, settings)
         streams = StreamTasks(store, segments)
         return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams))

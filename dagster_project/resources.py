@@ -7,6 +7,7 @@ from dagster import ConfigurableResource
 
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
+from dataplane.segment_store import StoreSettings
 
 
 class RilletDeployment(ConfigurableResource):
@@ -17,6 +18,8 @@ class RilletDeployment(ConfigurableResource):
     metadata_table: str = Deployment.metadata_table
     segments_table: str = Deployment.segments_table
     bucket: str = Deployment.bucket
+    chunk_target_bytes: int = StoreSettings.chunk_target
+    tier_min_age_ms: int = StoreSettings.tier_min_age_ms
 
     @classmethod
     def from_env(cls) -> "RilletDeployment":
@@ -29,7 +32,8 @@ class RilletDeployment(ConfigurableResource):
                           segments_table=self.segments_table, bucket=self.bucket)
 
     def controller(self) -> Controller:
-        return Controller.for_deployment(self.deployment())
+        settings = StoreSettings(chunk_target=self.chunk_target_bytes, tier_min_age_ms=self.tier_min_age_ms)
+        return Controller.for_deployment(self.deployment(), settings)
 
 
 def sensor_interval(name: str, default_s: int) -> int:
