@@ -10,6 +10,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``epoch#<n>`` -- :class:`EpochRecord`: the segments of an epoch.
 * ``stream#<scope>/<stream>`` / ``segment#<id>`` -- :class:`SegmentRecord`: a segment's key range,
   successors, predecessors and sealed size.
+* ``stream#<scope>/<stream>`` / ``txn#<id>`` -- :class:`TxnRecord`: a transaction.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
@@ -25,6 +26,7 @@ from pynamodb.attributes import (
     JSONAttribute,
     ListAttribute,
     NumberAttribute,
+    TTLAttribute,
     UnicodeAttribute,
     UnicodeSetAttribute,
     VersionAttribute,
@@ -54,6 +56,10 @@ def reader_group_pk(scope: str, group: str) -> str:
     return f"rg#{scope}/{group}"
 
 
+def txn_sk(txn_id: str) -> str:
+    return f"txn#{txn_id}"
+
+
 def segment_sk(segment_id: int) -> str:
     return f"segment#{segment_id:020d}"
 
@@ -69,6 +75,17 @@ class WorkflowIndex(GlobalSecondaryIndex):
     pending_since = NumberAttribute(range_key=True)
 
 
+class TxnDeadlineIndex(GlobalSecondaryIndex):
+    """Sparse index of open transactions by the time they expire (lease or maximum execution time)."""
+
+    class Meta:
+        index_name = "txn-deadlines"
+        projection = AllProjection()
+
+    deadline_shard = UnicodeAttribute(hash_key=True)
+    deadline_ms = NumberAttribute(range_key=True)
+
+
 class MetadataItem(Model):
     class Meta:
         table_name = Deployment.metadata_table
@@ -80,7 +97,11 @@ class MetadataItem(Model):
     kind = DiscriminatorAttribute()
     pending = UnicodeAttribute(null=True)
     pending_since = NumberAttribute(null=True)
+    deadline_shard = UnicodeAttribute(null=True)
+    deadline_ms = NumberAttribute(null=True)
+    expires_at = TTLAttribute(null=True)  # finished transactions disappear a while after they end
     workflows = WorkflowIndex()
+    txn_deadlines = TxnDeadlineIndex()
 
 
 class ScopeRecord(MetadataItem, discriminator="scope"):
@@ -124,6 +145,29 @@ class SegmentRecord(MetadataItem, discriminator="segment"):
     predecessors = ListAttribute(of=NumberAttribute, default=list)
 
 
+class TxnRecord(MetadataItem, discriminator="txn"):
+    """A transaction: its state, the epoch and segments it began in, its lease and deadlines.
+
+    An open transaction carries ``deadline_shard``/``deadline_ms`` (the sparse ``txn-deadlines``
+    index the timeout sensor reads); committing and aborting ones carry ``pending`` (the sweeper's
+    index) until they are finished.
+    """
+
+    scope = UnicodeAttribute()
+    stream = UnicodeAttribute()
+    txn_id = UnicodeAttribute()
+    state = UnicodeAttribute()
+    epoch = NumberAttribute()
+    segments = JSONAttribute()  # [[segment id, low, high], ...] of the epoch it began in
+    created_ms = NumberAttribute()
+    lease_expiry_ms = NumberAttribute()
+    max_expiry_ms = NumberAttribute()
+    commit_ms = NumberAttribute(null=True)  # when commit was requested: commits apply in this order
+    timestamp_ms = NumberAttribute(null=True)  # the writer's event time at commit, for watermarks
+    writer_id = UnicodeAttribute(null=True)
+    version = VersionAttribute()
+
+
 class ReaderGroupRecord(MetadataItem, discriminator="rg"):
     """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as JSON).
 
@@ -139,7 +183,7 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
 
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, ReaderGroupRecord):
+    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, ReaderGroupRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -9,6 +9,7 @@ from controlplane.reader_groups import ReaderGroups
 from controlplane.store import MetadataStore
 from controlplane.streams import StreamTasks
 from controlplane.sweeper import Sweeper
+from controlplane.transactions import TransactionTasks, TxnSettings
 from dataplane import models as data_models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore, StoreSettings
@@ -22,12 +23,17 @@ class Controller:
     streams: StreamTasks
     sweeper: Sweeper
     reader_groups: ReaderGroups
+    transactions: TransactionTasks
 
     @classmethod
-    def for_deployment(cls, deployment: Deployment, settings: StoreSettings | None = None) -> Controller:
+    def for_deployment(cls, deployment: Deployment, settings: StoreSettings | None = None,
+                       txn_settings: TxnSettings | None = None) -> Controller:
         models.bind(deployment)
         data_models.bind(deployment)
         store = MetadataStore(deployment)
         segments = SegmentStore(deployment, settings)
         streams = StreamTasks(store, segments)
-        return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams))
+        transactions = TransactionTasks(streams, txn_settings or TxnSettings.from_env())
+        streams.transactions = transactions
+        return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams),
+                   transactions)

@@ -58,6 +58,7 @@ class StreamTasks:
     def __init__(self, store: MetadataStore, segments: SegmentStore) -> None:
         self.store = store
         self.segments = segments
+        self.transactions = None  # controlplane.transactions.TransactionTasks, wired by the Controller
 
     # -- scopes --------------------------------------------------------------------------------
 
@@ -156,10 +157,14 @@ class StreamTasks:
         if _state(record) == StreamState.SEALED:
             return
         if _state(record) != StreamState.SEALING:
+            self.transactions.drive_commits(scope, stream)  # acknowledged commits happen before the seal
+            record = self.store.get_stream(scope, stream)
             self._begin(record, StreamState.SEALING, {"name": "seal"})
         self.finish_seal_stream(record)
 
     def finish_seal_stream(self, record: StreamRecord) -> None:
+        """Seal: open transactions are aborted (as in Pravega), then every current segment is sealed."""
+        self.transactions.abort_open(record.scope, record.stream)
         epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
         for sid, _, _ in epoch.segments:
             self._seal_segment(record, int(sid), record.current_epoch)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from controlplane.models import ScopeRecord, StreamRecord
+from controlplane.models import ScopeRecord, StreamRecord, TxnRecord
 from controlplane.streams import StreamTasks, now_ms
+from controlplane.transactions import TransactionTasks
 from rillet.errors import NotFound, RilletError, ScopeNotEmpty
 
 log = logging.getLogger(__name__)
@@ -30,14 +31,20 @@ class Sweeper:
         self.tasks = tasks
         self.grace_ms = grace_ms
 
+    @property
+    def transactions(self) -> TransactionTasks:
+        return self.tasks.transactions
+
     def sweep(self) -> list[SweepOutcome]:
         outcomes = []
         for item in self.tasks.store.pending_workflows(now_ms() - self.grace_ms):
             outcomes.append(self._finish(item))
         return outcomes
 
-    def _finish(self, item: ScopeRecord | StreamRecord) -> SweepOutcome:
+    def _finish(self, item: ScopeRecord | StreamRecord | TxnRecord) -> SweepOutcome:
         store = self.tasks.store
+        if isinstance(item, TxnRecord):
+            return self._finish_txn(item)
         if isinstance(item, ScopeRecord):
             try:
                 self.tasks.finish_delete_scope(store.get_scope(item.scope))
@@ -62,3 +69,18 @@ class Sweeper:
         except RilletError as e:
             log.warning("sweeper could not finish %s of %s: %s", name, subject, e)
             return SweepOutcome(subject, name, e.code)
+
+    def _finish_txn(self, item: TxnRecord) -> SweepOutcome:
+        subject = f"{item.scope}/{item.stream}"
+        workflow = f"{item.state.lower()}-txn {item.txn_id}"
+        try:
+            if item.state == "ABORTING":
+                self.transactions.abort(item.scope, item.stream, item.txn_id)
+            else:
+                self.transactions.drive_commits(item.scope, item.stream)
+            return SweepOutcome(subject, workflow, "completed")
+        except NotFound:
+            return SweepOutcome(subject, workflow, "completed")
+        except RilletError as e:
+            log.warning("sweeper could not finish %s of %s: %s", workflow, subject, e)
+            return SweepOutcome(subject, workflow, e.code)

@@ -12,8 +12,11 @@ from rillet.errors import (
     SegmentNotFound,
     SegmentSealed,
     StreamNotFound,
+    LeaseTooLarge,
     TooLarge,
     Truncated,
+    TxnFailed,
+    TxnNotFound,
     WriteConflict,
 )
 from rillet.batch import BatchClient
@@ -38,6 +41,8 @@ from rillet.models import (
     StreamInfo,
     StreamState,
     SuccessorInfo,
+    TxnInfo,
+    TxnState,
 )
 
 from rillet.reader import EventPointer, EventRead, StreamReader
@@ -52,6 +57,7 @@ from rillet.reader_group import (
 )
 from rillet.serializers import BytesSerializer, JsonSerializer, Serializer, UTF8StringSerializer
 from rillet.stream_cut import Ordering, StreamCut
+from rillet.transaction import Transaction, TransactionalEventStreamWriter
 from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
 
 __all__ = [
@@ -60,6 +66,8 @@ __all__ = [
     "EventWriterConfig", "JsonSerializer", "Ordering", "SegmentSlice", "Serializer", "StreamCut", "StreamReader",
     "UTF8StringSerializer", "WriteAck", "Checkpoint", "EventStreamReader", "GroupEventRead", "Position",
     "ReaderGroup", "ReaderGroupConfig", "ReaderGroupManager", "StreamDataRetention", "group_config",
+    "LeaseTooLarge", "Transaction", "TransactionalEventStreamWriter", "TxnFailed", "TxnInfo", "TxnNotFound",
+    "TxnState",
     "AlreadyExists", "ConsumptionLimits", "IllegalState", "InvalidArgument", "KeyRange", "NotFound",
     "OffsetMismatch", "RetentionPolicy", "RetentionType", "RilletError", "ScaleType", "ScalingPolicy",
     "ScopeInfo", "ScopeNotEmpty", "ScopeNotFound", "SegmentNotFound", "SegmentPosition", "SegmentRange",

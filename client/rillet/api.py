@@ -212,3 +212,19 @@ class StreamCutList(_Body):
 
 class UnreadBytes(_Body):
     unread_bytes: int
+
+
+# -- transactions ----------------------------------------------------------------------------------
+
+
+class BeginTxnRequest(_Body):
+    lease_ms: int | None = Field(None, gt=0, description="Default: the deployment's default lease.")
+
+
+class PingTxnRequest(_Body):
+    lease_ms: int = Field(gt=0)
+
+
+class CommitTxnRequest(_Body):
+    timestamp_ms: int | None = Field(None, ge=0, description="Event time of the transaction, for watermarks.")
+    writer_id: str | None = Field(None, max_length=64)

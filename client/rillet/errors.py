@@ -63,6 +63,10 @@ class SegmentNotFound(NotFound):
     code = "SegmentNotFound"
 
 
+class TxnNotFound(NotFound):
+    code = "TxnNotFound"
+
+
 class AlreadyExists(RilletError):
     code, status = "AlreadyExists", 409
 
@@ -81,6 +85,19 @@ class IllegalState(RilletError):
 
 class ScopeNotEmpty(IllegalState):
     code = "ScopeNotEmpty"
+
+
+class TxnFailed(RilletError):
+    """The transaction is no longer open (committing, committed, aborting, aborted or expired).
+
+    ``details["status"]`` says which (for a ping: COMMITTED, ABORTED or MAX_EXECUTION_TIME_EXCEEDED).
+    """
+
+    code, status = "TxnFailed", 409
+
+
+class LeaseTooLarge(InvalidArgument):
+    code = "LeaseTooLarge"
 
 
 class SegmentSealed(RilletError):

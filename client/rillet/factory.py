@@ -12,6 +12,7 @@ from rillet.names import validate_scope_name
 from rillet.reader import StreamReader
 from rillet.reader_group import EventStreamReader
 from rillet.serializers import Serializer
+from rillet.transaction import TransactionalEventStreamWriter
 from rillet.writer import EventStreamWriter, EventWriterConfig
 
 T = TypeVar("T")
@@ -38,6 +39,10 @@ class EventStreamClientFactory(_Factory):
     def create_event_writer(self, stream: str, serializer: Serializer[T],
                             config: EventWriterConfig | None = None) -> EventStreamWriter[T]:
         return EventStreamWriter(self.connection, self.scope, stream, serializer, config)
+
+    def create_transactional_writer(self, stream: str, serializer: Serializer[T],
+                                    config: EventWriterConfig | None = None) -> TransactionalEventStreamWriter[T]:
+        return TransactionalEventStreamWriter(self.connection, self.scope, stream, serializer, config)
 
     def create_reader(self, reader_id: str, reader_group: str, serializer: Serializer[T]) -> EventStreamReader[T]:
         """A reader that joins ``reader_group`` (created with ReaderGroupManager) as ``reader_id``."""

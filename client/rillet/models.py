@@ -201,6 +201,25 @@ class SuccessorInfo(_Model):
     predecessors: list[SegmentRange]
 
 
+class TxnState(str, Enum):
+    OPEN = "OPEN"
+    COMMITTING = "COMMITTING"
+    COMMITTED = "COMMITTED"
+    ABORTING = "ABORTING"
+    ABORTED = "ABORTED"
+
+
+class TxnInfo(_Model):
+    scope: str
+    stream: str
+    txn_id: str
+    state: TxnState
+    epoch: int = Field(description="The epoch the transaction began in; its segments are that epoch's.")
+    segments: list[SegmentRange]
+    lease_expiry_ms: int
+    max_expiry_ms: int
+
+
 class StreamDataRetention(str, Enum):
     """Whether a reader group is a subscriber of its streams' consumption-based retention."""
 

@@ -57,3 +57,8 @@ def split_scoped_name(scoped: str) -> tuple[str, str]:
 def segment_name(scope: str, stream: str, segment: int | str) -> str:
     """The data plane's name of a stream's segment (``segment`` is its id, or a transaction segment's token)."""
     return f"{scope}/{stream}/{segment}"
+
+
+def txn_segment_token(segment_id: int, txn_id: str) -> str:
+    """The token of a transaction's segment for parent ``segment_id`` (``<id>.<txn id>``)."""
+    return f"{segment_id}.{txn_id}"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rillet.connection import Connection
-from rillet.errors import RilletError, SegmentSealed, ServiceUnavailable
+from rillet.errors import RilletError, SegmentNotFound, SegmentSealed, ServiceUnavailable
 from rillet.framing import MAX_BLOCK_SIZE, frame
 from rillet.keyspace import hash_routing_key
 from rillet.models import SegmentRange
@@ -117,7 +117,7 @@ class EventStreamWriter(Generic[T]):
     """Writes events to one stream; ``write_event`` returns a Future acknowledged when durable."""
 
     def __init__(self, connection: Connection, scope: str, stream: str, serializer: Serializer[T],
-                 config: EventWriterConfig | None = None) -> None:
+                 config: EventWriterConfig | None = None, segments: list[SegmentRange] | None = None) -> None:
         self.connection = connection
         self.scope, self.stream = scope, stream
         self.serializer = serializer
@@ -125,7 +125,7 @@ class EventStreamWriter(Generic[T]):
         self.writer_id = uuid.uuid4().hex
         self._generation = 0
         self._cond = threading.Condition()
-        self._map = SegmentMap(connection.controller.current_segments(scope, stream))
+        self._map = SegmentMap(segments if segments is not None else connection.controller.current_segments(scope, stream))
         self._queues: dict[int, _SegmentQueue] = {}
         self._outstanding = 0
         self._flushing = 0
@@ -225,11 +225,13 @@ class EventStreamWriter(Generic[T]):
         deadline = time.monotonic() + self.config.retry_timeout_s
         while True:
             try:
-                ack = self.connection.segments.append(self.scope, self.stream, queue.segment.segment_id,
+                ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
                                                       queue.writer_id, first, len(block), payload)
                 return self._acknowledged(queue, block, ack.offset)
             except SegmentSealed:
                 return self._resolve_sealed(queue)
+            except SegmentNotFound as e:
+                return self._failed(queue, block, self._gone(e), outcome_unknown=False)
             except RilletError as e:
                 if isinstance(e, ServiceUnavailable) or e.retryable:
                     if time.monotonic() < deadline:
@@ -267,6 +269,13 @@ class EventStreamWriter(Generic[T]):
             self._outstanding -= len(block)
             self._maybe_send(queue)
             self._cond.notify_all()
+
+    def _target(self, segment: SegmentRange) -> int | str:
+        """The data API's name of the segment that receives the events for ``segment``."""
+        return segment.segment_id
+
+    def _gone(self, error: RilletError) -> RilletError:
+        return error
 
     def _resolve_sealed(self, queue: _SegmentQueue) -> None:
         with self._cond:

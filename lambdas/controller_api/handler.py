@@ -13,8 +13,10 @@ from dataplane.deployment import Deployment
 from lambdas.http import build_resolver, powertools
 from rillet.api import (
     Assignment,
+    BeginTxnRequest,
     CheckpointInfo,
     CheckpointRequest,
+    CommitTxnRequest,
     CreateReaderGroupRequest,
     Created,
     CreateScopeRequest,
@@ -22,6 +24,7 @@ from rillet.api import (
     Deleted,
     Endpoints,
     OfflineRequest,
+    PingTxnRequest,
     PositionList,
     ReaderGroupInfo,
     ScaleRequest,
@@ -39,13 +42,14 @@ from rillet.api import (
 )
 from rillet.errors import InvalidArgument
 from rillet.stream_cut import StreamCut
-from rillet.models import ReaderGroupConfig, ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo
+from rillet.models import ReaderGroupConfig, ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo, TxnInfo
 
 logger, metrics, tracer = powertools("controller")
 app = build_resolver(logger)
 controller = Controller.for_deployment(Deployment.from_env())
 streams = controller.streams
 groups = controller.reader_groups
+txns = controller.transactions
 ReaderName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,250}$")]
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
@@ -179,6 +183,38 @@ def scale_stream(scope: str, stream: str, request: ScaleRequest) -> ScaleStatus:
 @app.get("/v1/scopes/<scope>/streams/<stream>/scale/<epoch>", summary="Whether the scale to an epoch finished")
 def get_scale_status(scope: str, stream: str, epoch: int) -> ScaleStatus:
     return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
+
+
+# -- transactions ----------------------------------------------------------------------------------
+
+TXNS = "/v1/scopes/<scope>/streams/<stream>/transactions"
+TxnId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
+
+
+@app.post(TXNS, summary="Begin a transaction (one transaction segment per current segment)")
+def begin_txn(scope: str, stream: str, request: BeginTxnRequest) -> TxnInfo:
+    return txns.begin(scope, stream, request.lease_ms)
+
+
+@app.get(TXNS + "/<txn_id>", summary="A transaction's state, segments and deadlines")
+def get_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
+    return txns.status(scope, stream, txn_id)
+
+
+@app.post(TXNS + "/<txn_id>/ping",
+          summary="Renew the lease (LeaseTooLarge, or TxnFailed when closed or past the maximum execution time)")
+def ping_txn(scope: str, stream: str, txn_id: TxnId, request: PingTxnRequest) -> TxnInfo:
+    return txns.ping(scope, stream, txn_id, request.lease_ms)
+
+
+@app.post(TXNS + "/<txn_id>/commit", summary="Commit: COMMITTED, or COMMITTING while another workflow runs")
+def commit_txn(scope: str, stream: str, txn_id: TxnId, request: CommitTxnRequest) -> TxnInfo:
+    return txns.commit(scope, stream, txn_id, request.timestamp_ms, request.writer_id)
+
+
+@app.post(TXNS + "/<txn_id>/abort", summary="Abort: the transaction's events are never visible")
+def abort_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
+    return txns.abort(scope, stream, txn_id)
 
 
 # -- reader groups ---------------------------------------------------------------------------------
