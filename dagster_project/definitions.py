@@ -3,11 +3,17 @@
 
 from dagster import Definitions
 
-from dagster_project.maintenance import sweep_workflows_job, tier_segments_job, tiering_sensor, workflow_sweeper_sensor
+from dagster_project.maintenance import (
+    sweep_workflows_job,
+    tier_segments_job,
+    tiering_sensor,
+    workflow_sweeper_sensor,
+)
 from dagster_project.resources import RilletDeployment
+from dagster_project.transactions import abort_expired_transactions_job, txn_timeout_sensor
 
 defs = Definitions(
-    jobs=[sweep_workflows_job, tier_segments_job],
-    sensors=[workflow_sweeper_sensor, tiering_sensor],
+    jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job],
+    sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor],
     resources={"rillet": RilletDeployment.from_env()},
 )

@@ -23,6 +23,7 @@ from dagster import (
 from dagster_project.resources import RilletDeployment, sensor_interval
 from dataplane.segment_store import now_ms
 
+
 def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 

@@ -2,8 +2,10 @@
 # MetadataItem, dataplane/models.py SegmentItem and SegmentMeta); tests/infra/test_terraform.py fails
 # when the two drift apart. Only key attributes are declared here: DynamoDB is schemaless otherwise.
 
-# Stream metadata: scopes, streams, epochs and segment records, versioned by conditional writes.
-# The sparse "workflows" index lists the records with a workflow in flight, for the sweeper.
+# Stream metadata: scopes, streams, epochs, segment records, transactions and reader groups, versioned
+# by conditional writes. The sparse "workflows" index lists the records with a workflow in flight, for
+# the sweeper; the sparse "txn-deadlines" index lists open transactions by expiry, for the timeout job.
+# Finished transactions expire through the table's TTL attribute.
 resource "aws_dynamodb_table" "metadata" {
   name                        = local.metadata_table_name
   billing_mode                = "PAY_PER_REQUEST"
@@ -31,11 +33,33 @@ resource "aws_dynamodb_table" "metadata" {
     type = "N"
   }
 
+  attribute {
+    name = "deadline_shard"
+    type = "S"
+  }
+
+  attribute {
+    name = "deadline_ms"
+    type = "N"
+  }
+
   global_secondary_index {
     name            = "workflows"
     hash_key        = "pending"
     range_key       = "pending_since"
     projection_type = "ALL"
+  }
+
+  global_secondary_index {
+    name            = "txn-deadlines"
+    hash_key        = "deadline_shard"
+    range_key       = "deadline_ms"
+    projection_type = "ALL"
+  }
+
+  ttl {
+    attribute_name = "expires_at"
+    enabled        = true
   }
 
   point_in_time_recovery {

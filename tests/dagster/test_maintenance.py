@@ -1,40 +1,29 @@
 """The Dagster sensors and jobs, evaluated with Dagster's own test APIs against moto."""
 
-import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
+from rillet.framing import frame
+from rillet.models import ScalingPolicy, StreamConfiguration, StreamState
 
 from controlplane.models import StreamRecord
 from dagster_project.definitions import defs
-from dagster_project.maintenance import sweep_workflows_job, tier_segments_job, tiering_sensor, workflow_sweeper_sensor
-from dagster_project.resources import RilletDeployment
-from dataplane.deployment import Deployment
+from dagster_project.maintenance import (
+    sweep_workflows_job,
+    tier_segments_job,
+    tiering_sensor,
+    workflow_sweeper_sensor,
+)
 from dataplane.segment_store import SegmentStore, StoreSettings
-from rillet.framing import frame
-from rillet.models import ScalingPolicy, StreamConfiguration, StreamState
-from standalone.resources import bind_all, create_resources
-
-
-@pytest.fixture
-def isolated(moto_server, deployment):
-    """Tables of its own, so the sensors see only this test's work; the session's binding is restored."""
-    mine = Deployment(endpoint_url=moto_server.url, metadata_table="dg-metadata", segments_table="dg-segments",
-                      bucket="dg-segments")
-    create_resources(mine)
-    resource = RilletDeployment(endpoint_url=mine.endpoint_url, metadata_table=mine.metadata_table,
-                                segments_table=mine.segments_table, bucket=mine.bucket, chunk_target_bytes=64,
-                                tier_min_age_ms=0)
-    yield mine, resource
-    bind_all(deployment)
 
 
 def test_definitions_load_with_every_job_and_sensor():
     repository = defs.get_repository_def()
     assert {j.name for j in repository.get_all_jobs()} >= {"sweep_workflows_job", "tier_segments_job"}
-    assert {s.name for s in repository.sensor_defs} == {"workflow_sweeper_sensor", "tiering_sensor"}
+    assert {s.name for s in repository.sensor_defs} == {"workflow_sweeper_sensor", "tiering_sensor",
+                                                         "txn_timeout_sensor"}
 
 
 def test_sweeper_sensor_requests_a_run_only_for_a_stuck_workflow_and_the_job_finishes_it(isolated, unique):
-    mine, resource = isolated
+    _, resource = isolated
     controller = resource.controller()
     with build_sensor_context(resources={"rillet": resource}) as context:
         assert isinstance(workflow_sweeper_sensor(context), SkipReason)
