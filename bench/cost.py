@@ -93,9 +93,7 @@ def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seco
         op = r.operation
         if op == "PutItem":
             result.write_units += _write_units(req.get("Item"))
-        elif op == "UpdateItem":
-            result.write_units += _write_units(resp.get("Attributes") or req.get("Key"))
-        elif op == "DeleteItem":
+        elif op == "UpdateItem" or op == "DeleteItem":
             result.write_units += _write_units(resp.get("Attributes") or req.get("Key"))
         elif op == "TransactWriteItems":
             for action in req.get("TransactItems", []):

@@ -29,12 +29,12 @@ def _meter_window(stack: Stack) -> None:
     stack.invocations.reset()
 
 
-def _usage(stack: Stack, function: str):  # noqa: ANN202
+def _usage(stack: Stack, function: str):
     _, records = stack.requests.snapshot()
     return usage(records, stack.invocations.invocations.get(function, 0), stack.invocations.gb_seconds.get(function, 0.0))
 
 
-def _per_mb(u, mb: float) -> dict[str, float]:  # noqa: ANN001
+def _per_mb(u, mb: float) -> dict[str, float]:
     ddb = sum(n for (svc, _), n in u.requests.items() if svc == "dynamodb")
     return {
         "dynamodb_requests": ddb / mb,

@@ -11,6 +11,8 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``segment#<id>`` -- :class:`SegmentRecord`: a segment's key range,
   successors, predecessors and sealed size.
 * ``stream#<scope>/<stream>`` / ``txn#<id>`` -- :class:`TxnRecord`: a transaction.
+* ``stream#<scope>/<stream>`` / ``rs#<time>`` -- :class:`RetentionRecord`: the retention set.
+* ``stream#<scope>/<stream>`` / ``sub#<scope>/<group>`` -- :class:`SubscriberRecord`: a subscriber's cut.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
@@ -86,6 +88,17 @@ class TxnDeadlineIndex(GlobalSecondaryIndex):
     deadline_ms = NumberAttribute(range_key=True)
 
 
+class RetentionIndex(GlobalSecondaryIndex):
+    """Sparse index of streams with a retention policy, by bucket: a retention run takes one bucket."""
+
+    class Meta:
+        index_name = "retention"
+        projection = AllProjection()
+
+    retention_bucket = NumberAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+
+
 class MetadataItem(Model):
     class Meta:
         table_name = Deployment.metadata_table
@@ -100,8 +113,10 @@ class MetadataItem(Model):
     deadline_shard = UnicodeAttribute(null=True)
     deadline_ms = NumberAttribute(null=True)
     expires_at = TTLAttribute(null=True)  # finished transactions disappear a while after they end
+    retention_bucket = NumberAttribute(null=True)
     workflows = WorkflowIndex()
     txn_deadlines = TxnDeadlineIndex()
+    retention = RetentionIndex()
 
 
 class ScopeRecord(MetadataItem, discriminator="scope"):
@@ -168,6 +183,24 @@ class TxnRecord(MetadataItem, discriminator="txn"):
     version = VersionAttribute()
 
 
+class RetentionRecord(MetadataItem, discriminator="retention"):
+    """An entry of a stream's retention set: a tail stream cut, when it was recorded, and the stream's
+    size from its very beginning up to it (so the bytes between two records are a subtraction)."""
+
+    recorded_ms = NumberAttribute()
+    size = NumberAttribute()
+    cut = JSONAttribute()  # [[segment id, low, high, offset], ...]
+
+
+class SubscriberRecord(MetadataItem, discriminator="subscriber"):
+    """A subscriber reader group of a stream and the latest truncation stream cut it acknowledged."""
+
+    group = UnicodeAttribute()  # "scope/group"
+    generation = NumberAttribute()
+    cut = JSONAttribute()  # [[segment id, low, high, offset], ...]
+    updated_ms = NumberAttribute()
+
+
 class ReaderGroupRecord(MetadataItem, discriminator="rg"):
     """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as JSON).
 
@@ -183,7 +216,8 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
 
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, ReaderGroupRecord):
+    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
+                  SubscriberRecord, ReaderGroupRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -32,9 +32,30 @@ from pynamodb.exceptions import DoesNotExist, PutError
 
 from controlplane.models import ReaderGroupRecord, reader_group_pk
 from controlplane.store import conditional
-from rillet.api import AssignedSegment, Assignment, CheckpointInfo, ReaderGroupInfo, SegmentOffset, SyncRequest
-from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, NotFound, ReaderGroupNotFound, WriteConflict
-from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamCutBody, SuccessorInfo
+from rillet.api import (
+    AssignedSegment,
+    Assignment,
+    CheckpointInfo,
+    ReaderGroupInfo,
+    SegmentOffset,
+    SyncRequest,
+)
+from rillet.errors import (
+    AlreadyExists,
+    IllegalState,
+    InvalidArgument,
+    NotFound,
+    ReaderGroupNotFound,
+    WriteConflict,
+)
+from rillet.models import (
+    ReaderGroupConfig,
+    SegmentPosition,
+    SegmentRange,
+    StreamCutBody,
+    StreamDataRetention,
+    SuccessorInfo,
+)
 from rillet.names import validate_reader_group_name
 from rillet.stream_cut import segment_is_after, segment_is_before, validity_problem
 
@@ -119,8 +140,11 @@ class GroupState(BaseModel):
         started, fill the gaps (a completed segment counts at its end offset).
         """
         chosen = dict(positions)
+        # Newest completed segments first: where A was split into A1, A2 and both were read, the
+        # position is A1, A2 at their ends, not A at its end (which would read A1 and A2 again).
+        completed = sorted(self.completed.values(), key=lambda c: c.segment.epoch, reverse=True)
         fillers = list(self.current_positions().values()) + [
-            Held(stream=c.stream, segment=c.segment, offset=c.end_offset) for c in self.completed.values()]
+            Held(stream=c.stream, segment=c.segment, offset=c.end_offset) for c in completed]
         for held in fillers:
             if held.key in chosen:
                 continue
@@ -279,7 +303,7 @@ def _pass_checkpoint(state: GroupState, reader: str, entry: ReaderEntry, name: s
 def _finish_checkpoints(state: GroupState) -> None:
     while state.checkpoints and not state.checkpoints[0].pending:
         checkpoint = state.checkpoints.pop(0)
-        state.last_checkpoint = CheckpointInfo(name=checkpoint.name, complete=True,
+        state.last_checkpoint = CheckpointInfo(name=checkpoint.name, complete=True, silent=checkpoint.silent,
                                                cuts=state.cuts(checkpoint.positions))
 
 
@@ -308,15 +332,24 @@ def checkpoint_info(state: GroupState, name: str) -> CheckpointInfo:
 
 
 class ReaderGroups:
-    """Reader group operations, each a conditional read-modify-write of the group's record."""
+    """Reader group operations, each a conditional read-modify-write of the group's record.
 
-    def __init__(self, streams: Any) -> None:  # controlplane.streams.StreamTasks
+    A group whose retention type is not NONE is a *subscriber* of each of its streams: it is
+    registered before the group exists (so no retention cycle can truncate what it has yet to read),
+    unregistered after its configuration drops the stream or the subscription, and its acknowledged
+    cut follows every completed checkpoint (AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT) or the application's
+    explicit cuts (MANUAL_RELEASE_AT_USER_STREAMCUT).
+    """
+
+    def __init__(self, streams: Any, retention: Any) -> None:  # StreamTasks, RetentionTasks
         self.streams = streams
+        self.retention = retention
 
     def create(self, scope: str, group: str, config: ReaderGroupConfig) -> bool:
         validate_reader_group_name(group)
         starts = self._starts(config)
         config = config.model_copy(update={"generation": 0})
+        self._subscribe(scope, group, config, starts)
         record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group,
                                    state=new_state(config, starts).model_dump(mode="json"))
         try:
@@ -330,19 +363,64 @@ class ReaderGroups:
     def reset(self, scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
         """Start over with a new configuration (a new generation); online readers are dropped."""
         starts = self._starts(config)
+        old = self.state(scope, group).config
+        config = config.model_copy(update={"generation": old.generation + 1})
+        self._subscribe(scope, group, config, starts)
 
-        def change(state: GroupState) -> GroupState:
-            return new_state(config.model_copy(update={"generation": state.config.generation + 1}), starts)
-        return self._modify(scope, group, change, replace=True).config
+        new = self._modify(scope, group, lambda _: new_state(config, starts), replace=True).config
+        self._unsubscribe(scope, group, old, keep=new)
+        return new
 
     def delete(self, scope: str, group: str) -> bool:
         try:
             record = ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
         except DoesNotExist:
             return False
+        self._unsubscribe(scope, group, GroupState.model_validate(record.state).config, keep=None)
         with conditional(f"reader group {scope}/{group} changed while being deleted"):
             record.delete()
         return True
+
+    def update_truncation_cut(self, scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
+        """The application acknowledges consumption up to ``cut`` (MANUAL_RELEASE_AT_USER_STREAMCUT)."""
+        config = self.state(scope, group).config
+        if config.retention_type != StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT:
+            raise IllegalState(f"reader group {scope}/{group} is {config.retention_type.value}: "
+                               "only MANUAL_RELEASE_AT_USER_STREAMCUT groups publish cuts themselves")
+        if f"{cut.scope}/{cut.stream}" not in {s.scoped_name for s in config.streams}:
+            raise InvalidArgument(f"reader group {scope}/{group} does not read {cut.scope}/{cut.stream}")
+        positions = self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}", config.generation,
+                                                         {p.segment.segment_id: p.offset for p in cut.positions})
+        return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions)
+
+    def _subscribe(self, scope: str, group: str, config: ReaderGroupConfig,
+                   starts: dict[str, list[SegmentPosition]]) -> None:
+        if config.retention_type == StreamDataRetention.NONE:
+            return
+        for spec in config.streams:
+            self.retention.add_subscriber(spec.scope, spec.stream, f"{scope}/{group}", config.generation,
+                                          starts[spec.scoped_name])
+
+    def _unsubscribe(self, scope: str, group: str, old: ReaderGroupConfig, keep: ReaderGroupConfig | None) -> None:
+        kept = set() if keep is None or keep.retention_type == StreamDataRetention.NONE else {
+            s.scoped_name for s in keep.streams}
+        for spec in old.streams:
+            if spec.scoped_name not in kept:
+                self.retention.remove_subscriber(spec.scope, spec.stream, f"{scope}/{group}")
+
+    def _publish(self, scope: str, group: str, before: CheckpointInfo | None, state: GroupState) -> None:
+        """After a completed checkpoint, an automatic subscriber acknowledges its cuts."""
+        done = state.last_checkpoint
+        if (state.config.retention_type != StreamDataRetention.AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT
+                or done is None or done.silent or (before is not None and before.name == done.name)):
+            return
+        for cut in done.cuts:
+            try:
+                self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}",
+                                                     state.config.generation,
+                                                     {p.segment.segment_id: p.offset for p in cut.positions})
+            except (InvalidArgument, NotFound, WriteConflict):
+                pass  # an older or concurrent cut: the subscriber's cut only moves forward anyway
 
     def state(self, scope: str, group: str) -> GroupState:
         return GroupState.model_validate(self._record(scope, group).state)
@@ -414,11 +492,13 @@ class ReaderGroups:
         for attempt in range(20):
             record = self._record(scope, group)
             state = GroupState.model_validate(record.state)
+            before = state.last_checkpoint
             result = change(state)
             new = result if replace else state
             try:
                 with conditional("reader group state changed concurrently"):
                     record.update(actions=[ReaderGroupRecord.state.set(new.model_dump(mode="json"))])
+                self._publish(scope, group, before, new)
                 return result
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))

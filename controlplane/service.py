@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from controlplane import models
 from controlplane.reader_groups import ReaderGroups
+from controlplane.retention import RetentionSettings, RetentionTasks
 from controlplane.store import MetadataStore
 from controlplane.streams import StreamTasks
 from controlplane.sweeper import Sweeper
@@ -24,10 +25,12 @@ class Controller:
     sweeper: Sweeper
     reader_groups: ReaderGroups
     transactions: TransactionTasks
+    retention: RetentionTasks
 
     @classmethod
     def for_deployment(cls, deployment: Deployment, settings: StoreSettings | None = None,
-                       txn_settings: TxnSettings | None = None) -> Controller:
+                       txn_settings: TxnSettings | None = None,
+                       retention_settings: RetentionSettings | None = None) -> Controller:
         models.bind(deployment)
         data_models.bind(deployment)
         store = MetadataStore(deployment)
@@ -35,5 +38,6 @@ class Controller:
         streams = StreamTasks(store, segments)
         transactions = TransactionTasks(streams, txn_settings or TxnSettings.from_env())
         streams.transactions = transactions
-        return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams),
-                   transactions)
+        retention = RetentionTasks(streams, retention_settings or RetentionSettings.from_env())
+        return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams, retention),
+                   transactions, retention)

@@ -10,13 +10,21 @@ themselves idempotent, so repeating a half-done step is harmless.
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.segment_store import SegmentStore
-from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotEmpty, ScopeNotFound, StreamNotFound
+from rillet.errors import (
+    AlreadyExists,
+    IllegalState,
+    InvalidArgument,
+    ScopeNotEmpty,
+    ScopeNotFound,
+    StreamNotFound,
+)
 from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
 from rillet.models import (
     ScopeInfo,
@@ -29,7 +37,15 @@ from rillet.models import (
     SuccessorInfo,
 )
 from rillet.names import segment_name, validate_scope_name, validate_stream_name
-from rillet.stream_cut import Ordering, compare_positions, segment_is_after, segment_is_before, validity_problem
+from rillet.stream_cut import (
+    Ordering,
+    compare_positions,
+    segment_is_after,
+    segment_is_before,
+    validity_problem,
+)
+
+RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches every stream
 
 
 def now_ms() -> int:
@@ -46,6 +62,14 @@ def _config(record: StreamRecord) -> StreamConfiguration:
 
 def _ranges(segments: list[list[float]]) -> list[SegmentRange]:
     return [SegmentRange(segment_id=int(s), low=low, high=high) for s, low, high in segments]
+
+
+def _bucket(scope: str, stream: str, config: StreamConfiguration) -> int | None:
+    """The retention bucket of a stream with a retention policy (it puts the stream in the retention index)."""
+    if config.retention_policy is None:
+        return None
+    digest = hashlib.blake2b(f"{scope}/{stream}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % RETENTION_BUCKETS
 
 
 def _range(record: SegmentRecord) -> SegmentRange:
@@ -117,7 +141,7 @@ class StreamTasks:
             scope_pk(scope), stream, scope=scope, stream=stream, state=StreamState.CREATING.value,
             configuration=config.model_dump(mode="json"), tags=set(config.tags) or None, created_ms=now,
             current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=PENDING,
-            pending_since=now)
+            pending_since=now, retention_bucket=_bucket(scope, stream, config))
         try:
             self.store.create_stream(record)
         except AlreadyExists:
@@ -149,8 +173,11 @@ class StreamTasks:
 
     def finish_update_stream(self, record: StreamRecord) -> None:
         config = StreamConfiguration.model_validate(record.workflow["configuration"])
+        bucket = _bucket(record.scope, record.stream, config)
         self._finish(record, StreamState.ACTIVE, StreamRecord.configuration.set(config.model_dump(mode="json")),
-                     StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove())
+                     StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove(),
+                     StreamRecord.retention_bucket.set(bucket) if bucket is not None
+                     else StreamRecord.retention_bucket.remove())
 
     def seal_stream(self, scope: str, stream: str) -> None:
         record = self.store.get_stream(scope, stream)

@@ -30,13 +30,13 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from controlplane.models import PENDING, SegmentRecord, StreamRecord, TxnRecord, stream_pk, txn_sk
-from controlplane.streams import StreamTasks, _range
 from controlplane.store import conditional
+from controlplane.streams import StreamTasks, _range
 from rillet.errors import IllegalState, InvalidArgument, LeaseTooLarge, TxnFailed, TxnNotFound, WriteConflict
 from rillet.keyspace import segment_id
 from rillet.models import SegmentRange, StreamState, TxnInfo, TxnState
@@ -303,7 +303,7 @@ class TransactionTasks:
                                     filter_condition=TxnRecord.state == state.value, consistent_read=True))
 
     def _close(self, txn: TxnRecord, state: TxnState, expected: TxnState) -> None:
-        expires = datetime.now(timezone.utc) + timedelta(milliseconds=self.settings.keep_finished_ms)
+        expires = datetime.now(UTC) + timedelta(milliseconds=self.settings.keep_finished_ms)
         try:
             txn.update(actions=[TxnRecord.state.set(state.value), TxnRecord.pending.remove(),
                                 TxnRecord.pending_since.remove(), TxnRecord.expires_at.set(expires)],

@@ -10,10 +10,13 @@ from dagster_project.maintenance import (
     workflow_sweeper_sensor,
 )
 from dagster_project.resources import RilletDeployment
+from dagster_project.retention import retention_job, retention_schedule, stream_retention
 from dagster_project.transactions import abort_expired_transactions_job, txn_timeout_sensor
 
 defs = Definitions(
-    jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job],
+    assets=[stream_retention],
+    schedules=[retention_schedule],
+    jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job, retention_job],
     sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor],
     resources={"rillet": RilletDeployment.from_env()},
 )

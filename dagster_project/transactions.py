@@ -15,9 +15,9 @@ from dagster import (
     op,
     sensor,
 )
-from rillet.errors import TxnFailed, TxnNotFound
 
 from dagster_project.resources import RilletDeployment, sensor_interval
+from rillet.errors import TxnFailed, TxnNotFound
 
 
 class ExpiredTransactions(Config):

@@ -21,7 +21,7 @@ import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -107,7 +107,7 @@ def build_event(method: str, target: str, headers: dict[str, str], body: bytes, 
         params[key] = f"{params[key]},{value}" if key in params else value
     content_type = headers.get("content-type", "")
     is_text = any(content_type.startswith(t) for t in _TEXT_TYPES)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     event = {
         "version": "2.0",
         "routeKey": "$default",

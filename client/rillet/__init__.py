@@ -1,9 +1,13 @@
 """Rillet: Pravega's stream semantics as a serverless system on AWS. ``import rillet`` is the SDK."""
 
+from rillet.batch import BatchClient
+from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
+from rillet.connection import Connection
 from rillet.errors import (
     AlreadyExists,
     IllegalState,
     InvalidArgument,
+    LeaseTooLarge,
     NotFound,
     OffsetMismatch,
     RilletError,
@@ -12,16 +16,12 @@ from rillet.errors import (
     SegmentNotFound,
     SegmentSealed,
     StreamNotFound,
-    LeaseTooLarge,
     TooLarge,
     Truncated,
     TxnFailed,
     TxnNotFound,
     WriteConflict,
 )
-from rillet.batch import BatchClient
-from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
-from rillet.connection import Connection
 from rillet.factory import BatchClientFactory, ByteStreamClientFactory, EventStreamClientFactory
 from rillet.keyspace import KeyRange, hash_routing_key, segment_epoch, segment_id, segment_number
 from rillet.manager import StreamManager
@@ -44,7 +44,6 @@ from rillet.models import (
     TxnInfo,
     TxnState,
 )
-
 from rillet.reader import EventPointer, EventRead, StreamReader
 from rillet.reader_group import (
     Checkpoint,
@@ -61,17 +60,72 @@ from rillet.transaction import Transaction, TransactionalEventStreamWriter
 from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
 
 __all__ = [
-    "BatchClient", "BatchClientFactory", "ByteStreamClientFactory", "ByteStreamReader", "ByteStreamWriter",
-    "BytesSerializer", "Connection", "EventPointer", "EventRead", "EventStreamClientFactory", "EventStreamWriter",
-    "EventWriterConfig", "JsonSerializer", "Ordering", "SegmentSlice", "Serializer", "StreamCut", "StreamReader",
-    "UTF8StringSerializer", "WriteAck", "Checkpoint", "EventStreamReader", "GroupEventRead", "Position",
-    "ReaderGroup", "ReaderGroupConfig", "ReaderGroupManager", "StreamDataRetention", "group_config",
-    "LeaseTooLarge", "Transaction", "TransactionalEventStreamWriter", "TxnFailed", "TxnInfo", "TxnNotFound",
+    "AlreadyExists",
+    "BatchClient",
+    "BatchClientFactory",
+    "ByteStreamClientFactory",
+    "ByteStreamReader",
+    "ByteStreamWriter",
+    "BytesSerializer",
+    "Checkpoint",
+    "Connection",
+    "ConsumptionLimits",
+    "EventPointer",
+    "EventRead",
+    "EventStreamClientFactory",
+    "EventStreamReader",
+    "EventStreamWriter",
+    "EventWriterConfig",
+    "GroupEventRead",
+    "IllegalState",
+    "InvalidArgument",
+    "JsonSerializer",
+    "KeyRange",
+    "LeaseTooLarge",
+    "NotFound",
+    "OffsetMismatch",
+    "Ordering",
+    "Position",
+    "ReaderGroup",
+    "ReaderGroupConfig",
+    "ReaderGroupManager",
+    "RetentionPolicy",
+    "RetentionType",
+    "RilletError",
+    "ScaleType",
+    "ScalingPolicy",
+    "ScopeInfo",
+    "ScopeNotEmpty",
+    "ScopeNotFound",
+    "SegmentNotFound",
+    "SegmentPosition",
+    "SegmentRange",
+    "SegmentSealed",
+    "SegmentSlice",
+    "Serializer",
+    "StreamConfiguration",
+    "StreamCut",
+    "StreamDataRetention",
+    "StreamInfo",
+    "StreamManager",
+    "StreamNotFound",
+    "StreamReader",
+    "StreamState",
+    "SuccessorInfo",
+    "TooLarge",
+    "Transaction",
+    "TransactionalEventStreamWriter",
+    "Truncated",
+    "TxnFailed",
+    "TxnInfo",
+    "TxnNotFound",
     "TxnState",
-    "AlreadyExists", "ConsumptionLimits", "IllegalState", "InvalidArgument", "KeyRange", "NotFound",
-    "OffsetMismatch", "RetentionPolicy", "RetentionType", "RilletError", "ScaleType", "ScalingPolicy",
-    "ScopeInfo", "ScopeNotEmpty", "ScopeNotFound", "SegmentNotFound", "SegmentPosition", "SegmentRange",
-    "SegmentSealed", "StreamConfiguration", "StreamInfo", "StreamManager", "StreamNotFound", "StreamState",
-    "SuccessorInfo", "TooLarge", "Truncated", "WriteConflict", "hash_routing_key", "segment_epoch",
-    "segment_id", "segment_number",
+    "UTF8StringSerializer",
+    "WriteAck",
+    "WriteConflict",
+    "group_config",
+    "hash_routing_key",
+    "segment_epoch",
+    "segment_id",
+    "segment_number",
 ]

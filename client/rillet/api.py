@@ -193,6 +193,7 @@ class CheckpointRequest(_Body):
 class CheckpointInfo(_Body):
     name: str
     complete: bool
+    silent: bool = False
     cuts: list[StreamCutBody] = []
 
 

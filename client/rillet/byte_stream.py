@@ -88,7 +88,7 @@ class ByteStreamWriter(io.RawIOBase):
         self.close()
         self.connection.controller.seal_stream(self.scope, self.stream)
 
-    def _info(self):  # noqa: ANN202
+    def _info(self):
         return self.connection.segments.info(self.scope, self.stream, self.segment.segment_id)
 
 
@@ -134,7 +134,7 @@ class ByteStreamReader(io.RawIOBase):
                 self._offset = result.next_offset
                 return result.data
 
-    def readinto(self, buffer) -> int:  # noqa: ANN001
+    def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)

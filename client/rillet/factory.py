@@ -28,7 +28,7 @@ class _Factory:
     def close(self) -> None:
         """Nothing to release beyond pooled connections; for symmetry with Pravega's factories."""
 
-    def __enter__(self):  # noqa: ANN204
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:

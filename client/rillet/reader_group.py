@@ -92,7 +92,7 @@ class ReaderGroup:
         self._path = f"/v1/scopes/{quote(scope, safe='')}/reader-groups/{quote(name, safe='')}"
 
     @property
-    def _transport(self):  # noqa: ANN202
+    def _transport(self):
         return self.connection.controller.transport
 
     def info(self) -> api.ReaderGroupInfo:
@@ -138,6 +138,16 @@ class ReaderGroup:
     def reset_reader_group(self, config: ReaderGroupConfig) -> ReaderGroupConfig:
         data = self._transport.json("PUT", f"{self._path}/config", json_body=config.model_dump(mode="json"))
         return ReaderGroupConfig.model_validate(data)
+
+    def update_retention_stream_cut(self, cut: StreamCut) -> StreamCut:
+        """Acknowledge consumption up to ``cut`` (groups with MANUAL_RELEASE_AT_USER_STREAMCUT retention).
+
+        Consumption-based retention may then truncate the stream up to the lowest cut of its subscribers.
+        The cut must be valid and may never move backwards.
+        """
+        body = api.StreamCutBody(scope=cut.scope, stream=cut.stream, positions=list(cut.positions))
+        data = self._transport.json("POST", f"{self._path}/truncation-cut", json_body=body.model_dump(mode="json"))
+        return _cut(api.StreamCutBody.model_validate(data))
 
     def unread_bytes(self) -> int:
         return api.UnreadBytes.model_validate(self._transport.json("GET", f"{self._path}/unread-bytes")).unread_bytes

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from rillet import api
-from rillet.framing import HEADER_SIZE, MAX_READ_SIZE, FRAME_HEADER, unframe
+from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_READ_SIZE, unframe
 from rillet.transport import Transport
 
 DEFAULT_READ_SIZE = 1024 * 1024

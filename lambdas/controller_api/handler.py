@@ -17,8 +17,8 @@ from rillet.api import (
     CheckpointInfo,
     CheckpointRequest,
     CommitTxnRequest,
-    CreateReaderGroupRequest,
     Created,
+    CreateReaderGroupRequest,
     CreateScopeRequest,
     CreateStreamRequest,
     Deleted,
@@ -41,8 +41,16 @@ from rillet.api import (
     UnreadBytes,
 )
 from rillet.errors import InvalidArgument
+from rillet.models import (
+    ReaderGroupConfig,
+    ScopeInfo,
+    SegmentRange,
+    StreamConfiguration,
+    StreamCutBody,
+    StreamInfo,
+    TxnInfo,
+)
 from rillet.stream_cut import StreamCut
-from rillet.models import ReaderGroupConfig, ScopeInfo, SegmentRange, StreamConfiguration, StreamInfo, TxnInfo
 
 logger, metrics, tracer = powertools("controller")
 app = build_resolver(logger)
@@ -267,6 +275,12 @@ def initiate_checkpoint(scope: str, group: str, request: CheckpointRequest) -> C
 @app.get(GROUP + "/checkpoints/<name>", summary="Whether a checkpoint completed, and its stream cuts")
 def get_checkpoint(scope: str, group: str, name: str) -> CheckpointInfo:
     return groups.checkpoint(scope, group, name)
+
+
+@app.post(GROUP + "/truncation-cut",
+          summary="A MANUAL_RELEASE_AT_USER_STREAMCUT subscriber acknowledges consumption up to a stream cut")
+def update_truncation_cut(scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
+    return groups.update_truncation_cut(scope, group, cut)
 
 
 @app.get(GROUP + "/stream-cuts", summary="The group's current position in each stream")

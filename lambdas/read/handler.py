@@ -11,7 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from dataplane import models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore
-from lambdas.http import ScopeName, SegmentToken, StreamName, OCTETS, build_resolver, powertools
+from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
 from rillet.api import SegmentStatus
 from rillet.framing import MAX_READ_SIZE

@@ -1,0 +1,336 @@
+"""Retention: the retention set, time/size limits, and consumption-based retention (seeds 000, 002).
+
+Each retention cycle of a stream:
+
+1. Records the tail stream cut in the stream's *retention set*, with the time and the stream's size
+   from its very beginning up to the cut, unless the latest record is younger than the frequency.
+2. Finds the two limit cuts in the retention set, as Pravega does: ``min`` is the most recent cut
+   that keeps at least the minimum (bytes or time) and ``max`` the oldest cut that keeps at least the
+   minimum and at most the maximum (``min`` if there is none).
+3. Without consumption-based retention, truncates at ``min``. With it, computes the *subscriber lower
+   bound* (the earliest position of every active subscriber's acknowledged cut, per key) and applies
+   cases i to v of seed 000: the lower bound when truncating there keeps between the limits; the min
+   cut, or the closest retention-set cut before the lower bound if they overlap, when the lower bound
+   keeps too little; the max cut (or a cut relative to it when they overlap) when it keeps too much.
+   Subscribers silent for longer than the subscriber timeout are ignored. With no active subscriber,
+   the plain time/size rule applies only once the fallback timeout has passed, and nothing is
+   truncated when there is no fallback.
+4. Truncates only forward, through the ordinary truncation workflow, then drops retention records
+   that lie before the new head.
+
+Every decision (and why nothing was truncated) is returned, so the Dagster run can show it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+
+from controlplane.models import RetentionRecord, SegmentRecord, StreamRecord, SubscriberRecord, stream_pk
+from controlplane.store import conditional
+from controlplane.streams import StreamTasks, _range
+from rillet.errors import InvalidArgument, NotFound, RilletError
+from rillet.models import (
+    RetentionPolicy,
+    RetentionType,
+    SegmentPosition,
+    SegmentRange,
+    StreamConfiguration,
+    StreamState,
+)
+from rillet.stream_cut import Ordering, compare_positions, segment_is_before, validity_problem
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _positions(cut: list) -> list[SegmentPosition]:
+    return [SegmentPosition(segment=SegmentRange(segment_id=int(s), low=lo, high=hi), offset=int(o))
+            for s, lo, hi, o in cut]
+
+
+def _wire(positions: list[SegmentPosition]) -> list[list]:
+    return [[p.segment.segment_id, p.segment.low, p.segment.high, p.offset] for p in positions]
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    frequency_ms: int = 30 * 60_000  # a new retention-set record at most this often
+
+    @classmethod
+    def from_env(cls) -> RetentionSettings:
+        value = os.environ.get("RILLET_RETENTION_FREQUENCY_MS")
+        return cls(frequency_ms=int(value)) if value else cls()
+
+
+@dataclass
+class SubscriberStatus:
+    group: str
+    active: bool
+    unconsumed_bytes: int
+    silent_for_ms: int
+
+
+@dataclass
+class Decision:
+    stream: str
+    outcome: str  # "truncated", "kept" or "skipped"
+    reason: str
+    size_bytes: int = 0  # head to tail
+    retained_bytes: int = 0  # head to tail after this cycle
+    cut: list[SegmentPosition] | None = None
+    subscribers: list[SubscriberStatus] = field(default_factory=list)
+
+
+class RetentionTasks:
+    def __init__(self, streams: StreamTasks, settings: RetentionSettings | None = None) -> None:
+        self.streams = streams
+        self.store = streams.store
+        self.settings = settings or RetentionSettings()
+
+    # -- sizes ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def size_till(records: list[SegmentRecord], cut: list[SegmentPosition]) -> int:
+        """Bytes of the stream from its very beginning up to ``cut``."""
+        offsets = {p.segment.segment_id: p.offset for p in cut}
+        segments = [p.segment for p in cut]
+        total = 0
+        for record in records:
+            if record.segment_id in offsets:
+                total += offsets[record.segment_id]
+            elif segment_is_before(_range(record), segments):
+                total += record.sealed_size or 0
+        return total
+
+    # -- subscribers -----------------------------------------------------------------------------
+
+    def add_subscriber(self, scope: str, stream: str, group: str, generation: int,
+                       start: list[SegmentPosition]) -> None:
+        """Register a subscriber; until it publishes, its acknowledged cut is where it starts reading."""
+        record = SubscriberRecord(stream_pk(scope, stream), f"sub#{group}", group=group, generation=generation,
+                                  cut=_wire(start), updated_ms=now_ms())
+        record.save()
+
+    def remove_subscriber(self, scope: str, stream: str, group: str) -> None:
+        SubscriberRecord(stream_pk(scope, stream), f"sub#{group}").delete()
+
+    def subscribers(self, scope: str, stream: str) -> list[SubscriberRecord]:
+        return list(SubscriberRecord.query(stream_pk(scope, stream), SubscriberRecord.sk.startswith("sub#"),
+                                           consistent_read=True))
+
+    def update_truncation_cut(self, scope: str, stream: str, group: str, generation: int,
+                              offsets: dict[int, int]) -> list[SegmentPosition]:
+        """A subscriber acknowledges consumption up to a cut: valid, and never behind its previous one."""
+        cut = self.streams.resolve_cut(scope, stream, offsets)
+        try:
+            record = SubscriberRecord.get(stream_pk(scope, stream), f"sub#{group}", consistent_read=True)
+        except SubscriberRecord.DoesNotExist:
+            raise NotFound(f"{group} is not a subscriber of {scope}/{stream}") from None
+        if generation < record.generation:
+            raise InvalidArgument(f"generation {generation} is older than the subscriber's {record.generation}")
+        if compare_positions(cut, _positions(record.cut)) in (Ordering.BEFORE, Ordering.OVERLAPPING):
+            raise InvalidArgument("a subscriber's truncation stream cut never moves backwards")
+        with conditional(f"subscriber {group} of {scope}/{stream} published concurrently"):
+            record.update(actions=[SubscriberRecord.cut.set(_wire(cut)), SubscriberRecord.updated_ms.set(now_ms()),
+                                   SubscriberRecord.generation.set(generation)],
+                          condition=SubscriberRecord.updated_ms == record.updated_ms)
+        return cut
+
+    @staticmethod
+    def lower_bound(cuts: list[list[SegmentPosition]], records: dict[int, SegmentRecord]) -> list[SegmentPosition]:
+        """The latest cut that is at or before every one of ``cuts``, key by key.
+
+        Key range by key range, take the earliest position among the cuts (an earlier epoch first,
+        then the lower offset). Where that leaves a segment covering only part of its range, the rest
+        of its range holds earlier segments: replace it by its predecessors at their ends (the same
+        position as its own offset 0, or earlier) and repeat until every segment is whole.
+        """
+        bounds = sorted({b for cut in cuts for p in cut for b in (p.segment.low, p.segment.high)})
+        pieces = list(itertools.pairwise(bounds))
+        chosen: dict[tuple[float, float], tuple[SegmentRange, int]] = {}
+        for piece in pieces:
+            for cut in cuts:
+                for p in cut:
+                    if p.segment.low <= piece[0] and piece[1] <= p.segment.high:
+                        key = (p.segment.epoch, p.offset)
+                        current = chosen.get(piece)
+                        if current is None or key < (current[0].epoch, current[1]):
+                            chosen[piece] = (p.segment, p.offset)
+        changed = True
+        while changed:
+            changed = False
+            for piece, (segment, _) in list(chosen.items()):
+                inside = [q for q in pieces if segment.low <= q[0] and q[1] <= segment.high]
+                if all(chosen[q][0].segment_id == segment.segment_id for q in inside):
+                    continue
+                for q in inside:
+                    if chosen[q][0].segment_id != segment.segment_id:
+                        continue
+                    predecessor = next(records[p] for p in records[segment.segment_id].predecessors
+                                       if records[p].low <= q[0] and q[1] <= records[p].high)
+                    chosen[q] = (_range(predecessor), predecessor.sealed_size or 0)
+                changed = True
+                break
+        merged: dict[int, SegmentPosition] = {}
+        for segment, offset in chosen.values():
+            previous = merged.get(segment.segment_id)
+            if previous is None or offset < previous.offset:
+                merged[segment.segment_id] = SegmentPosition(segment=segment, offset=offset)
+        return sorted(merged.values(), key=lambda p: p.segment.low)
+
+    # -- the cycle ---------------------------------------------------------------------------------
+
+    def streams_in_bucket(self, bucket: int) -> list[StreamRecord]:
+        return list(StreamRecord.retention.query(bucket))
+
+    def run_bucket(self, bucket: int, now: int | None = None) -> list[Decision]:
+        decisions = []
+        for record in self.streams_in_bucket(bucket):
+            try:
+                decisions.append(self.cycle(record.scope, record.stream, now))
+            except RilletError as e:
+                decisions.append(Decision(f"{record.scope}/{record.stream}", "skipped", f"{e.code}: {e.message}"))
+        return decisions
+
+    def cycle(self, scope: str, stream: str, now: int | None = None) -> Decision:
+        now = now if now is not None else now_ms()
+        name = f"{scope}/{stream}"
+        record = self.store.get_stream(scope, stream)
+        policy = StreamConfiguration.model_validate(record.configuration).retention_policy
+        if policy is None:
+            return Decision(name, "skipped", "no retention policy")
+        if StreamState(record.state) != StreamState.ACTIVE:
+            return Decision(name, "skipped", f"the stream is {record.state}")
+        segments = self.store.list_segments(scope, stream)
+        by_id = {s.segment_id: s for s in segments}
+        head = self.streams.head(scope, stream, record)
+        tail = self.streams.tail(scope, stream, record)
+        head_size, tail_size = self.size_till(segments, head), self.size_till(segments, tail)
+        retention_set = self._record_tail(scope, stream, tail, tail_size, now)
+        decision = Decision(name, "kept", "", size_bytes=tail_size - head_size, retained_bytes=tail_size - head_size)
+        target = self._choose(policy, retention_set, tail_size, now, scope, stream, segments, by_id, decision)
+        if target is None:
+            return decision
+        if compare_positions(target, head) != Ordering.AFTER:
+            decision.reason = decision.reason or "the chosen cut is not ahead of the head"
+            return decision
+        self.streams.truncate_stream(scope, stream, {p.segment.segment_id: p.offset for p in target})
+        decision.outcome, decision.cut = "truncated", target
+        decision.retained_bytes = tail_size - self.size_till(segments, target)
+        for old in retention_set:
+            if compare_positions(_positions(old.cut), target) == Ordering.BEFORE:
+                old.delete()
+        return decision
+
+    def _record_tail(self, scope: str, stream: str, tail: list[SegmentPosition], size: int,
+                     now: int) -> list[RetentionRecord]:
+        records = list(RetentionRecord.query(stream_pk(scope, stream), RetentionRecord.sk.startswith("rs#"),
+                                             consistent_read=True))
+        if not records or now - records[-1].recorded_ms >= self.settings.frequency_ms:
+            latest = RetentionRecord(stream_pk(scope, stream), f"rs#{now:015d}", recorded_ms=now, size=size,
+                                     cut=_wire(tail))
+            latest.save()
+            records.append(latest)
+        return records
+
+    def _choose(self, policy: RetentionPolicy, retention_set: list[RetentionRecord], tail_size: int, now: int,
+                scope: str, stream: str, segments: list[SegmentRecord], by_id: dict[int, SegmentRecord],
+                decision: Decision) -> list[SegmentPosition] | None:
+        by_size = policy.retention_type == RetentionType.SIZE
+        def kept(r: RetentionRecord) -> int:  # bytes or milliseconds kept when truncating at r
+            return tail_size - r.size if by_size else now - r.recorded_ms
+
+        lowest, highest = policy.retention_param, policy.retention_max if policy.retention_max is not None else 2**63
+        min_cut = min((r for r in retention_set if kept(r) >= lowest), key=kept, default=None)
+        max_cut = max((r for r in retention_set if lowest <= kept(r) <= highest), key=kept, default=None) or min_cut
+        plain = _positions(min_cut.cut) if min_cut else None
+        if policy.consumption is None:
+            decision.reason = "truncate at the most recent cut keeping the minimum" if plain else "below the minimum"
+            return plain
+
+        limits = policy.consumption
+        active, statuses = [], []
+        for sub in self.subscribers(scope, stream):
+            cut = _positions(sub.cut)
+            silent = now - sub.updated_ms
+            live = silent <= limits.subscriber_timeout_ms
+            statuses.append(SubscriberStatus(sub.group, live, tail_size - self.size_till(segments, cut), silent))
+            if live:
+                active.append(cut)
+        decision.subscribers = statuses
+        if not active:
+            last_seen = max((now - s.silent_for_ms for s in statuses), default=None)
+            fallback = limits.fallback_after_ms
+            if fallback is not None and (last_seen is None or now - last_seen >= fallback):
+                decision.reason = "no active subscriber for the fallback timeout: time/size policy applies"
+                return plain
+            decision.reason = "no active subscriber (and no fallback due): nothing is truncated"
+            return None
+
+        bound = self.lower_bound(active, by_id)
+        if validity_problem([p.segment for p in bound]):
+            decision.reason = "the subscribers' lower bound is not a valid cut"
+            return None
+        if min_cut is None:
+            decision.reason = "below the minimum: nothing to truncate"
+            return None
+        if by_size:
+            return self._by_size(bound, tail_size - self.size_till(segments, bound), plain, min_cut, max_cut,
+                                 kept, lowest, highest, retention_set, decision)
+        return self._by_time(bound, plain, max_cut, retention_set, now, highest, decision)
+
+    def _by_size(self, bound, bound_kept, plain, min_cut, max_cut, kept, lowest, highest, retention_set,
+                 decision: Decision) -> list[SegmentPosition] | None:
+        if bound_kept < lowest:
+            if compare_positions(plain, bound) == Ordering.BEFORE:
+                decision.reason = "ii: the lower bound keeps less than the minimum: truncate at the minimum"
+                return plain
+            decision.reason = "iv: the lower bound overlaps the minimum: truncate at the latest cut before it"
+            return self._cut_before(bound, retention_set)
+        if bound_kept < highest:
+            decision.reason = "i: the lower bound keeps between the limits: truncate at the lower bound"
+            return bound
+        if max_cut is not None and kept(max_cut) < bound_kept:
+            decision.reason = "iii: the lower bound keeps more than the maximum: truncate at the maximum"
+            return _positions(max_cut.cut)
+        decision.reason = "iii: no cut satisfies the maximum: truncate at the lower bound"
+        return bound
+
+    def _by_time(self, bound, plain, max_cut, retention_set, now, highest,
+                 decision: Decision) -> list[SegmentPosition] | None:
+        relation = compare_positions(plain, bound)
+        if relation == Ordering.BEFORE:
+            decision.reason = "ii: the lower bound keeps less than the minimum: truncate at the minimum"
+            return plain
+        if relation == Ordering.OVERLAPPING:
+            decision.reason = "iv: the lower bound overlaps the minimum: truncate at the latest cut before it"
+            return self._cut_before(bound, retention_set)
+        too_old = [r for r in retention_set if now - r.recorded_ms >= highest]
+        if not too_old:
+            decision.reason = "i: the lower bound keeps between the limits: truncate at the lower bound"
+            return bound
+        max_bound = _positions(max(too_old, key=lambda r: r.recorded_ms).cut)
+        relation = compare_positions(bound, max_bound)
+        if relation in (Ordering.AFTER, Ordering.EQUAL):
+            decision.reason = "i: the lower bound keeps between the limits: truncate at the lower bound"
+            return bound
+        if relation == Ordering.BEFORE:
+            decision.reason = "iii: the lower bound keeps more than the maximum: truncate at the maximum"
+            return _positions(max_cut.cut) if max_cut else max_bound
+        decision.reason = "v: the lower bound overlaps the maximum: truncate at the maximum bound"
+        return max_bound
+
+    @staticmethod
+    def _cut_before(bound: list[SegmentPosition], retention_set: list[RetentionRecord]) -> list[SegmentPosition] | None:
+        before = [r for r in retention_set if compare_positions(_positions(r.cut), bound) == Ordering.BEFORE]
+        return _positions(max(before, key=lambda r: r.recorded_ms).cut) if before else None
+
+    @staticmethod
+    def _cut_after(bound: list[SegmentPosition], retention_set: list[RetentionRecord]) -> list[SegmentPosition] | None:
+        after = [r for r in retention_set if compare_positions(_positions(r.cut), bound) == Ordering.AFTER]
+        return _positions(min(after, key=lambda r: r.recorded_ms).cut) if after else None
+
