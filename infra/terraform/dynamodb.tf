@@ -4,7 +4,8 @@
 
 # Stream metadata: scopes, streams, epochs, segment records, transactions and reader groups, versioned
 # by conditional writes. The sparse "workflows" index lists the records with a workflow in flight, for
-# the sweeper; the sparse "txn-deadlines" index lists open transactions by expiry, for the timeout job.
+# the sweeper; the sparse "txn-deadlines" index lists open transactions by expiry, for the timeout job;
+# the sparse "retention" index lists streams with a retention policy by bucket, for the retention job.
 # Finished transactions expire through the table's TTL attribute.
 resource "aws_dynamodb_table" "metadata" {
   name                        = local.metadata_table_name
@@ -43,6 +44,11 @@ resource "aws_dynamodb_table" "metadata" {
     type = "N"
   }
 
+  attribute {
+    name = "retention_bucket"
+    type = "N"
+  }
+
   global_secondary_index {
     name            = "workflows"
     hash_key        = "pending"
@@ -54,6 +60,13 @@ resource "aws_dynamodb_table" "metadata" {
     name            = "txn-deadlines"
     hash_key        = "deadline_shard"
     range_key       = "deadline_ms"
+    projection_type = "ALL"
+  }
+
+  global_secondary_index {
+    name            = "retention"
+    hash_key        = "retention_bucket"
+    range_key       = "sk"
     projection_type = "ALL"
   }
 
