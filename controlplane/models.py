@@ -13,6 +13,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``txn#<id>`` -- :class:`TxnRecord`: a transaction.
 * ``stream#<scope>/<stream>`` / ``rs#<time>`` -- :class:`RetentionRecord`: the retention set.
 * ``stream#<scope>/<stream>`` / ``sub#<scope>/<group>`` -- :class:`SubscriberRecord`: a subscriber's cut.
+* ``stream#<scope>/<stream>`` / ``mark#<writer>`` -- :class:`WriterMarkRecord`: a writer's noted time.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
@@ -99,6 +100,28 @@ class RetentionIndex(GlobalSecondaryIndex):
     sk = UnicodeAttribute(range_key=True)
 
 
+class AutoScaleIndex(GlobalSecondaryIndex):
+    """Sparse index of streams whose scaling policy is by rate: the ones auto-scaling looks at."""
+
+    class Meta:
+        index_name = "autoscale"
+        projection = AllProjection()
+
+    autoscale = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+
+
+class WatermarkIndex(GlobalSecondaryIndex):
+    """Sparse index of streams whose writers note time: the ones the watermark job looks at."""
+
+    class Meta:
+        index_name = "watermarks"
+        projection = AllProjection()
+
+    watermarked = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+
+
 class MetadataItem(Model):
     class Meta:
         table_name = Deployment.metadata_table
@@ -114,9 +137,13 @@ class MetadataItem(Model):
     deadline_ms = NumberAttribute(null=True)
     expires_at = TTLAttribute(null=True)  # finished transactions disappear a while after they end
     retention_bucket = NumberAttribute(null=True)
+    autoscale = UnicodeAttribute(null=True)
+    watermarked = UnicodeAttribute(null=True)
     workflows = WorkflowIndex()
     txn_deadlines = TxnDeadlineIndex()
     retention = RetentionIndex()
+    autoscaled = AutoScaleIndex()
+    watermarking = WatermarkIndex()
 
 
 class ScopeRecord(MetadataItem, discriminator="scope"):
@@ -140,6 +167,8 @@ class StreamRecord(MetadataItem, discriminator="stream"):
     segment_count = NumberAttribute(default=0)  # segments created so far: the next segment's number
     head = JSONAttribute(null=True)  # the truncation record: {segment id: offset}
     workflow = JSONAttribute(null=True)  # {"name": ..., ...parameters} of the workflow in flight
+    watermark_count = NumberAttribute(null=True)  # watermarks appended to the stream's _MARK stream
+    last_watermark = JSONAttribute(null=True)  # {"lower_ms", "upper_ms", "cut"} of the latest one
     version = VersionAttribute()
 
 
@@ -201,6 +230,16 @@ class SubscriberRecord(MetadataItem, discriminator="subscriber"):
     updated_ms = NumberAttribute()
 
 
+class WriterMarkRecord(MetadataItem, discriminator="mark"):
+    """The latest time a writer noted, with its position then (its whole segment map, at the offsets
+    after its last acknowledged writes)."""
+
+    writer = UnicodeAttribute()
+    timestamp_ms = NumberAttribute()
+    position = JSONAttribute()  # [[segment id, low, high, offset], ...]
+    updated_ms = NumberAttribute()
+
+
 class ReaderGroupRecord(MetadataItem, discriminator="rg"):
     """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as JSON).
 
@@ -217,7 +256,7 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
     for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
-                  SubscriberRecord, ReaderGroupRecord):
+                  SubscriberRecord, WriterMarkRecord, ReaderGroupRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -23,11 +23,11 @@ Every decision (and why nothing was truncated) is returned, so the Dagster run c
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from dataclasses import dataclass, field
 
+from controlplane.cuts import lower_bound
 from controlplane.models import RetentionRecord, SegmentRecord, StreamRecord, SubscriberRecord, stream_pk
 from controlplane.store import conditional
 from controlplane.streams import StreamTasks, _range
@@ -140,48 +140,6 @@ class RetentionTasks:
                           condition=SubscriberRecord.updated_ms == record.updated_ms)
         return cut
 
-    @staticmethod
-    def lower_bound(cuts: list[list[SegmentPosition]], records: dict[int, SegmentRecord]) -> list[SegmentPosition]:
-        """The latest cut that is at or before every one of ``cuts``, key by key.
-
-        Key range by key range, take the earliest position among the cuts (an earlier epoch first,
-        then the lower offset). Where that leaves a segment covering only part of its range, the rest
-        of its range holds earlier segments: replace it by its predecessors at their ends (the same
-        position as its own offset 0, or earlier) and repeat until every segment is whole.
-        """
-        bounds = sorted({b for cut in cuts for p in cut for b in (p.segment.low, p.segment.high)})
-        pieces = list(itertools.pairwise(bounds))
-        chosen: dict[tuple[float, float], tuple[SegmentRange, int]] = {}
-        for piece in pieces:
-            for cut in cuts:
-                for p in cut:
-                    if p.segment.low <= piece[0] and piece[1] <= p.segment.high:
-                        key = (p.segment.epoch, p.offset)
-                        current = chosen.get(piece)
-                        if current is None or key < (current[0].epoch, current[1]):
-                            chosen[piece] = (p.segment, p.offset)
-        changed = True
-        while changed:
-            changed = False
-            for piece, (segment, _) in list(chosen.items()):
-                inside = [q for q in pieces if segment.low <= q[0] and q[1] <= segment.high]
-                if all(chosen[q][0].segment_id == segment.segment_id for q in inside):
-                    continue
-                for q in inside:
-                    if chosen[q][0].segment_id != segment.segment_id:
-                        continue
-                    predecessor = next(records[p] for p in records[segment.segment_id].predecessors
-                                       if records[p].low <= q[0] and q[1] <= records[p].high)
-                    chosen[q] = (_range(predecessor), predecessor.sealed_size or 0)
-                changed = True
-                break
-        merged: dict[int, SegmentPosition] = {}
-        for segment, offset in chosen.values():
-            previous = merged.get(segment.segment_id)
-            if previous is None or offset < previous.offset:
-                merged[segment.segment_id] = SegmentPosition(segment=segment, offset=offset)
-        return sorted(merged.values(), key=lambda p: p.segment.low)
-
     # -- the cycle ---------------------------------------------------------------------------------
 
     def streams_in_bucket(self, bucket: int) -> list[StreamRecord]:
@@ -271,7 +229,7 @@ class RetentionTasks:
             decision.reason = "no active subscriber (and no fallback due): nothing is truncated"
             return None
 
-        bound = self.lower_bound(active, by_id)
+        bound = lower_bound(active, by_id)
         if validity_problem([p.segment for p in bound]):
             decision.reason = "the subscribers' lower bound is not a valid cut"
             return None

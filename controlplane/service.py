@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane import models
+from controlplane.autoscale import AutoScaler
 from controlplane.reader_groups import ReaderGroups
 from controlplane.retention import RetentionSettings, RetentionTasks
 from controlplane.store import MetadataStore
 from controlplane.streams import StreamTasks
 from controlplane.sweeper import Sweeper
 from controlplane.transactions import TransactionTasks, TxnSettings
+from controlplane.watermarks import WatermarkTasks
 from dataplane import models as data_models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore, StoreSettings
@@ -26,6 +28,8 @@ class Controller:
     reader_groups: ReaderGroups
     transactions: TransactionTasks
     retention: RetentionTasks
+    autoscaler: AutoScaler
+    watermarks: WatermarkTasks
 
     @classmethod
     def for_deployment(cls, deployment: Deployment, settings: StoreSettings | None = None,
@@ -39,5 +43,7 @@ class Controller:
         transactions = TransactionTasks(streams, txn_settings or TxnSettings.from_env())
         streams.transactions = transactions
         retention = RetentionTasks(streams, retention_settings or RetentionSettings.from_env())
+        watermarks = WatermarkTasks(streams)
+        transactions.watermarks = watermarks
         return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams, retention),
-                   transactions, retention)
+                   transactions, retention, AutoScaler(streams), watermarks)

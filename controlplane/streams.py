@@ -27,6 +27,7 @@ from rillet.errors import (
 )
 from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
 from rillet.models import (
+    ScaleType,
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
@@ -36,7 +37,13 @@ from rillet.models import (
     StreamState,
     SuccessorInfo,
 )
-from rillet.names import segment_name, validate_scope_name, validate_stream_name
+from rillet.names import (
+    mark_stream_name,
+    segment_name,
+    validate_internal_stream_name,
+    validate_scope_name,
+    validate_stream_name,
+)
 from rillet.stream_cut import (
     Ordering,
     compare_positions,
@@ -46,6 +53,7 @@ from rillet.stream_cut import (
 )
 
 RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches every stream
+AUTOSCALED = "1"  # the value that puts a stream in the auto-scaling index
 
 
 def now_ms() -> int:
@@ -70,6 +78,10 @@ def _bucket(scope: str, stream: str, config: StreamConfiguration) -> int | None:
         return None
     digest = hashlib.blake2b(f"{scope}/{stream}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") % RETENTION_BUCKETS
+
+
+def _autoscaled(config: StreamConfiguration) -> bool:
+    return config.scaling_policy.scale_type != ScaleType.FIXED_NUM_SEGMENTS
 
 
 def _range(record: SegmentRecord) -> SegmentRange:
@@ -127,21 +139,22 @@ class StreamTasks:
 
     # -- stream lifecycle ------------------------------------------------------------------------
 
-    def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> bool:
+    def create_stream(self, scope: str, stream: str, config: StreamConfiguration, internal: bool = False) -> bool:
         """Create a stream (CREATING, then ACTIVE); returns False if it already existed.
 
         Creating a stream that exists is not an error, as in Pravega; if an earlier attempt was
-        interrupted, this call finishes it.
+        interrupted, this call finishes it. ``internal`` streams (watermarks) have names starting '_'.
         """
         validate_scope_name(scope)
-        validate_stream_name(stream)
+        (validate_internal_stream_name if internal else validate_stream_name)(stream)
         now = now_ms()
         count = config.scaling_policy.min_num_segments
         record = StreamRecord(
             scope_pk(scope), stream, scope=scope, stream=stream, state=StreamState.CREATING.value,
             configuration=config.model_dump(mode="json"), tags=set(config.tags) or None, created_ms=now,
             current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=PENDING,
-            pending_since=now, retention_bucket=_bucket(scope, stream, config))
+            pending_since=now, retention_bucket=_bucket(scope, stream, config),
+            autoscale=AUTOSCALED if _autoscaled(config) else None)
         try:
             self.store.create_stream(record)
         except AlreadyExists:
@@ -177,7 +190,8 @@ class StreamTasks:
         self._finish(record, StreamState.ACTIVE, StreamRecord.configuration.set(config.model_dump(mode="json")),
                      StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove(),
                      StreamRecord.retention_bucket.set(bucket) if bucket is not None
-                     else StreamRecord.retention_bucket.remove())
+                     else StreamRecord.retention_bucket.remove(),
+                     StreamRecord.autoscale.set(AUTOSCALED) if _autoscaled(config) else StreamRecord.autoscale.remove())
 
     def seal_stream(self, scope: str, stream: str) -> None:
         record = self.store.get_stream(scope, stream)
@@ -214,7 +228,16 @@ class StreamTasks:
         for segment in self.store.list_segments(record.scope, record.stream):
             self.segments.delete(segment_name(record.scope, record.stream, segment.segment_id))
         self.store.delete_stream_partition(record.scope, record.stream)
+        if record.watermarked:  # its watermark stream goes with it
+            self._delete_internal(record.scope, mark_stream_name(record.stream))
         self.store.delete_stream_record(record)
+
+    def _delete_internal(self, scope: str, stream: str) -> None:
+        try:
+            self.seal_stream(scope, stream)
+            self.delete_stream(scope, stream)
+        except StreamNotFound:
+            pass
 
     def _seal_segment(self, record: StreamRecord, sid: int, epoch: int) -> int:
         size = self.segments.seal(segment_name(record.scope, record.stream, sid))

@@ -79,6 +79,7 @@ class TransactionTasks:
         self.store = streams.store
         self.segments = streams.segments
         self.settings = settings or TxnSettings()
+        self.watermarks = None  # controlplane.watermarks.WatermarkTasks, wired by the Controller
 
     # -- client operations -----------------------------------------------------------------------
 
@@ -144,7 +145,15 @@ class TransactionTasks:
                 continue
         if txn.state == TxnState.COMMITTING.value:
             self.drive_commits(scope, stream)
-        return info(self._get(scope, stream, txn_id))
+        final = self._get(scope, stream, txn_id)
+        if final.state == TxnState.COMMITTED.value and final.timestamp_ms is not None and final.writer_id:
+            # The transaction's events are now before the tail: its writer notes the commit time there.
+            tail = {p.segment.segment_id: p.offset for p in self.streams.tail(scope, stream)}
+            try:
+                self.watermarks.note_time(scope, stream, final.writer_id, int(final.timestamp_ms), tail)
+            except InvalidArgument:
+                pass  # the writer already noted a later time
+        return info(final)
 
     def abort(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
         while True:

@@ -3,6 +3,7 @@
 
 from dagster import Definitions
 
+from dagster_project.autoscale import autoscale_sensor, scale_stream_job
 from dagster_project.maintenance import (
     sweep_workflows_job,
     tier_segments_job,
@@ -12,11 +13,12 @@ from dagster_project.maintenance import (
 from dagster_project.resources import RilletDeployment
 from dagster_project.retention import retention_job, retention_schedule, stream_retention
 from dagster_project.transactions import abort_expired_transactions_job, txn_timeout_sensor
+from dagster_project.watermarks import watermark_sensor
 
 defs = Definitions(
     assets=[stream_retention],
     schedules=[retention_schedule],
-    jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job, retention_job],
-    sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor],
+    jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job, retention_job, scale_stream_job],
+    sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor, autoscale_sensor, watermark_sensor],
     resources={"rillet": RilletDeployment.from_env()},
 )

@@ -52,6 +52,7 @@ from rillet.reader_group import (
     Position,
     ReaderGroup,
     ReaderGroupManager,
+    TimeWindow,
     group_config,
 )
 from rillet.serializers import BytesSerializer, JsonSerializer, Serializer, UTF8StringSerializer
@@ -119,7 +120,7 @@ __all__ = [
     "TxnFailed",
     "TxnInfo",
     "TxnNotFound",
-    "TxnState",
+    "TxnState", "TimeWindow",
     "UTF8StringSerializer",
     "WriteAck",
     "WriteConflict",

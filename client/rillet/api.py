@@ -51,6 +51,10 @@ class Created(_Body):
     created: bool = Field(description="False when the object already existed (creation is idempotent).")
 
 
+class Accepted(_Body):
+    accepted: bool = True
+
+
 class Deleted(_Body):
     deleted: bool = Field(description="False when there was nothing to delete.")
 
@@ -229,3 +233,19 @@ class PingTxnRequest(_Body):
 class CommitTxnRequest(_Body):
     timestamp_ms: int | None = Field(None, ge=0, description="Event time of the transaction, for watermarks.")
     writer_id: str | None = Field(None, max_length=64)
+
+
+# -- watermarks ------------------------------------------------------------------------------------
+
+
+class NoteTimeRequest(_Body):
+    """A writer's noted time and its position: every segment of its map at the offset after its writes."""
+
+    timestamp_ms: int = Field(ge=0)
+    position: list[CutPosition] = Field(min_length=1)
+
+
+class WatermarkBody(_Body):
+    lower_ms: int = Field(description="Every event after the cut has at least this time.")
+    upper_ms: int = Field(description="Every event before the cut has at most this time.")
+    cut: StreamCutBody

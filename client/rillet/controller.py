@@ -129,6 +129,15 @@ class ControllerClient:
         data = self.transport.json("GET", _stream_path(scope, stream) + "/slices", params={"from": start, "to": end})
         return api.SliceList.model_validate(data)
 
+    def note_time(self, scope: str, stream: str, writer_id: str, timestamp_ms: int,
+                  position: list[dict[str, int]]) -> None:
+        body = api.NoteTimeRequest(timestamp_ms=timestamp_ms,
+                                   position=[api.CutPosition(**p) for p in position]).model_dump()
+        self.transport.json("POST", _stream_path(scope, stream) + f"/writers/{writer_id}/mark", json_body=body)
+
+    def remove_writer(self, scope: str, stream: str, writer_id: str) -> None:
+        self.transport.json("DELETE", _stream_path(scope, stream) + f"/writers/{writer_id}")
+
     def predecessors(self, scope: str, stream: str, segment_id: int) -> list[SegmentRange]:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/predecessors")
         return api.SegmentList.model_validate(data).segments

@@ -27,6 +27,22 @@ def _validate(kind: str, name: object, limit: int) -> str:
     return name
 
 
+MARK_PREFIX = "_MARK"
+_INTERNAL_NAME = re.compile(r"_[A-Za-z0-9.\-]+")
+
+
+def validate_internal_stream_name(name: object) -> str:
+    """Internal streams (created by the server only) start with '_'."""
+    if not isinstance(name, str) or not _INTERNAL_NAME.fullmatch(name) or len(name) > MAX_NAME_SIZE:
+        raise InvalidArgument(f"invalid internal stream name {name!r}")
+    return name
+
+
+def mark_stream_name(stream: str) -> str:
+    """The internal stream that holds a stream's watermarks."""
+    return f"{MARK_PREFIX}{stream}"
+
+
 def validate_scope_name(name: object) -> str:
     return _validate("Scope", name, MAX_NAME_SIZE)
 

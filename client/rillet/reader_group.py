@@ -21,13 +21,13 @@ from urllib.parse import quote
 
 from rillet import api
 from rillet.connection import Connection
-from rillet.errors import IllegalState, SegmentNotFound, Truncated
-from rillet.models import ReaderGroupConfig, StreamDataRetention, StreamRange
-from rillet.names import split_scoped_name, validate_reader_group_name
-from rillet.reader import EventPointer
+from rillet.errors import IllegalState, NotFound, SegmentNotFound, Truncated
+from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamDataRetention, StreamRange
+from rillet.names import mark_stream_name, split_scoped_name, validate_reader_group_name
+from rillet.reader import EventPointer, StreamReader
 from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader
-from rillet.serializers import Serializer
-from rillet.stream_cut import StreamCut
+from rillet.serializers import JsonSerializer, Serializer
+from rillet.stream_cut import Ordering, StreamCut, compare_positions
 
 T = TypeVar("T")
 
@@ -53,6 +53,15 @@ def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None 
 
 def _cut(body: api.StreamCutBody | object) -> StreamCut:
     return StreamCut.of(body.scope, body.stream, list(body.positions))
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Event times around a reader's position: every event it reads next is at least ``lower_ms`` and
+    every event it has read is at most ``upper_ms`` (None where no watermark says so yet)."""
+
+    lower_ms: int | None
+    upper_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,7 @@ class EventStreamReader(Generic[T]):
         self._last_sync = time.monotonic()
         self._next = 0
         self._closed = False
+        self._watermarks: dict[str, tuple[StreamReader, list[dict]]] = {}
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -236,6 +246,32 @@ class EventStreamReader(Generic[T]):
             if remaining <= 0:
                 return None
             time.sleep(min(remaining, 0.1 if self._held else 0.25, max(0.0, self.refresh_s)))
+
+    def get_current_time_window(self, stream: str) -> TimeWindow:
+        """The time window of this reader's position in ``stream`` ("scope/stream"), from its watermarks."""
+        scope, name = split_scoped_name(stream)
+        if stream not in self._watermarks:
+            try:
+                reader = StreamReader(self.connection, scope, mark_stream_name(name), JsonSerializer())
+            except NotFound:
+                return TimeWindow(None, None)  # no writer of the stream has noted time yet
+            self._watermarks[stream] = (reader, [])
+        reader, marks = self._watermarks[stream]
+        marks.extend(read.event for read in reader)
+        position = [SegmentPosition(segment=h.assigned.segment, offset=h.delivered)
+                    for h in self._held.values() if h.assigned.stream == stream]
+        if not position:
+            return TimeWindow(None, None)
+        lower = upper = None
+        for mark in marks:
+            cut = [SegmentPosition(segment=SegmentRange(segment_id=int(s), low=lo, high=hi), offset=int(o))
+                   for s, lo, hi, o in mark["cut"]]
+            relation = compare_positions(cut, position)
+            if relation in (Ordering.BEFORE, Ordering.EQUAL):
+                lower = max(lower or 0, mark["lower_ms"])
+            if relation in (Ordering.AFTER, Ordering.EQUAL):
+                upper = mark["upper_ms"] if upper is None else min(upper, mark["upper_ms"])
+        return TimeWindow(lower, upper)
 
     def get_position(self) -> Position:
         return Position(tuple(api.SegmentOffset(stream=h.assigned.stream, segment_id=h.assigned.segment.segment_id,

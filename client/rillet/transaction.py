@@ -14,6 +14,7 @@ was kept, to write more, commit or abort it.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import deque
 from concurrent.futures import Future
 from typing import Generic, TypeVar
@@ -56,8 +57,9 @@ class _TxnSegmentsWriter(EventStreamWriter[T]):
 
 class Transaction(Generic[T]):
     def __init__(self, connection: Connection, info: TxnInfo, serializer: Serializer[T],
-                 config: EventWriterConfig | None) -> None:
+                 config: EventWriterConfig | None, writer_id: str) -> None:
         self.connection = connection
+        self.writer_id = writer_id  # the transactional writer's: its commit times are one writer's marks
         self.info = info
         self.txn_id = info.txn_id
         self._path = (f"/v1/scopes/{quote(info.scope, safe='')}/streams/{quote(info.stream, safe='')}"
@@ -84,10 +86,13 @@ class Transaction(Generic[T]):
         return self.info.state
 
     def commit(self, timestamp_ms: int | None = None, timeout_s: float = 120.0) -> None:
-        """Flush, then commit; returns once the transaction is COMMITTED (its events are visible)."""
+        """Flush, then commit; returns once the transaction is COMMITTED (its events are visible).
+
+        With ``timestamp_ms`` the writer also notes that time for watermarks, at the stream's tail.
+        """
         self._check_open()
         self._writer.flush()
-        body = api.CommitTxnRequest(timestamp_ms=timestamp_ms, writer_id=self._writer.writer_id).model_dump()
+        body = api.CommitTxnRequest(timestamp_ms=timestamp_ms, writer_id=self.writer_id).model_dump()
         deadline = time.monotonic() + timeout_s
         while True:
             self.info = TxnInfo.model_validate(self._call("POST", "/commit", body))
@@ -123,17 +128,18 @@ class TransactionalEventStreamWriter(Generic[T]):
         self.serializer = serializer
         self.config = config or EventWriterConfig()
         self._path = f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}/transactions"
+        self.writer_id = uuid.uuid4().hex
 
     def begin(self, lease_ms: int | None = None) -> Transaction[T]:
         data = self.connection.controller.transport.json("POST", self._path,
                                                          json_body=api.BeginTxnRequest(lease_ms=lease_ms).model_dump())
-        return Transaction(self.connection, TxnInfo.model_validate(data), self.serializer, self.config)
+        return Transaction(self.connection, TxnInfo.model_validate(data), self.serializer, self.config, self.writer_id)
 
     def get_txn(self, txn_id: str) -> Transaction[T]:
         """Resume a transaction by id (for instance one begun by a writer that died)."""
         data = self.connection.controller.transport.json("GET", f"{self._path}/{txn_id}")
         info = TxnInfo.model_validate(data)
-        txn = Transaction(self.connection, info, self.serializer, self.config)
+        txn = Transaction(self.connection, info, self.serializer, self.config, self.writer_id)
         if info.state != TxnState.OPEN:
             txn._closed = info.state
         return txn

@@ -127,6 +127,8 @@ class EventStreamWriter(Generic[T]):
         self._cond = threading.Condition()
         self._map = SegmentMap(segments if segments is not None else connection.controller.current_segments(scope, stream))
         self._queues: dict[int, _SegmentQueue] = {}
+        self._acked_end: dict[int, int] = {}  # segment id -> offset after this writer's last acknowledged event
+        self._noted_time = False
         self._outstanding = 0
         self._flushing = 0
         self._closed = False
@@ -148,6 +150,17 @@ class EventStreamWriter(Generic[T]):
             self._enqueue(_Pending(framed, point, future))
         return future
 
+    def note_time(self, timestamp_ms: int) -> None:
+        """Tell the controller that every event written so far is no later than ``timestamp_ms`` and every
+        later one no earlier (watermarks). Flushes first, so the position is that of acknowledged events."""
+        self.flush()
+        with self._cond:
+            position = [{"segment_id": s.segment_id, "offset": self._acked_end.get(s.segment_id, 0)}
+                        for _, _, s in self._map.entries]
+        unique = list({p["segment_id"]: p for p in position}.values())
+        self.connection.controller.note_time(self.scope, self.stream, self.writer_id, timestamp_ms, unique)
+        self._noted_time = True
+
     def flush(self) -> None:
         """Send everything queued now and wait until every event written so far is acknowledged."""
         with self._cond:
@@ -161,12 +174,14 @@ class EventStreamWriter(Generic[T]):
                 self._flushing -= 1
 
     def close(self) -> None:
-        """Flush, then release the writer's threads."""
+        """Flush, then release the writer's threads (and stop holding watermarks back)."""
         self.flush()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._pool.shutdown(wait=True)
+        if self._noted_time:
+            self.connection.controller.remove_writer(self.scope, self.stream, self.writer_id)
 
     def __enter__(self) -> EventStreamWriter[T]:
         return self
@@ -251,6 +266,8 @@ class EventStreamWriter(Generic[T]):
                 item.future.set_result(WriteAck(queue.segment.segment_id, position if position is not None else -1))
                 if position is not None:
                     position += len(item.framed)
+            if position is not None:
+                self._acked_end[queue.segment.segment_id] = position
             self._outstanding -= len(block)
             self._maybe_send(queue)
             self._cond.notify_all()

@@ -5,7 +5,9 @@
 # Stream metadata: scopes, streams, epochs, segment records, transactions and reader groups, versioned
 # by conditional writes. The sparse "workflows" index lists the records with a workflow in flight, for
 # the sweeper; the sparse "txn-deadlines" index lists open transactions by expiry, for the timeout job;
-# the sparse "retention" index lists streams with a retention policy by bucket, for the retention job.
+# the sparse "retention" index lists streams with a retention policy by bucket, for the retention job;
+# the sparse "autoscale" and "watermarks" indexes list the streams the auto-scaling and watermark
+# sensors look at.
 # Finished transactions expire through the table's TTL attribute.
 resource "aws_dynamodb_table" "metadata" {
   name                        = local.metadata_table_name
@@ -49,6 +51,16 @@ resource "aws_dynamodb_table" "metadata" {
     type = "N"
   }
 
+  attribute {
+    name = "autoscale"
+    type = "S"
+  }
+
+  attribute {
+    name = "watermarked"
+    type = "S"
+  }
+
   global_secondary_index {
     name            = "workflows"
     hash_key        = "pending"
@@ -66,6 +78,20 @@ resource "aws_dynamodb_table" "metadata" {
   global_secondary_index {
     name            = "retention"
     hash_key        = "retention_bucket"
+    range_key       = "sk"
+    projection_type = "ALL"
+  }
+
+  global_secondary_index {
+    name            = "autoscale"
+    hash_key        = "autoscale"
+    range_key       = "sk"
+    projection_type = "ALL"
+  }
+
+  global_secondary_index {
+    name            = "watermarks"
+    hash_key        = "watermarked"
     range_key       = "sk"
     projection_type = "ALL"
   }

@@ -12,6 +12,7 @@ from controlplane.service import Controller
 from dataplane.deployment import Deployment
 from lambdas.http import build_resolver, powertools
 from rillet.api import (
+    Accepted,
     Assignment,
     BeginTxnRequest,
     CheckpointInfo,
@@ -23,6 +24,7 @@ from rillet.api import (
     CreateStreamRequest,
     Deleted,
     Endpoints,
+    NoteTimeRequest,
     OfflineRequest,
     PingTxnRequest,
     PositionList,
@@ -58,6 +60,7 @@ controller = Controller.for_deployment(Deployment.from_env())
 streams = controller.streams
 groups = controller.reader_groups
 txns = controller.transactions
+watermarks = controller.watermarks
 ReaderName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,250}$")]
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
@@ -223,6 +226,24 @@ def commit_txn(scope: str, stream: str, txn_id: TxnId, request: CommitTxnRequest
 @app.post(TXNS + "/<txn_id>/abort", summary="Abort: the transaction's events are never visible")
 def abort_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
     return txns.abort(scope, stream, txn_id)
+
+
+# -- watermarks ------------------------------------------------------------------------------------
+
+
+@app.post("/v1/scopes/<scope>/streams/<stream>/writers/<writer>/mark",
+          summary="A writer notes a time at its position (for watermarks)")
+def note_time(scope: str, stream: str, writer: ReaderName, request: NoteTimeRequest) -> Accepted:
+    watermarks.note_time(scope, stream, writer, request.timestamp_ms,
+                         {p.segment_id: p.offset for p in request.position})
+    return Accepted()
+
+
+@app.delete("/v1/scopes/<scope>/streams/<stream>/writers/<writer>",
+            summary="A writer leaves: it no longer holds watermarks back")
+def remove_writer(scope: str, stream: str, writer: ReaderName) -> Deleted:
+    watermarks.remove_writer(scope, stream, writer)
+    return Deleted(deleted=True)
 
 
 # -- reader groups ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import pytest
 
+from controlplane.cuts import lower_bound
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
 from rillet.framing import frame
@@ -127,11 +128,11 @@ def test_lower_bound_over_cuts_on_different_epochs(controller, unique):
     records = {r.segment_id: r for r in controller.store.list_segments(unique, "s")}
     old = controller.streams.resolve_cut(unique, "s", {0: 200})
     new = controller.streams.resolve_cut(unique, "s", {a: 100, b: 200})
-    bound = controller.retention.lower_bound([old, new], records)
+    bound = lower_bound([old, new], records)
     assert {p.segment.segment_id: p.offset for p in bound} == {0: 200}
     # One subscriber past the split on one half only: the bound is the predecessor at its end there.
     mixed = controller.streams.resolve_cut(unique, "s", {a: 100, b: 0})
-    bound = controller.retention.lower_bound([mixed, new], records)
+    bound = lower_bound([mixed, new], records)
     assert {p.segment.segment_id: p.offset for p in bound} == {a: 100, b: 0}
     assert epoch1 == 1
     assert compare_positions(bound, new) == Ordering.BEFORE

@@ -1,0 +1,144 @@
+"""Watermarks: from the times writers note to a time window for any reader position (seed 003).
+
+A writer notes a time together with its position: its whole segment map at the offsets after its
+last acknowledged writes (a cut covering the key space). Everything it wrote before that position is
+no later than the time, everything after no earlier. Marks are kept per writer; a writer that has not
+noted time within the stream's ``timestamp_aggregation_timeout_ms`` (60 s when 0) is dropped.
+
+Every few seconds the watermark job computes, for each stream with writers, a watermark: the upper
+bound of the active writers' positions (a stream cut at or after each of them), the lowest noted time
+(every event after the cut is at least that late) and the highest (every event before it is at most
+that late). A watermark is appended to the stream's internal ``_MARK<stream>`` stream only when it
+moves forward: a later lowest time and a cut at or after the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from controlplane.cuts import upper_bound
+from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
+from controlplane.store import conditional
+from controlplane.streams import StreamTasks
+from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
+from rillet.framing import frame
+from rillet.models import ScalingPolicy, SegmentPosition, SegmentRange, StreamConfiguration, StreamState
+from rillet.names import mark_stream_name, segment_name
+from rillet.stream_cut import Ordering, compare_positions
+
+DEFAULT_WRITER_TIMEOUT_MS = 60_000
+WATERMARKED = "1"
+WATERMARK_WRITER = "watermarks"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _wire(positions: list[SegmentPosition]) -> list[list]:
+    return [[p.segment.segment_id, p.segment.low, p.segment.high, p.offset] for p in positions]
+
+
+def _positions(cut: list) -> list[SegmentPosition]:
+    return [SegmentPosition(segment=SegmentRange(segment_id=int(s), low=lo, high=hi), offset=int(o))
+            for s, lo, hi, o in cut]
+
+
+@dataclass(frozen=True)
+class Watermark:
+    lower_ms: int
+    upper_ms: int
+    cut: list[SegmentPosition]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"lower_ms": self.lower_ms, "upper_ms": self.upper_ms, "cut": _wire(self.cut)}).encode()
+
+
+class WatermarkTasks:
+    def __init__(self, streams: StreamTasks) -> None:
+        self.streams = streams
+        self.store = streams.store
+
+    def note_time(self, scope: str, stream: str, writer: str, timestamp_ms: int, offsets: dict[int, int]) -> None:
+        record = self.store.get_stream(scope, stream)
+        if record.state in (StreamState.SEALING.value, StreamState.SEALED.value):
+            raise IllegalState(f"stream {scope}/{stream} is {record.state}", state=record.state)
+        position = self.streams.resolve_cut(scope, stream, offsets)
+        key = (stream_pk(scope, stream), f"mark#{writer}")
+        try:
+            previous = WriterMarkRecord.get(*key, consistent_read=True)
+            if timestamp_ms < previous.timestamp_ms:
+                raise InvalidArgument(f"writer {writer} noted {previous.timestamp_ms}; time cannot go back to {timestamp_ms}")
+        except WriterMarkRecord.DoesNotExist:
+            pass
+        WriterMarkRecord(*key, writer=writer, timestamp_ms=timestamp_ms, position=_wire(position),
+                         updated_ms=now_ms()).save()
+        if record.watermarked != WATERMARKED:
+            self._start_watermarking(record)
+
+    def remove_writer(self, scope: str, stream: str, writer: str) -> None:
+        WriterMarkRecord(stream_pk(scope, stream), f"mark#{writer}").delete()
+
+    def _start_watermarking(self, record: StreamRecord) -> None:
+        """Create the stream's watermark stream, then put the stream in the watermarking index."""
+        self.streams.create_stream(record.scope, mark_stream_name(record.stream),
+                                   StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)), internal=True)
+        try:
+            self.store.update(record, [StreamRecord.watermarked.set(WATERMARKED)], "stream changed concurrently")
+        except WriteConflict:
+            pass  # a concurrent mark or workflow: the next mark sets it
+
+    def candidates(self) -> list[tuple[str, str]]:
+        return [(r.scope, r.stream) for r in StreamRecord.watermarking.query(WATERMARKED)]
+
+    def compute(self, scope: str, stream: str, now: int | None = None) -> Watermark | None:
+        """Append the stream's next watermark if it moved forward; returns it (None when it did not)."""
+        now = now if now is not None else now_ms()
+        record = self.store.get_stream(scope, stream)
+        timeout = StreamConfiguration.model_validate(record.configuration).timestamp_aggregation_timeout_ms
+        timeout = timeout or DEFAULT_WRITER_TIMEOUT_MS
+        marks = list(WriterMarkRecord.query(stream_pk(scope, stream), WriterMarkRecord.sk.startswith("mark#"),
+                                            consistent_read=True))
+        active = []
+        for mark in marks:
+            if now - mark.updated_ms > timeout:
+                mark.delete()  # the writer stopped reporting: it no longer holds watermarks back
+            else:
+                active.append(mark)
+        if not active:
+            return None
+        records = {r.segment_id: r for r in self.store.list_segments(scope, stream)}
+        previous = self.last(scope, stream, record)
+        cuts = [_positions(m.position) for m in active] + ([previous.cut] if previous else [])
+        watermark = Watermark(min(m.timestamp_ms for m in active), max(m.timestamp_ms for m in active),
+                              upper_bound(cuts, records))
+        if previous and (watermark.lower_ms <= previous.lower_ms
+                         or compare_positions(watermark.cut, previous.cut) in (Ordering.BEFORE, Ordering.OVERLAPPING)):
+            return None
+        count = int(record.watermark_count or 0)
+        self.streams.segments.append(segment_name(scope, mark_stream_name(stream), 0), WATERMARK_WRITER, count, 1,
+                                     frame(watermark.to_json()))
+        with conditional("stream changed concurrently"):
+            record.update(actions=[StreamRecord.watermark_count.set(count + 1),
+                                   StreamRecord.last_watermark.set(json.loads(watermark.to_json()))])
+        return watermark
+
+    def last(self, scope: str, stream: str, record: StreamRecord | None = None) -> Watermark | None:
+        record = record or self.store.get_stream(scope, stream)
+        if not record.last_watermark:
+            return None
+        w = record.last_watermark
+        return Watermark(int(w["lower_ms"]), int(w["upper_ms"]), _positions(w["cut"]))
+
+    def run(self, now: int | None = None) -> list[tuple[str, Watermark]]:
+        appended = []
+        for scope, stream in self.candidates():
+            try:
+                watermark = self.compute(scope, stream, now)
+            except (StreamNotFound, WriteConflict, IllegalState):
+                continue
+            if watermark is not None:
+                appended.append((f"{scope}/{stream}", watermark))
+        return appended
