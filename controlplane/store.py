@@ -31,7 +31,7 @@ from controlplane.models import (
     stream_pk,
 )
 from dataplane.deployment import Deployment
-from rillet.errors import AlreadyExists, IllegalState, ScopeNotFound, StreamNotFound, WriteConflict
+from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotFound, StreamNotFound, WriteConflict
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
@@ -52,12 +52,21 @@ def _encode_token(key: dict[str, Any] | None) -> str | None:
 
 
 def _decode_token(token: str | None) -> dict[str, Any] | None:
-    return json.loads(base64.urlsafe_b64decode(token.encode())) if token else None
+    if not token:
+        return None
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError) as e:  # binascii.Error and JSONDecodeError are ValueErrors
+        raise InvalidArgument("malformed page token: pass the next_token of the previous page") from e
+    if not isinstance(key, dict):
+        raise InvalidArgument("malformed page token: pass the next_token of the previous page")
+    return key
 
 
 class MetadataStore:
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
+        self._connection = Connection(region=deployment.region, host=deployment.endpoint_url)  # for transactions
 
     # -- scopes --------------------------------------------------------------------------------
 
@@ -91,8 +100,7 @@ class MetadataStore:
         """Store a new stream record, provided its scope exists and is not being deleted."""
         scope_key = ScopeRecord(SCOPES_PK, record.scope)
         try:
-            with TransactWrite(connection=Connection(region=self.deployment.region,
-                                                     host=self.deployment.endpoint_url)) as tx:
+            with TransactWrite(connection=self._connection) as tx:
                 tx.condition_check(ScopeRecord, SCOPES_PK, record.scope,
                                    condition=ScopeRecord.state == "ACTIVE")
                 tx.save(record, condition=StreamRecord.pk.does_not_exist())

@@ -24,6 +24,7 @@ from rillet.errors import (
     ScopeNotEmpty,
     ScopeNotFound,
     StreamNotFound,
+    WriteConflict,
 )
 from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
 from rillet.models import (
@@ -256,14 +257,22 @@ class StreamTasks:
                                  f"stream {record.scope}/{record.stream} changed concurrently")
 
     def _finish(self, record: StreamRecord, state: StreamState, *actions) -> None:
-        """The last step of a workflow: enter ``state`` and clear the workflow in flight."""
+        """The last step of a workflow: enter ``state`` and clear the workflow in flight.
+
+        Several actors may finish one workflow at once (a retried request, the sweeper, a concurrent
+        create of the same stream): the one that loses the race finds the work done and returns.
+        """
         current = _state(record)
         if current != state:
             check_transition(current, state, f"stream {record.scope}/{record.stream}")
-        self.store.update(record, [StreamRecord.state.set(state.value), StreamRecord.workflow.remove(),
-                                          StreamRecord.pending.remove(), StreamRecord.pending_since.remove(),
-                                          *actions],
-                                 f"stream {record.scope}/{record.stream} changed concurrently")
+        try:
+            self.store.update(record, [StreamRecord.state.set(state.value), StreamRecord.workflow.remove(),
+                                       StreamRecord.pending.remove(), StreamRecord.pending_since.remove(), *actions],
+                              f"stream {record.scope}/{record.stream} changed concurrently")
+        except WriteConflict:
+            fresh = self.store.get_stream(record.scope, record.stream)
+            if _state(fresh) != state or fresh.workflow:
+                raise
 
     # -- scaling -------------------------------------------------------------------------------
 

@@ -15,11 +15,14 @@ from typing import Annotated
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 from aws_lambda_powertools.event_handler.openapi.params import Path
 from pydantic import ValidationError
 
-from rillet.errors import InvalidArgument, NotFound, RilletError
+from rillet.errors import InvalidArgument, NotFound, RilletError, UnsupportedMediaType
 
 # An invocation that records no metric (a read of an empty tail, say) is normal, not worth a warning.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
@@ -53,6 +56,10 @@ def build_resolver(logger: Logger) -> LambdaFunctionUrlResolver:
         if error.status >= 500:
             logger.exception("server error")
         return error_response(error)
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _content_type(error: RequestUnsupportedContentType) -> Response:
+        return error_response(UnsupportedMediaType(f"unsupported content type: {error}"))
 
     @app.exception_handler([RequestValidationError, ValidationError])
     def _invalid(error: RequestValidationError | ValidationError) -> Response:

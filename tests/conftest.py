@@ -34,3 +34,63 @@ def deployment(moto_server) -> Deployment:
 def unique() -> str:
     """A fresh name, so tests sharing the session's tables never see each other's data."""
     return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def controller(deployment):
+    """The control plane wired to the session's deployment.
+
+    Function-scoped on purpose: ``Controller.for_deployment`` (re)binds the PynamoDB models, which are
+    process-global, so every test binds them to the deployment it actually uses (the e2e stack binds
+    them to its own moto server when it starts).
+    """
+    from controlplane.service import Controller
+
+    return Controller.for_deployment(deployment)
+
+
+@pytest.fixture(scope="session")
+def isolated_deployment(moto_server):
+    """A factory of deployments with their own tables and bucket on the session's moto server.
+
+    For tests that sweep *all* pending workflows and must not see other tests' leftovers.
+    """
+    made: dict[str, Deployment] = {}
+
+    def make(name: str) -> Deployment:
+        if name not in made:
+            deployment = Deployment(endpoint_url=moto_server.url, metadata_table=f"rillet-{name}-metadata",
+                                    segments_table=f"rillet-{name}-segments", bucket=f"rillet-{name}-segments")
+            create_resources(deployment)
+            made[name] = deployment
+        return made[name]
+
+    return make
+
+
+_SHARED_BOTOCORE_LOADER = []
+
+
+@pytest.fixture
+def fast_botocore_sessions(monkeypatch):
+    """Test speed only: let every new botocore session reuse one data loader.
+
+    PynamoDB gives each ``Connection`` (and each thread) a fresh botocore session, and the metadata
+    store builds a new ``Connection`` for every transaction, so each stream create loads the
+    DynamoDB service model from disk again (~0.1 s of CPU). Sharing the loader's cache changes no
+    request and no behaviour; ``test_creating_streams_reuses_aws_clients`` still catches the cost.
+    """
+    import botocore.session
+    import pynamodb.connection.base as pynamodb_base
+
+    if not _SHARED_BOTOCORE_LOADER:
+        _SHARED_BOTOCORE_LOADER.append(botocore.session.get_session().get_component("data_loader"))
+    loader = _SHARED_BOTOCORE_LOADER[0]
+    original = pynamodb_base.get_session
+
+    def get_session():
+        session = original()
+        session.register_component("data_loader", loader)
+        return session
+
+    monkeypatch.setattr(pynamodb_base, "get_session", get_session)

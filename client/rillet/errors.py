@@ -37,6 +37,12 @@ class InvalidArgument(RilletError):
     code, status = "InvalidArgument", 400
 
 
+class UnsupportedMediaType(InvalidArgument):
+    """The body's content type is not what the route takes (JSON for the control API)."""
+
+    code, status = "UnsupportedMediaType", 415
+
+
 class Unauthorized(RilletError):
     code, status = "Unauthorized", 403
 
@@ -143,12 +149,21 @@ ERRORS_BY_CODE: dict[str, type[RilletError]] = {
 }
 
 
+_GENERIC_BY_STATUS: dict[int, type[RilletError]] = {
+    400: InvalidArgument, 403: Unauthorized, 404: NotFound, 429: Throttled, 503: ServiceUnavailable}
+
+
 def from_wire(status: int, body: dict[str, Any] | None) -> RilletError:
     """Rebuild the typed error from an error response (unknown codes keep their status class)."""
     body = body or {}
     code = str(body.get("code", ""))
     message = str(body.get("message", f"HTTP {status}"))
     cls = ERRORS_BY_CODE.get(code)
-    if cls is None:
-        cls = next((c for c in ERRORS_BY_CODE.values() if c.status == status), RilletError)
-    return cls(message, **(body.get("details") or {}))
+    if cls is not None:
+        return cls(message, **(body.get("details") or {}))
+    # A code this SDK does not know (a newer server): the generic class of its status, if there is one
+    # (never a specific one such as AlreadyExists), keeping the code and status as they came.
+    error = _GENERIC_BY_STATUS.get(status, RilletError)(message, **(body.get("details") or {}))
+    error.code, error.status = code or f"HTTP{status}", status
+    error.retryable = status == 429 or status >= 500
+    return error

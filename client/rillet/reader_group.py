@@ -274,8 +274,12 @@ class EventStreamReader(Generic[T]):
         return TimeWindow(lower, upper)
 
     def get_position(self) -> Position:
-        return Position(tuple(api.SegmentOffset(stream=h.assigned.stream, segment_id=h.assigned.segment.segment_id,
-                                                offset=h.delivered) for h in self._held.values()))
+        """Held segments at the offset after the last event returned, and segments read to their end
+        that the group has not been told about yet at that end (so a reader taking over after
+        ``reader_offline`` does not read them again)."""
+        held = tuple(api.SegmentOffset(stream=h.assigned.stream, segment_id=h.assigned.segment.segment_id,
+                                       offset=h.delivered) for h in self._held.values())
+        return Position(held + tuple(self._completed))
 
     def close(self) -> None:
         """Leave the group, handing the segments back at this reader's position."""

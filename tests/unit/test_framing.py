@@ -1,0 +1,81 @@
+"""Event framing (rillet.framing): a 4-byte big-endian length, then the payload."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rillet.errors import InvalidArgument, TooLarge
+from rillet.framing import HEADER_SIZE, MAX_EVENT_SIZE, count_frames, frame, unframe
+
+
+def test_frame_layout():
+    assert HEADER_SIZE == 4
+    assert frame(b"abc") == b"\x00\x00\x00\x03abc"
+    assert frame(b"") == b"\x00\x00\x00\x00"
+
+
+@given(st.lists(st.binary(max_size=300), max_size=30))
+def test_round_trip_with_positions(events):
+    block = b"".join(frame(e) for e in events)
+    decoded, consumed = unframe(block)
+    assert consumed == len(block)
+    assert [payload for _, payload in decoded] == events
+    positions, pos = [], 0
+    for e in events:
+        positions.append(pos)
+        pos += HEADER_SIZE + len(e)
+    assert [p for p, _ in decoded] == positions
+    assert count_frames(block) == len(events)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=100), min_size=1, max_size=10), st.data())
+def test_a_trailing_partial_frame_is_left_for_the_next_read(events, data):
+    block = b"".join(frame(e) for e in events)
+    cut = data.draw(st.integers(0, len(block)))
+    decoded, consumed = unframe(block[:cut])
+    # Exactly the frames that fit entirely before the cut are returned ...
+    whole, pos = [], 0
+    for e in events:
+        if pos + HEADER_SIZE + len(e) > cut:
+            break
+        whole.append(e)
+        pos += HEADER_SIZE + len(e)
+    assert [p for _, p in decoded] == whole
+    assert consumed == pos
+    # ... and the rest decodes once the remaining bytes arrive.
+    rest, rest_consumed = unframe(block[consumed:])
+    assert [p for _, p in rest] == events[len(whole):]
+    assert consumed + rest_consumed == len(block)
+
+
+@pytest.mark.parametrize("partial", [b"", b"\x00", b"\x00\x00\x00", b"\x00\x00\x00\x05ab"])
+def test_only_partial_input_yields_nothing(partial):
+    assert unframe(partial) == ([], 0)
+
+
+def test_works_on_memoryview_and_bytearray():
+    block = frame(b"one") + frame(b"two")
+    for buffer in (bytearray(block), memoryview(block)):
+        assert [p for _, p in unframe(buffer)[0]] == [b"one", b"two"]
+
+
+def test_count_frames_rejects_partial_blocks():
+    with pytest.raises(InvalidArgument):
+        count_frames(frame(b"one") + b"\x00\x00")
+    with pytest.raises(InvalidArgument):
+        count_frames(frame(b"one")[:-1])
+
+
+def test_corrupt_length_is_rejected():
+    with pytest.raises(InvalidArgument):
+        unframe(struct.pack(">I", MAX_EVENT_SIZE + 1) + b"x" * 10)
+
+
+def test_oversized_event_is_too_large():
+    assert len(frame(b"x" * MAX_EVENT_SIZE)) == MAX_EVENT_SIZE + HEADER_SIZE
+    with pytest.raises(TooLarge):
+        frame(b"x" * (MAX_EVENT_SIZE + 1))
