@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from controlplane.models import StreamRecord
 from controlplane.streams import AUTOSCALED, StreamTasks
+from dataplane.rates import WINDOWS_S
 from dataplane.segment_store import SegmentInfo
 from rillet.keyspace import split_evenly
 from rillet.models import ScaleType, ScalingPolicy, SegmentRange, StreamConfiguration, StreamState
@@ -31,19 +32,15 @@ from rillet.names import segment_name
 
 @dataclass(frozen=True)
 class AutoScaleSettings:
-    windows_ms: tuple[int, ...] = (120_000, 300_000, 600_000, 1_200_000)
+    windows_ms: tuple[int, ...] = tuple(int(w * 1000) for w in WINDOWS_S)  # those the rates decay over
     cooldown_ms: int = 600_000
     mute_ms: int = 600_000
 
     @classmethod
     def from_env(cls) -> AutoScaleSettings:
         env = os.environ
-        windows = env.get("RILLET_RATE_WINDOWS_S")
-        return cls(
-            windows_ms=tuple(int(float(w) * 1000) for w in windows.split(",")) if windows else cls.windows_ms,
-            cooldown_ms=int(env.get("RILLET_SCALE_COOLDOWN_MS", cls.cooldown_ms)),
-            mute_ms=int(env.get("RILLET_SCALE_MUTE_MS", cls.mute_ms)),
-        )
+        return cls(cooldown_ms=int(env.get("RILLET_SCALE_COOLDOWN_MS", cls.cooldown_ms)),
+                   mute_ms=int(env.get("RILLET_SCALE_MUTE_MS", cls.mute_ms)))
 
 
 @dataclass(frozen=True)

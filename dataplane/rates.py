@@ -1,5 +1,8 @@
 """Per-segment traffic rates, decayed over 2, 5, 10 and 20 minutes as Pravega's segment store does.
 
+(The windows can be shortened with RILLET_RATE_WINDOWS_S so that tests and demos see auto-scaling
+in seconds; the append path and the auto-scaler read the same setting.)
+
 Each rate is an exponentially decayed sum: on every append ``r <- r * exp(-dt / w) + n / w``. For a
 steady input of ``n`` per second the rate converges to ``n``, and an idle segment's rate decays
 towards zero without anything being written: readers decay the stored value to "now". The state
@@ -9,9 +12,20 @@ rides on the segment's head record, so keeping it costs no extra request per app
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
-WINDOWS_S = (120.0, 300.0, 600.0, 1200.0)
+
+def _windows() -> tuple[float, ...]:
+    """The four windows in seconds; RILLET_RATE_WINDOWS_S shrinks them (tests and demos only)."""
+    configured = os.environ.get("RILLET_RATE_WINDOWS_S")
+    windows = tuple(float(w) for w in configured.split(",")) if configured else (120.0, 300.0, 600.0, 1200.0)
+    if len(windows) != 4 or any(w <= 0 for w in windows):
+        raise ValueError(f"RILLET_RATE_WINDOWS_S must be four positive numbers, got {configured!r}")
+    return windows
+
+
+WINDOWS_S = _windows()
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,19 @@ class StackConfig:
     with_dagster: bool = True
     workers: dict[str, int] = field(default_factory=lambda: {"controller": 2, "append": 3, "read": 3})
     # Standalone runs the background jobs more often than a deployment would.
-    sensor_intervals_s: dict[str, int] = field(default_factory=lambda: {"sweeper": 15, "tiering": 30})
+    sensor_intervals_s: dict[str, int] = field(default_factory=lambda: {
+        "sweeper": 15, "tiering": 30, "txn_timeout": 10, "autoscale": 15, "watermark": 10})
+    # Settings for every component (handlers and Dagster), e.g. RILLET_RATE_WINDOWS_S for fast auto-scaling.
+    env: dict[str, str] = field(default_factory=lambda: {
+        "RILLET_RETENTION_CRON": "* * * * *", "RILLET_RETENTION_FREQUENCY_MS": "60000"})
 
     @classmethod
-    def ephemeral(cls, with_dagster: bool = False) -> StackConfig:
+    def ephemeral(cls, with_dagster: bool = False, **env: str) -> StackConfig:
         """Free ports everywhere: for tests and benchmarks that run beside a developer's stack."""
-        return cls(moto_port=0, controller_port=0, append_port=0, read_port=0, dagster_port=0,
-                   with_dagster=with_dagster)
+        config = cls(moto_port=0, controller_port=0, append_port=0, read_port=0, dagster_port=0,
+                     with_dagster=with_dagster)
+        config.env.update(env)
+        return config
 
 
 class Stack:
@@ -72,7 +78,7 @@ class Stack:
         self.deployment = Deployment(endpoint_url=self.moto.url)
         create_resources(self.deployment)
         env = {**FAKE_CREDENTIALS, **self.deployment.to_env(), "POWERTOOLS_TRACE_DISABLED": "true",
-               "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+               "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **cfg.env}
         try:
             for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
                                         ("read", "lambdas.read.handler.handler", cfg.read_port)):
