@@ -14,6 +14,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``rs#<time>`` -- :class:`RetentionRecord`: the retention set.
 * ``stream#<scope>/<stream>`` / ``sub#<scope>/<group>`` -- :class:`SubscriberRecord`: a subscriber's cut.
 * ``stream#<scope>/<stream>`` / ``mark#<writer>`` -- :class:`WriterMarkRecord`: a writer's noted time.
+* ``stream#<scope>/<stream>`` / ``sink#<name>`` -- :class:`SinkRecord`: a streaming writer's batches.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
@@ -240,6 +241,16 @@ class WriterMarkRecord(MetadataItem, discriminator="mark"):
     updated_ms = NumberAttribute()
 
 
+class SinkRecord(MetadataItem, discriminator="sink"):
+    """A streaming writer's (Spark query's) commit progress: the last batch committed, and the batch
+    being committed with its transactions, so that a batch commits once however often it is retried."""
+
+    last_batch = NumberAttribute(default=-1)
+    pending_batch = NumberAttribute(null=True)
+    pending_txns = JSONAttribute(null=True)
+    version = VersionAttribute()
+
+
 class ReaderGroupRecord(MetadataItem, discriminator="rg"):
     """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as JSON).
 
@@ -256,7 +267,7 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
     for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
-                  SubscriberRecord, WriterMarkRecord, ReaderGroupRecord):
+                  SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -31,7 +31,14 @@ from controlplane.models import (
     stream_pk,
 )
 from dataplane.deployment import Deployment
-from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, ScopeNotFound, StreamNotFound, WriteConflict
+from rillet.errors import (
+    AlreadyExists,
+    IllegalState,
+    InvalidArgument,
+    ScopeNotFound,
+    StreamNotFound,
+    WriteConflict,
+)
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 

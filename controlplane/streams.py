@@ -445,6 +445,35 @@ class StreamTasks:
             slices.append(SegmentSlice(segment=segment, start_offset=begin, end_offset=max(begin, finish)))
         return slices
 
+    def next_cut(self, scope: str, stream: str, offsets: dict[int, int]) -> list[SegmentPosition]:
+        """How far a reader at ``offsets`` can read without mixing a segment and its successors.
+
+        Segments read to their sealed end give way to their successors at offset 0, but only once all
+        of a successor's predecessors are at their ends; then every segment extends to its current
+        length (or sealed size). The bytes between the two cuts never hold a key's events from a
+        segment and from its successor, so a consumer of consecutive ranges keeps per-key order.
+        """
+        start = self.resolve_cut(scope, stream, offsets)
+        records = {r.segment_id: r for r in self.store.list_segments(scope, stream)}
+        done = {p.segment.segment_id for p in start
+                if records[p.segment.segment_id].sealed_size is not None
+                and p.offset >= records[p.segment.segment_id].sealed_size}
+        positions = {p.segment.segment_id: p for p in start}
+        for sid in sorted(done):
+            for successor in records[sid].successors:
+                preds = records[successor].predecessors
+                if successor not in positions and all(p in done for p in preds):
+                    for p in preds:
+                        positions.pop(p, None)
+                    positions[successor] = SegmentPosition(segment=_range(records[successor]), offset=0)
+        result = []
+        for sid, position in positions.items():
+            record = records[sid]
+            end = record.sealed_size if record.sealed_size is not None else self.segments.info(
+                segment_name(scope, stream, sid)).length
+            result.append(SegmentPosition(segment=position.segment, offset=max(position.offset, end)))
+        return sorted(result, key=lambda p: p.segment.low)
+
     # -- queries -------------------------------------------------------------------------------
 
     def list_streams(self, scope: str, tag: str | None = None, limit: int = 100,

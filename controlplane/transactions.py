@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 
-from controlplane.models import PENDING, SegmentRecord, StreamRecord, TxnRecord, stream_pk, txn_sk
+from controlplane.models import PENDING, SegmentRecord, SinkRecord, StreamRecord, TxnRecord, stream_pk, txn_sk
 from controlplane.store import conditional
 from controlplane.streams import StreamTasks, _range
 from rillet.errors import IllegalState, InvalidArgument, LeaseTooLarge, TxnFailed, TxnNotFound, WriteConflict
@@ -200,6 +200,43 @@ class TransactionTasks:
                 self.abort(scope, stream, txn.txn_id)
             except TxnFailed:
                 pass
+
+    def commit_batch(self, scope: str, stream: str, sink: str, batch_id: int, txn_ids: list[str]) -> bool:
+        """Commit the transactions of one batch of a streaming writer exactly once; False if the batch was
+        committed before (its new transactions, from a re-executed batch, are then aborted).
+
+        The sink record first records the batch and its transactions as pending, then they are
+        committed, then the batch becomes the last committed: a retry at any point resumes it.
+        """
+        key = (stream_pk(scope, stream), f"sink#{sink}")
+        while True:
+            try:
+                record = SinkRecord.get(*key, consistent_read=True)
+            except SinkRecord.DoesNotExist:
+                record = SinkRecord(*key, last_batch=-1)
+            if batch_id <= record.last_batch:
+                for txn_id in txn_ids:
+                    try:
+                        self.abort(scope, stream, txn_id)
+                    except (TxnFailed, TxnNotFound):
+                        pass  # committed as part of the original batch, or already gone
+                return False
+            if record.pending_batch != batch_id:
+                try:
+                    with conditional("sink changed concurrently"):
+                        record.pending_batch, record.pending_txns = batch_id, txn_ids
+                        record.save()
+                except WriteConflict:
+                    continue
+            for txn_id in record.pending_txns:
+                self.commit(scope, stream, txn_id)
+            try:
+                with conditional("sink changed concurrently"):
+                    record.update(actions=[SinkRecord.last_batch.set(batch_id), SinkRecord.pending_batch.remove(),
+                                           SinkRecord.pending_txns.remove()])
+            except WriteConflict:
+                continue
+            return True
 
     # -- the commit workflow ---------------------------------------------------------------------
 

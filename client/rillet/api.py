@@ -230,6 +230,15 @@ class PingTxnRequest(_Body):
     lease_ms: int = Field(gt=0)
 
 
+class CommitBatchRequest(_Body):
+    batch_id: int = Field(ge=0)
+    txn_ids: list[str]
+
+
+class CommitBatchResult(_Body):
+    committed: bool = Field(description="False when this batch had been committed before (a re-execution).")
+
+
 class CommitTxnRequest(_Body):
     timestamp_ms: int | None = Field(None, ge=0, description="Event time of the transaction, for watermarks.")
     writer_id: str | None = Field(None, max_length=64)

@@ -138,6 +138,11 @@ class ControllerClient:
     def remove_writer(self, scope: str, stream: str, writer_id: str) -> None:
         self.transport.json("DELETE", _stream_path(scope, stream) + f"/writers/{writer_id}")
 
+    def next_cut(self, scope: str, stream: str, start: str) -> list[SegmentPosition]:
+        """How far a reader at cut ``start`` (text form) reads without mixing predecessors and successors."""
+        data = self.transport.json("GET", _stream_path(scope, stream) + "/next-cut", params={"from": start})
+        return api.PositionList.model_validate(data).positions
+
     def predecessors(self, scope: str, stream: str, segment_id: int) -> list[SegmentRange]:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/predecessors")
         return api.SegmentList.model_validate(data).segments

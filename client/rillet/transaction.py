@@ -144,5 +144,16 @@ class TransactionalEventStreamWriter(Generic[T]):
             txn._closed = info.state
         return txn
 
+    def commit_batch(self, sink: str, batch_id: int, txn_ids: list[str]) -> bool:
+        """Commit the transactions of batch ``batch_id`` of streaming writer ``sink`` exactly once.
+
+        Returns False when that batch had been committed before; the given transactions are then
+        aborted (they came from a re-executed batch).
+        """
+        body = api.CommitBatchRequest(batch_id=batch_id, txn_ids=txn_ids).model_dump()
+        data = self.connection.controller.transport.json(
+            "POST", self._path.rsplit("/", 1)[0] + f"/sinks/{quote(sink, safe='')}/batches", json_body=body)
+        return api.CommitBatchResult.model_validate(data).committed
+
     def close(self) -> None:
         """Nothing to release: each transaction owns its writer."""

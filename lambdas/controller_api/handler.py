@@ -17,6 +17,8 @@ from rillet.api import (
     BeginTxnRequest,
     CheckpointInfo,
     CheckpointRequest,
+    CommitBatchRequest,
+    CommitBatchResult,
     CommitTxnRequest,
     Created,
     CreateReaderGroupRequest,
@@ -175,6 +177,13 @@ def get_slices(scope: str, stream: str,
     return SliceList(slices=slices, size_bytes=sum(s.end_offset - s.start_offset for s in slices))
 
 
+@app.get("/v1/scopes/<scope>/streams/<stream>/next-cut",
+         summary="How far a reader at a cut can read without mixing a segment and its successors")
+def get_next_cut(scope: str, stream: str,
+                 start: Annotated[str, Query(alias="from", description="A stream cut in text form.")]) -> PositionList:
+    return PositionList(positions=streams.next_cut(scope, stream, _cut_offsets(scope, stream, start)))
+
+
 def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | None:
     if text is None:
         return None
@@ -226,6 +235,12 @@ def commit_txn(scope: str, stream: str, txn_id: TxnId, request: CommitTxnRequest
 @app.post(TXNS + "/<txn_id>/abort", summary="Abort: the transaction's events are never visible")
 def abort_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
     return txns.abort(scope, stream, txn_id)
+
+
+@app.post("/v1/scopes/<scope>/streams/<stream>/sinks/<sink>/batches",
+          summary="Commit the transactions of a streaming writer's batch exactly once (idempotent by batch id)")
+def commit_batch(scope: str, stream: str, sink: ReaderName, request: CommitBatchRequest) -> CommitBatchResult:
+    return CommitBatchResult(committed=txns.commit_batch(scope, stream, sink, request.batch_id, request.txn_ids))
 
 
 # -- watermarks ------------------------------------------------------------------------------------
