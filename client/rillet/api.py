@@ -137,6 +137,21 @@ class SegmentStatus(_Body):
     byte_rates: list[float] = Field(description="Bytes/s decayed over 2, 5, 10 and 20 minutes.")
 
 
+class PlanPart(_Body):
+    offset: int
+    length: int
+    object_key: str | None = Field(None, description="The S3 object holding these bytes; null: read them "
+                                                     "through the read API (small appends kept inline).")
+    object_offset: int = 0
+
+
+class ReadPlan(_Body):
+    """Where a segment's bytes are, for readers that fetch S3 objects directly (Spark executors)."""
+
+    bucket: str
+    parts: list[PlanPart]
+
+
 class ErrorBody(_Body):
     code: str
     message: str

@@ -55,6 +55,12 @@ class SegmentClient:
         return SegmentRead(r.data, int(h[api.OFFSET]), int(h[api.NEXT_OFFSET]), int(h[api.START_OFFSET]),
                            int(h[api.LENGTH]), h[api.SEALED] == "true", h[api.END_OF_SEGMENT] == "true")
 
+    def plan(self, scope: str, stream: str, segment: str | int, start: int, end: int) -> api.ReadPlan:
+        """Where the bytes [start, end) are: S3 object ranges and ranges to read through ``read``."""
+        data = self.read_transport.json("GET", _path(scope, stream, segment) + "/plan",
+                                        params={"from": start, "to": end})
+        return api.ReadPlan.model_validate(data)
+
     def info(self, scope: str, stream: str, segment: str | int) -> api.SegmentStatus:
         return api.SegmentStatus.model_validate(self.read_transport.json("GET", _path(scope, stream, segment) + "/info"))
 

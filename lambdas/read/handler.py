@@ -13,7 +13,7 @@ from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore
 from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
-from rillet.api import SegmentStatus
+from rillet.api import PlanPart, ReadPlan, SegmentStatus
 from rillet.framing import MAX_READ_SIZE
 from rillet.names import segment_name
 
@@ -46,6 +46,15 @@ def read(
         api.SEALED: str(result.sealed).lower(),
         api.END_OF_SEGMENT: str(result.end_of_segment).lower(),
     })
+
+
+@app.get("/v1/segments/<scope>/<stream>/<segment>/plan",
+         summary="Where the bytes of a range are: S3 object ranges, and inline ranges to read through this API")
+def plan(scope: ScopeName, stream: StreamName, segment: SegmentToken,
+         start: Annotated[int, Query(alias="from", ge=0)], end: Annotated[int, Query(alias="to", ge=0)]) -> ReadPlan:
+    parts = store.plan(segment_name(scope, stream, segment), start, end)
+    return ReadPlan(bucket=deployment.bucket, parts=[PlanPart(offset=p.offset, length=p.length, object_key=p.object_key,
+                                                              object_offset=p.object_offset) for p in parts])
 
 
 @app.get("/v1/segments/<scope>/<stream>/<segment>/info", summary="Start offset, length, sealed flag and rates")

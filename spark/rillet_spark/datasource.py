@@ -1,0 +1,333 @@
+"""The ``rillet`` PySpark data source (Spark 4 Python Data Source API): batch and streaming reads,
+transactional batch and streaming writes.
+
+Reading
+    ``spark.read.format("rillet").option("endpoint", url).option("stream", "scope/stream").load()``
+    gives one row per event: ``stream``, ``segment_id``, ``offset`` (of the event's frame, so
+    ``(stream, segment_id, offset)`` locates it) and ``event`` (bytes, or a string with
+    ``encoding=utf-8``). The driver asks the controller for the segment ranges between two stream
+    cuts (``start_cut``/``end_cut`` in text form; head and tail by default) and, for each range, its
+    *read plan*: which bytes are S3 object ranges and which are small appends still inline in the
+    index. Ranges larger than ``max_partition_bytes`` are split at plan-part boundaries, which are
+    event boundaries. Executors build their clients inside ``read()``, fetch S3 ranges directly
+    (``s3_endpoint`` for a non-AWS endpoint; EMR's instance role otherwise) and inline bytes through
+    the read API.
+
+Streaming reads
+    Offsets are stream cuts. Each micro-batch covers the range between two cuts chosen by the
+    controller's ``next-cut`` so that a batch never holds both a segment's and its successor's events:
+    per-key order holds across scaling when batches are consumed in order. A batch is re-readable
+    (the bytes between two cuts never change). With ``subscriber=<group>`` the query registers as a
+    consumption-based retention subscriber (a MANUAL_RELEASE_AT_USER_STREAMCUT reader group) and
+    ``commit(end)`` publishes each committed cut, so retention can truncate behind it.
+
+Writing
+    Every task writes its rows (column ``event``, optional ``routing_key``) into a transaction of its
+    own and returns its id; the driver's commit commits them all, abort aborts them all (a failed task
+    aborts its own), so a failed job leaves nothing visible. Streaming writes commit a batch's
+    transactions through the stream's sink record (``sink_id``), exactly once per batch id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
+DEFAULT_LEASE_MS = 120_000
+
+
+@dataclass
+class _Options:
+    endpoint: str
+    scope: str
+    stream: str
+    encoding: str = "binary"
+    start_cut: str | None = None
+    end_cut: str | None = None
+    max_partition_bytes: int = DEFAULT_PARTITION_BYTES
+    s3_endpoint: str | None = None
+    subscriber: str | None = None
+    sink_id: str | None = None
+    lease_ms: int = DEFAULT_LEASE_MS
+    event_column: str = "event"
+    routing_key_column: str = "routing_key"
+
+    @classmethod
+    def parse(cls, options: dict) -> _Options:
+        get = {k.lower(): v for k, v in options.items()}.get
+        endpoint = get("endpoint")
+        scoped = get("stream") or ""
+        if "/" in scoped:
+            scope, stream = scoped.split("/", 1)
+        else:
+            scope, stream = get("scope"), scoped
+        if not endpoint or not scope or not stream:
+            raise ValueError('the rillet data source needs options "endpoint" and "stream" ("scope/stream")')
+        encoding = (get("encoding") or "binary").lower()
+        if encoding not in ("binary", "utf-8", "utf8"):
+            raise ValueError('option "encoding" is "binary" or "utf-8"')
+        return cls(endpoint=endpoint, scope=scope, stream=stream, encoding=encoding,
+                   start_cut=get("start_cut"), end_cut=get("end_cut"),
+                   max_partition_bytes=int(get("max_partition_bytes") or DEFAULT_PARTITION_BYTES),
+                   s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
+                   sink_id=get("sink_id"), lease_ms=int(get("lease_ms") or DEFAULT_LEASE_MS),
+                   event_column=get("event_column") or "event",
+                   routing_key_column=get("routing_key_column") or "routing_key")
+
+    @property
+    def text(self) -> bool:
+        return self.encoding != "binary"
+
+    def connection(self):  # noqa: ANN201 - built where it is used (on executors, inside read/write)
+        from rillet.connection import Connection
+
+        return Connection(self.endpoint)
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """Bytes [start, end) of one segment with their read plan; plain data, so it pickles."""
+
+    segment_id: int
+    start: int
+    end: int
+    bucket: str
+    parts: list[tuple[int, int, str | None, int]] = field(default_factory=list)  # offset, length, key, key offset
+
+    def __post_init__(self) -> None:
+        super().__init__(self.segment_id)
+
+
+def _partitions(options: _Options, slices: list, max_bytes: int | None) -> list[RangePartition]:
+    """One partition per slice, split at plan-part boundaries (event boundaries) beyond ``max_bytes``."""
+    connection = options.connection()
+    partitions = []
+    for piece in slices:
+        if piece.end_offset <= piece.start_offset:
+            continue
+        plan = connection.segments.plan(options.scope, options.stream, piece.segment.segment_id,
+                                        piece.start_offset, piece.end_offset)
+        current: RangePartition | None = None
+        for part in plan.parts:
+            if current is None or (max_bytes is not None and current.end - current.start >= max_bytes):
+                current = RangePartition(piece.segment.segment_id, part.offset, part.offset, plan.bucket)
+                partitions.append(current)
+            current.parts.append((part.offset, part.length, part.object_key, part.object_offset))
+            current.end = part.offset + part.length
+    return partitions
+
+
+def _read(options: _Options, partition: RangePartition) -> Iterator[tuple]:
+    """The events whose frames lie in the partition's range, as rows."""
+    import boto3
+
+    from rillet.framing import unframe
+
+    connection = options.connection()
+    s3 = None
+    name = f"{options.scope}/{options.stream}"
+    buffer = bytearray()
+    position = partition.start  # segment offset of buffer[0]
+    for offset, length, key, key_offset in partition.parts:
+        if key is not None:
+            if s3 is None:
+                s3 = boto3.client("s3", endpoint_url=options.s3_endpoint)
+            body = s3.get_object(Bucket=partition.bucket, Key=key, Range=f"bytes={key_offset}-{key_offset + length - 1}")
+            buffer += body["Body"].read()
+        else:
+            done = 0
+            while done < length:
+                read = connection.segments.read(options.scope, options.stream, partition.segment_id, offset + done,
+                                                length - done)
+                buffer += read.data
+                done += len(read.data)
+        frames, consumed = unframe(buffer)
+        for pos, payload in frames:
+            yield name, partition.segment_id, position + pos, payload.decode() if options.text else payload
+        del buffer[:consumed]
+        position += consumed
+    if buffer:
+        raise ValueError(f"segment {partition.segment_id}: {len(buffer)} bytes after {position} are not a whole event")
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def partitions(self) -> list[RangePartition]:
+        from rillet.batch import BatchClient
+        from rillet.stream_cut import StreamCut
+
+        o = self.options
+        batch = BatchClient(o.connection())
+        slices = batch.list_segments(o.scope, o.stream, StreamCut.from_text(o.start_cut) if o.start_cut else None,
+                                     StreamCut.from_text(o.end_cut) if o.end_cut else None)
+        return _partitions(o, slices, o.max_partition_bytes)
+
+    def read(self, partition: RangePartition) -> Iterator[tuple]:
+        yield from _read(self.options, partition)
+
+
+class _StreamReader(DataSourceStreamReader):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        if options.subscriber:
+            self._subscribe()
+
+    def _subscribe(self) -> None:
+        from rillet.models import StreamDataRetention
+        from rillet.reader_group import ReaderGroupManager, group_config
+        from rillet.stream_cut import StreamCut
+
+        o = self.options
+        start = StreamCut.from_text(o.start_cut) if o.start_cut else f"{o.scope}/{o.stream}"
+        ReaderGroupManager(o.scope, o.connection()).create_reader_group(
+            o.subscriber, group_config([start], automatic_checkpoint_interval_ms=0,
+                                       retention_type=StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT))
+
+    def initialOffset(self) -> dict:
+        from rillet.stream_cut import StreamCut
+
+        o = self.options
+        if o.start_cut:
+            return {"cut": StreamCut.from_text(o.start_cut).to_text()}
+        return {"cut": StreamCut.of(o.scope, o.stream, o.connection().controller.head(o.scope, o.stream)).to_text()}
+
+    def latestOffset(self, start: dict, limit: object = None) -> dict:
+        from rillet.stream_cut import StreamCut
+
+        o = self.options
+        positions = o.connection().controller.next_cut(o.scope, o.stream, start["cut"])
+        return {"cut": StreamCut.of(o.scope, o.stream, positions).to_text()}
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        o = self.options
+        slices = o.connection().controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices
+        return _partitions(o, slices, None)  # one partition per segment: each key's events stay in order
+
+    def read(self, partition: RangePartition) -> Iterator[tuple]:
+        yield from _read(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        if self.options.subscriber:
+            from rillet.reader_group import ReaderGroup
+            from rillet.stream_cut import StreamCut
+
+            o = self.options
+            ReaderGroup(o.connection(), o.scope, o.subscriber).update_retention_stream_cut(
+                StreamCut.from_text(end["cut"]))
+
+
+@dataclass
+class TransactionMessage(WriterCommitMessage):
+    txn_id: str
+    events: int
+
+
+def _write(options: _Options, rows: Iterator) -> TransactionMessage:
+    from rillet.serializers import BytesSerializer
+    from rillet.transaction import TransactionalEventStreamWriter
+
+    writer = TransactionalEventStreamWriter(options.connection(), options.scope, options.stream, BytesSerializer())
+    txn = writer.begin(options.lease_ms)
+    count = 0
+    try:
+        for row in rows:
+            fields = row.asDict()
+            event = fields[options.event_column]
+            if isinstance(event, str):
+                event = event.encode()
+            key = fields.get(options.routing_key_column)
+            txn.write_event(bytes(event), None if key is None else str(key))
+            count += 1
+        txn.flush()
+    except BaseException:
+        txn.abort()  # nothing of a failed task may ever become visible
+        raise
+    return TransactionMessage(txn.txn_id, count)
+
+
+def _transactions(options: _Options):  # noqa: ANN202
+    from rillet.serializers import BytesSerializer
+    from rillet.transaction import TransactionalEventStreamWriter
+
+    return TransactionalEventStreamWriter(options.connection(), options.scope, options.stream, BytesSerializer())
+
+
+def _abort_all(options: _Options, messages: list) -> None:
+    from rillet.errors import TxnFailed, TxnNotFound
+
+    writer = _transactions(options)
+    for message in messages:
+        if message is not None:
+            try:
+                writer.get_txn(message.txn_id).abort()
+            except (TxnFailed, TxnNotFound):
+                pass
+
+
+class _Writer(DataSourceWriter):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator) -> TransactionMessage:
+        return _write(self.options, iterator)
+
+    def commit(self, messages: list) -> None:
+        writer = _transactions(self.options)
+        for message in messages:
+            writer.get_txn(message.txn_id).commit()
+
+    def abort(self, messages: list) -> None:
+        _abort_all(self.options, messages)
+
+
+class _StreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator) -> TransactionMessage:
+        return _write(self.options, iterator)
+
+    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+        sink = self.options.sink_id or f"{self.options.scope}.{self.options.stream}"
+        _transactions(self.options).commit_batch(sink, batchId, [m.txn_id for m in messages if m is not None])
+
+    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+        _abort_all(self.options, messages)
+
+
+class RilletDataSource(DataSource):
+    """``format("rillet")``: see the module docstring for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rillet"
+
+    def schema(self) -> str:
+        event = "string" if _Options.parse(self.options).text else "binary"
+        return f"stream string, segment_id long, offset long, event {event}"
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _Reader(_Options.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(_Options.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return _Writer(_Options.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return _StreamWriter(_Options.parse(self.options))
