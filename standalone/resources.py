@@ -18,12 +18,27 @@ def bind_all(deployment: Deployment) -> None:
     data_models.bind(deployment)
 
 
+def _binding() -> Deployment:
+    meta = data_models.SegmentItem.Meta
+    return Deployment(region=meta.region, endpoint_url=getattr(meta, "host", None),
+                      metadata_table=control_models.MetadataItem.Meta.table_name,
+                      segments_table=meta.table_name)
+
+
 def create_resources(deployment: Deployment) -> None:
-    """Create the tables and the bucket if they do not exist yet (idempotent)."""
+    """Create the tables and the bucket if they do not exist yet (idempotent).
+
+    The models are pointed at ``deployment`` only while the tables are created, so a process that
+    works with another deployment (a test session next to a stack it started) keeps its own.
+    """
+    previous = _binding()
     bind_all(deployment)
-    for model in TABLE_MODELS:
-        if not model.exists():
-            model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+    try:
+        for model in TABLE_MODELS:
+            if not model.exists():
+                model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+    finally:
+        bind_all(previous)
     s3 = deployment.s3
     existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
     if deployment.bucket not in existing:

@@ -11,9 +11,11 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
-from dataplane.deployment import Deployment  # noqa: E402
-from standalone.moto_server import MotoServer  # noqa: E402
-from standalone.resources import create_resources  # noqa: E402
+import rillet
+from dataplane.deployment import Deployment
+from standalone.moto_server import MotoServer
+from standalone.resources import bind_all, create_resources
+from standalone.stack import Stack, StackConfig
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +29,34 @@ def moto_server():
 def deployment(moto_server) -> Deployment:
     deployment = Deployment(endpoint_url=moto_server.url)
     create_resources(deployment)
+    bind_all(deployment)
     return deployment
+
+
+@pytest.fixture(autouse=True)
+def _models_bound_to_the_session(request):
+    """In-process code under test talks to the session's moto, whatever an earlier test bound."""
+    if "deployment" in request.fixturenames:
+        bind_all(request.getfixturevalue("deployment"))
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """The standalone stack, once per session: moto plus the Lambda handlers behind loopback
+    Function URLs (spawned worker processes), no Dagster."""
+    with Stack(StackConfig.ephemeral()) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def url(stack) -> str:
+    return stack.controller_url
+
+
+@pytest.fixture
+def manager(url):
+    with rillet.StreamManager(url) as m:
+        yield m
 
 
 @pytest.fixture
