@@ -154,11 +154,43 @@ class GroupState(BaseModel):
         result = []
         for spec in self.config.streams:
             name = spec.scoped_name
-            held = sorted((h for h in chosen.values() if h.stream == name), key=lambda h: h.segment.low)
-            positions_ = [SegmentPosition(segment=h.segment, offset=h.offset) for h in held]
+            held = {h.key: h for h in chosen.values() if h.stream == name}
+            self._fill_gaps(name, held)
+            ordered = sorted(held.values(), key=lambda h: h.segment.low)
+            positions_ = [SegmentPosition(segment=h.segment, offset=h.offset) for h in ordered]
             if positions_ and validity_problem([p.segment for p in positions_]) is None:
                 result.append(StreamCutBody(scope=spec.scope, stream=spec.stream, positions=positions_))
         return result
+
+    def _fill_gaps(self, stream: str, held: dict[str, Held]) -> None:
+        """Make ``held`` cover the key space where a scale both split and merged segments at once.
+
+        Then a successor may be read (its only predecessor is done) while a sibling waits for another
+        predecessor, and no set of current positions tiles the key space. Fall back, for such a gap,
+        to the completed predecessor at its end in place of its successors: an earlier cut, so a group
+        restarted from it reads those successors again (never less than it must).
+        """
+        for _ in range(len(self.completed) + 1):
+            covered = sorted((h.segment.low, h.segment.high) for h in held.values())
+            gaps, position = [], 0.0
+            for low, high in covered:
+                if low > position:
+                    gaps.append((position, low))
+                position = max(position, high)
+            if position < 1.0:
+                gaps.append((position, 1.0))
+            if not gaps:
+                return
+            newest_first = sorted(self.completed.values(), key=lambda c: c.segment.epoch, reverse=True)
+            done = next((c for c in newest_first if c.stream == stream and any(
+                c.segment.low < hi and lo < c.segment.high for lo, hi in gaps)), None)
+            if done is None:
+                return
+            for key in [k for k, h in held.items()
+                        if h.segment.low < done.segment.high and done.segment.low < h.segment.high]:
+                del held[key]
+            completed = Held(stream=stream, segment=done.segment, offset=done.end_offset)
+            held[completed.key] = completed
 
 
 Successors = Callable[[str, int], list[SuccessorInfo]]  # (scoped stream, segment id) -> successors

@@ -291,8 +291,9 @@ class StreamTasks:
         ranges = sorted((float(lo), float(hi)) for lo, hi in new_ranges)
         if _state(record) == StreamState.SCALING:
             if record.workflow.get("seal") == seal and [tuple(r) for r in record.workflow["ranges"]] == ranges:
+                epoch = int(record.workflow["epoch"])
                 self.finish_scale_stream(record)
-                return int(record.workflow["epoch"])
+                return epoch
             raise IllegalState(f"stream {scope}/{stream} is already scaling", state=record.state)
         done = self._finished_scale(scope, stream, seal, ranges)
         if done is not None:
@@ -373,6 +374,8 @@ class StreamTasks:
         """
         record = self.store.get_stream(scope, stream)
         if _state(record) == StreamState.TRUNCATING:
+            if {int(s): int(o) for s, _, _, o in record.head} != offsets:
+                raise IllegalState(f"stream {scope}/{stream} is being truncated at another cut", state=record.state)
             return self.finish_truncate_stream(record)
         cut = self.resolve_cut(scope, stream, offsets)
         ordering = compare_positions(cut, self.head(scope, stream, record))
