@@ -4,6 +4,7 @@
 from dagster import Definitions
 
 from dagster_project.autoscale import autoscale_sensor, scale_stream_job
+from dagster_project.exports import stream_export
 from dagster_project.maintenance import (
     sweep_workflows_job,
     tier_segments_job,
@@ -16,7 +17,7 @@ from dagster_project.transactions import abort_expired_transactions_job, txn_tim
 from dagster_project.watermarks import watermark_sensor
 
 defs = Definitions(
-    assets=[stream_retention],
+    assets=[stream_retention, stream_export],
     schedules=[retention_schedule],
     jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job, retention_job, scale_stream_job],
     sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor, autoscale_sensor, watermark_sensor],

@@ -18,6 +18,7 @@ class RilletDeployment(ConfigurableResource):
     metadata_table: str = Deployment.metadata_table
     segments_table: str = Deployment.segments_table
     bucket: str = Deployment.bucket
+    controller_url: str = "http://127.0.0.1:9090"  # the control API, for jobs that go through the SDK (Spark)
     chunk_target_bytes: int = StoreSettings.chunk_target
     tier_min_age_ms: int = StoreSettings.tier_min_age_ms
 
@@ -25,7 +26,8 @@ class RilletDeployment(ConfigurableResource):
     def from_env(cls) -> "RilletDeployment":
         d = Deployment.from_env()
         return cls(region=d.region, endpoint_url=d.endpoint_url, metadata_table=d.metadata_table,
-                   segments_table=d.segments_table, bucket=d.bucket)
+                   segments_table=d.segments_table, bucket=d.bucket,
+                   controller_url=os.environ.get("RILLET_CONTROLLER_URL", cls.model_fields["controller_url"].default))
 
     def deployment(self) -> Deployment:
         return Deployment(region=self.region, endpoint_url=self.endpoint_url, metadata_table=self.metadata_table,

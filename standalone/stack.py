@@ -104,7 +104,8 @@ class Stack:
             f.write("telemetry:\n  enabled: false\n")
         self._dagster_port = self.config.dagster_port or _free_port(self.config.host)
         intervals = {f"RILLET_{k.upper()}_INTERVAL_S": str(v) for k, v in self.config.sensor_intervals_s.items()}
-        child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home}
+        child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home,
+                     "RILLET_CONTROLLER_URL": self.controller_url}
         self.dagster = subprocess.Popen(
             [sys.executable, "-m", "dagster", "dev", "-m", "dagster_project.definitions",
              "-h", self.config.host, "-p", str(self._dagster_port)],

@@ -3,7 +3,7 @@
 from rillet_spark.datasource import RilletDataSource
 
 
-def register(spark) -> None:  # noqa: ANN001 - a SparkSession
+def register(spark) -> None:
     spark.dataSource.register(RilletDataSource)
 
 

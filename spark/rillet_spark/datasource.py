@@ -90,7 +90,7 @@ class _Options:
     def text(self) -> bool:
         return self.encoding != "binary"
 
-    def connection(self):  # noqa: ANN201 - built where it is used (on executors, inside read/write)
+    def connection(self):
         from rillet.connection import Connection
 
         return Connection(self.endpoint)
@@ -131,6 +131,8 @@ def _partitions(options: _Options, slices: list, max_bytes: int | None) -> list[
 
 def _read(options: _Options, partition: RangePartition) -> Iterator[tuple]:
     """The events whose frames lie in the partition's range, as rows."""
+    if not isinstance(partition, RangePartition):
+        return  # no range at all: Spark then reads one empty default partition
     import boto3
 
     from rillet.framing import unframe
@@ -259,7 +261,7 @@ def _write(options: _Options, rows: Iterator) -> TransactionMessage:
     return TransactionMessage(txn.txn_id, count)
 
 
-def _transactions(options: _Options):  # noqa: ANN202
+def _transactions(options: _Options):
     from rillet.serializers import BytesSerializer
     from rillet.transaction import TransactionalEventStreamWriter
 
@@ -301,11 +303,11 @@ class _StreamWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator) -> TransactionMessage:
         return _write(self.options, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages: list, batchId: int) -> None:
         sink = self.options.sink_id or f"{self.options.scope}.{self.options.stream}"
         _transactions(self.options).commit_batch(sink, batchId, [m.txn_id for m in messages if m is not None])
 
-    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+    def abort(self, messages: list, batchId: int) -> None:
         _abort_all(self.options, messages)
 
 

@@ -1,0 +1,167 @@
+"""The rillet PySpark data source with real local Spark against the standalone stack."""
+
+import time
+import uuid
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+import rillet
+from controlplane.service import Controller
+from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from standalone.resources import bind_all
+
+
+@pytest.fixture
+def scope(manager):
+    name = "spark" + uuid.uuid4().hex[:8]
+    manager.create_scope(name)
+    return name
+
+
+def _reader(spark, stack, stream, **options):
+    reader = (spark.read.format("rillet").option("endpoint", stack.controller_url).option("stream", stream)
+              .option("s3_endpoint", stack.moto.url))
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader
+
+
+def _write(stack, scope, stream, events, linger_ms=5, batch=16 * 1024):
+    factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+    config = rillet.EventWriterConfig(linger_ms=linger_ms, batch_size_bytes=batch)
+    with factory.create_event_writer(stream, rillet.BytesSerializer(), config) as writer:
+        futures = [writer.write_event(event, routing_key=key) for key, event in events]
+    return [f.result() for f in futures]
+
+
+def test_batch_read_returns_exactly_what_the_sdk_wrote(spark, stack, manager, scope):
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(3)))
+    events = [(f"k{i % 7}", f"event-{i}-".encode() + bytes([i % 256]) * (i % 700)) for i in range(1500)]
+    events += [("big", b"B" * 200_000), ("big", b"C" * 5)]  # a block large enough for its own S3 object
+    acks = _write(stack, scope, "s", events)
+    frame = _reader(spark, stack, f"{scope}/s", max_partition_bytes=50_000).load()
+    assert frame.rdd.getNumPartitions() > 3  # ranges were split at event boundaries
+    rows = frame.collect()
+    assert sorted(r.event for r in rows) == sorted(e for _, e in events)
+    located = {(r.segment_id, r.offset): r.event for r in rows}
+    assert all(located[(a.segment_id, a.offset)] == e for a, (_, e) in zip(acks, events))
+    assert {r.stream for r in rows} == {f"{scope}/s"}
+
+
+def test_batch_read_between_cuts_and_as_text(spark, stack, manager, scope):
+    manager.create_stream(scope, "s")
+    _write(stack, scope, "s", [("k", f"first-{i}".encode()) for i in range(50)])
+    middle = manager.get_tail(scope, "s")
+    _write(stack, scope, "s", [("k", f"second-{i}".encode()) for i in range(30)])
+    rows = _reader(spark, stack, f"{scope}/s", start_cut=middle.to_text(), encoding="utf-8").load().collect()
+    assert sorted(r.event for r in rows) == sorted(f"second-{i}" for i in range(30))
+    rows = _reader(spark, stack, f"{scope}/s", end_cut=middle.to_text(), encoding="utf-8").load().collect()
+    assert sorted(r.event for r in rows) == sorted(f"first-{i}" for i in range(50))
+
+
+def test_a_failed_write_job_leaves_nothing_visible(spark, stack, manager, scope):
+    manager.create_stream(scope, "out", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+
+    @F.udf(returnType=StringType())
+    def explode_on_the_last_row(value):
+        if value == "v-199":
+            raise RuntimeError("task failure in the middle of a write")
+        return value
+
+    source = spark.createDataFrame([(f"v-{i}", f"k{i % 5}") for i in range(200)], "event string, routing_key string")
+    failing = source.repartition(4).withColumn("event", explode_on_the_last_row("event"))
+    with pytest.raises(PySparkException):
+        (failing.write.format("rillet").option("endpoint", stack.controller_url).option("stream", f"{scope}/out")
+         .mode("append").save())
+    assert _reader(spark, stack, f"{scope}/out").load().count() == 0
+
+    source.write.format("rillet").option("endpoint", stack.controller_url).option("stream", f"{scope}/out") \
+        .mode("append").save()
+    rows = _reader(spark, stack, f"{scope}/out", encoding="utf-8").load().collect()
+    assert sorted(r.event for r in rows) == sorted(f"v-{i}" for i in range(200))
+
+
+def _stream_until(query, done, timeout_s=90):
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "the streaming query did not catch up in time"
+        assert query.exception() is None, query.exception()
+        time.sleep(0.5)
+
+
+def test_streaming_read_across_a_scale_keeps_per_key_order(spark, stack, manager, scope, tmp_path):
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    written = []
+
+    def write(start, stop):
+        events = [(f"k{i % 6}", f"k{i % 6}:{i}".encode()) for i in range(start, stop)]
+        _write(stack, scope, "s", events)
+        written.extend(e.decode() for _, e in events)
+
+    batches = []
+    write(0, 200)
+    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+             .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8").load()
+             .writeStream.foreachBatch(lambda frame, batch_id: batches.append(
+                 (batch_id, [(r.segment_id, r.offset, r.event) for r in frame.collect()])))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="500 milliseconds")
+             .start())
+    try:
+        _stream_until(query, lambda: sum(len(rows) for _, rows in batches) >= 200)
+        manager.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
+        write(200, 400)
+        epoch = manager.get_stream_info(scope, "s").current_epoch
+        a, b = [s.segment_id for s in manager.get_stream_info(scope, "s").current_segments]
+        manager.scale_stream(scope, "s", [a, b], [(0.0, 1.0)])
+        write(400, 600)
+        _stream_until(query, lambda: sum(len(rows) for _, rows in batches) >= 600)
+    finally:
+        query.stop()
+    assert epoch == 1
+    read = [event for _, rows in sorted(batches) for event in rows]
+    assert sorted(e for _, _, e in read) == sorted(written)  # each event once
+    for batch_id, rows in batches:
+        segments_of_key = {}
+        for segment, _, event in rows:
+            segments_of_key.setdefault(event.split(":")[0], set()).add(segment)
+        assert all(len(s) == 1 for s in segments_of_key.values()), f"batch {batch_id} mixes a key's segments"
+    per_key = {}
+    for batch_id, rows in sorted(batches):
+        for _, offset, event in sorted(rows, key=lambda r: (r[0], r[1])):
+            key, number = event.split(":")
+            per_key.setdefault(key, []).append(int(number))
+    assert all(numbers == sorted(numbers) for numbers in per_key.values())
+
+
+def test_a_streaming_query_is_a_retention_subscriber(spark, stack, manager, scope, tmp_path, deployment):
+    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=600_000)
+    manager.create_stream(scope, "s", StreamConfiguration(retention_policy=policy))
+    _write(stack, scope, "s", [("k", f"e{i}".encode()) for i in range(100)])
+    first_tail = manager.get_tail(scope, "s").offsets[0]
+    consumed = []
+    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+             .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("subscriber", "sparkq")
+             .load().writeStream.foreachBatch(lambda frame, _: consumed.extend(r.offset for r in frame.collect()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="500 milliseconds")
+             .start())
+    controller = Controller.for_deployment(stack.deployment)
+    try:
+        _stream_until(query, lambda: len(consumed) >= 100)
+        group = rillet.ReaderGroupManager(scope, stack.controller_url).get_reader_group("sparkq")
+        assert group.config.retention_type == rillet.StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT
+        # Spark commits a batch's end offset once it moves on to the next batch: give it one.
+        _write(stack, scope, "s", [("k", f"later{i}".encode()) for i in range(10)])
+        _stream_until(query, lambda: len(consumed) >= 110)
+        _stream_until(query, lambda: controller.retention.subscribers(scope, "s")[0].cut[0][3] >= first_tail)
+        acknowledged = controller.retention.subscribers(scope, "s")[0].cut[0][3]
+        decision = controller.retention.cycle(scope, "s")
+    finally:
+        query.stop()
+        bind_all(deployment)
+    assert decision.outcome == "truncated"
+    head = manager.get_head(scope, "s").offsets[0]
+    assert head == acknowledged  # exactly up to what the query committed, never past it
+    assert head <= max(consumed) + 1
