@@ -129,17 +129,20 @@ def _partitions(options: _Options, slices: list, max_bytes: int | None) -> list[
     return partitions
 
 
-def _read(options: _Options, partition: RangePartition) -> Iterator[tuple]:
-    """The events whose frames lie in the partition's range, as rows."""
+def _read(options: _Options, partition: RangePartition) -> Iterator:
+    """The events whose frames lie in the partition's range, as Arrow record batches (one per plan part):
+    far cheaper for Spark than one Python tuple per event."""
     if not isinstance(partition, RangePartition):
         return  # no range at all: Spark then reads one empty default partition
     import boto3
+    import pyarrow as pa
 
     from rillet.framing import unframe
 
     connection = options.connection()
     s3 = None
     name = f"{options.scope}/{options.stream}"
+    event_type = pa.string() if options.text else pa.binary()
     buffer = bytearray()
     position = partition.start  # segment offset of buffer[0]
     for offset, length, key, key_offset in partition.parts:
@@ -156,8 +159,14 @@ def _read(options: _Options, partition: RangePartition) -> Iterator[tuple]:
                 buffer += read.data
                 done += len(read.data)
         frames, consumed = unframe(buffer)
-        for pos, payload in frames:
-            yield name, partition.segment_id, position + pos, payload.decode() if options.text else payload
+        if frames:
+            events = [payload.decode() if options.text else payload for _, payload in frames]
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([name] * len(frames), pa.string()),
+                 pa.array([partition.segment_id] * len(frames), pa.int64()),
+                 pa.array([position + pos for pos, _ in frames], pa.int64()),
+                 pa.array(events, event_type)],
+                names=["stream", "segment_id", "offset", "event"])
         del buffer[:consumed]
         position += consumed
     if buffer:
@@ -178,7 +187,7 @@ class _Reader(DataSourceReader):
                                      StreamCut.from_text(o.end_cut) if o.end_cut else None)
         return _partitions(o, slices, o.max_partition_bytes)
 
-    def read(self, partition: RangePartition) -> Iterator[tuple]:
+    def read(self, partition: RangePartition) -> Iterator:
         yield from _read(self.options, partition)
 
 
@@ -219,7 +228,7 @@ class _StreamReader(DataSourceStreamReader):
         slices = o.connection().controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices
         return _partitions(o, slices, None)  # one partition per segment: each key's events stay in order
 
-    def read(self, partition: RangePartition) -> Iterator[tuple]:
+    def read(self, partition: RangePartition) -> Iterator:
         yield from _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
