@@ -179,11 +179,18 @@ class StreamTasks:
         self._finish(record, StreamState.ACTIVE)
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
+        """Replace the configuration; a higher minimum number of segments than the stream has scales
+        it up (every current segment is sealed and the key space split evenly), as Pravega does."""
         record = self.store.get_stream(scope, stream)
-        if _state(record) == StreamState.UPDATING and record.workflow.get("configuration") == config.model_dump(mode="json"):
-            return self.finish_update_stream(record)
-        self._begin(record, StreamState.UPDATING, {"name": "update", "configuration": config.model_dump(mode="json")})
+        if not (_state(record) == StreamState.UPDATING
+                and record.workflow.get("configuration") == config.model_dump(mode="json")):
+            self._begin(record, StreamState.UPDATING, {"name": "update", "configuration": config.model_dump(mode="json")})
         self.finish_update_stream(record)
+        current = self.current_segments(scope, stream)
+        minimum = config.scaling_policy.min_num_segments
+        if len(current) < minimum:
+            ranges = split_evenly(0.0, 1.0, minimum)
+            self.scale_stream(scope, stream, [s.segment_id for s in current], [(r.low, r.high) for r in ranges])
 
     def finish_update_stream(self, record: StreamRecord) -> None:
         config = StreamConfiguration.model_validate(record.workflow["configuration"])
