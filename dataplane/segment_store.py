@@ -2,8 +2,10 @@
 
 How an append commits (one S3 PUT for a large block, then three small DynamoDB requests):
 
-1. A block larger than ``inline_max`` is put to S3 under a key derived from the writer id and its
-   first event number, so a retried block overwrites the same object with the same bytes.
+1. A block larger than ``inline_max`` is put to S3 under a key derived from the writer id, its
+   first event number and a digest of its bytes, so a retried block overwrites the same object with
+   the same bytes and no resend can change the object of an acknowledged block. (A retry of a block
+   the head record already shows as appended is acknowledged without a PUT.)
 2. Read the head record (consistently). De-duplicate: a block whose event numbers the writer already
    appended is acknowledged with its original offset.
 3. *Claim* the tail: put the index entry at ``e#<length>`` on the condition that no entry exists there.
@@ -27,6 +29,7 @@ Invariants the rest of the code relies on:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -72,7 +75,7 @@ class StoreSettings:
 class AppendResult:
     offset: int | None  # None only for a duplicate of an older block than the writer's last one
     length: int  # the segment length right after the block
-    duplicate: bool = False
+    duplicate: bool = False  # an earlier request appended (claimed) the block: this one only acknowledges it
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,17 @@ class ReadResult:
     @property
     def end_of_segment(self) -> bool:
         return self.sealed and self.next_offset >= self.length
+
+
+@dataclass(frozen=True)
+class PlanPart:
+    """Bytes [offset, offset + length) of a segment: in S3 at ``object_key`` + ``object_offset``, or
+    (no key) inline in the index, to be read through the read API."""
+
+    offset: int
+    length: int
+    object_key: str | None = None
+    object_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,11 +126,6 @@ class _Block:
     object_key: str | None = None
     source: str | None = None
 
-    def same_as(self, entry: IndexEntry) -> bool:
-        if self.source is not None:
-            return entry.source == self.source
-        return (entry.writer, entry.first, entry.last, entry.size) == (self.writer, self.first, self.last, self.size)
-
     def to_entry(self, segment: str, offset: int) -> IndexEntry:
         return IndexEntry(segment, entry_key(offset), offset=offset, size=self.size, data=self.data,
                           object_key=self.object_key, source=self.source, writer=self.writer,
@@ -128,12 +137,16 @@ def _block_of(entry: IndexEntry) -> _Block:
                   data=entry.data, object_key=entry.object_key, source=entry.source)
 
 
+class _IndexGap(RuntimeError):
+    """No index entry covers an offset below the length: only a concurrent truncation causes that."""
+
+
 def _failed_condition(error: Exception) -> bool:
     return getattr(error, "cause_response_code", None) == _CONDITION_FAILED
 
 
 def validate_segment_name(name: str) -> str:
-    if not name or len(name) > 512 or not all(c.isalnum() or c in "./-_" for c in name) or ".." in name:
+    if not name or len(name) > 512 or not all(c.isalnum() or c in "./-_" for c in name):
         raise InvalidArgument(f"invalid segment name {name!r}")
     return name
 
@@ -225,8 +238,14 @@ class SegmentStore:
         if len(data) <= self.settings.inline_max:
             block = replace(block, data=data)
         else:
-            key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}"
-            self._meta(segment)  # fail fast on unknown segments before paying for a PUT
+            done = self._already_placed(self._meta(segment), block)  # also fails fast on unknown segments
+            if done is not None:
+                return done  # a retry of an acknowledged block: no PUT needed
+            # The key names the content too: a retry rewrites the same object with the same bytes, but
+            # a resend of an acknowledged event number with other bytes can never overwrite the object
+            # of committed data (bytes at an offset never change).
+            digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+            key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}-{digest}"
             self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=data)
             block = replace(block, object_key=key)
         return self._place(segment, block, expected_offset)
@@ -235,7 +254,8 @@ class SegmentStore:
         """Append all of ``source`` to ``target`` atomically and return the offset it landed at.
 
         ``source`` is sealed first. No payload is copied: the target gets one index entry that refers
-        to the source segment, which therefore lives as long as that entry does. Idempotent, provided
+        to the source segment, which therefore lives as long as that entry does. An empty source is
+        deleted instead of merged. Idempotent, provided
         merges into one target are issued one at a time (the controller commits transactions serially).
         """
         smeta = self._meta(source)
@@ -244,16 +264,31 @@ class SegmentStore:
                 raise InvalidArgument(f"{source} was merged into {smeta.merged_into}, not {target}")
             return smeta.merged_offset
         length = self.seal(source)
+        if length == 0:
+            # Nothing to append; a zero-byte entry would sit exactly where the target's next append
+            # claims. The empty source goes away instead (a retry then finds it gone).
+            self.delete(source)
+            return self._meta(target).length
         result = self._place(target, _Block(size=length, writer=MERGE_KEY, source=source), None)
         smeta.update(actions=[SegmentMeta.merged_into.set(target), SegmentMeta.merged_offset.set(result.offset)])
         return result.offset
 
     def _place(self, segment: str, block: _Block, expected_offset: int | None) -> AppendResult:
+        owned_at = None  # where this request's own claim put the block
         while True:
             meta = self._meta(segment)
             done = self._already_placed(meta, block)
             if done is not None:
+                if owned_at is not None and done.offset == owned_at:
+                    # Our claim, which another appender helped through: appended by this request.
+                    return replace(done, duplicate=False)
                 return done
+            if owned_at is not None and meta.length > owned_at:
+                # The tail moved past our claim without committing it: the claim was made from a stale
+                # head record at an offset whose entry tiering had already folded into a chunk. Remove
+                # it, so that no reader ever meets it inside the committed range, and claim again.
+                self._release_claim(segment, owned_at, block)
+                owned_at = None
             if meta.sealed:
                 raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
             if expected_offset is not None and expected_offset != meta.length:
@@ -262,6 +297,8 @@ class SegmentStore:
             self._check_event_order(meta, block)
             tail = meta.length
             claimed = self._claim(segment, tail, block)
+            if claimed is block:
+                owned_at = tail
             if claimed is not None and self._advance(meta, tail, claimed) and claimed is block:
                 return AppendResult(tail, tail + block.size)
 
@@ -286,7 +323,12 @@ class SegmentStore:
                 expected_event_number=int(state["l"]) + 1)
 
     def _claim(self, segment: str, tail: int, block: _Block) -> _Block | None:
-        """Put our entry at ``tail`` unless one is there; return whichever block now sits there."""
+        """Put our entry at ``tail`` unless one is there; return whichever block now sits there.
+
+        ``block`` itself comes back only if this request's put made the claim; an equal block claimed
+        by an earlier request (a retry racing its original, or one that crashed) comes back as a copy,
+        so that exactly one request reports a block as appended (``duplicate=False``).
+        """
         try:
             block.to_entry(segment, tail).save(condition=IndexEntry.pk.does_not_exist())
             return block
@@ -297,7 +339,7 @@ class SegmentStore:
             existing = IndexEntry.get(segment, entry_key(tail), consistent_read=True)
         except DoesNotExist:
             return None  # the claim was released meanwhile; the next round claims again
-        return block if block.same_as(existing) else _block_of(existing)
+        return _block_of(existing)
 
     def _advance(self, meta: SegmentMeta, tail: int, block: _Block) -> bool:
         """Commit the block claimed at ``tail``: the head record's length moves past it."""
@@ -362,8 +404,42 @@ class SegmentStore:
             raise InvalidArgument(f"offset {offset} is beyond the length {meta.length} of {segment}",
                                   length=meta.length)
         end = min(meta.length, offset + max_bytes)
-        data = self._read_range(segment, offset, end) if end > offset else b""
+        try:
+            data = self._read_range(segment, offset, end) if end > offset else b""
+        except _IndexGap:
+            # A truncation released the range after the head record was read: say so, typed.
+            start = self._meta(segment).start
+            if offset < start:
+                raise Truncated(f"offset {offset} of {segment} is below its start offset {start}",
+                                start_offset=start) from None
+            raise
         return ReadResult(data, offset, end, meta.start, meta.length, meta.sealed)
+
+    def plan(self, segment: str, start: int, end: int) -> list[PlanPart]:
+        """Where the bytes [start, end) of a sealed-or-committed range are, for readers that fetch S3
+        objects themselves (Spark executors): S3 ranges, and inline ranges to read through the read API.
+
+        Every part starts where an index entry (an append block) starts or at ``start``, so part
+        boundaries inside the range are event boundaries: a batch reader may split there.
+        """
+        meta = self._meta(segment)
+        if start < meta.start:
+            raise Truncated(f"offset {start} of {segment} is below its start offset {meta.start}",
+                            start_offset=meta.start)
+        if end > meta.length or start > end:
+            raise InvalidArgument(f"range [{start}, {end}) is not within the length {meta.length} of {segment}")
+        return self._plan(segment, start, end, 0)
+
+    def _plan(self, segment: str, start: int, end: int, shift: int) -> list[PlanPart]:
+        parts: list[PlanPart] = []
+        for entry, lo, hi in self._covering(segment, start, end):
+            if entry.source is not None:
+                parts += self._plan(entry.source, lo - entry.offset, hi - entry.offset, shift + entry.offset)
+            elif entry.object_key is not None:
+                parts.append(PlanPart(lo + shift, hi - lo, entry.object_key, entry.object_offset + lo - entry.offset))
+            else:
+                parts.append(PlanPart(lo + shift, hi - lo))
+        return parts
 
     def _read_range(self, segment: str, start: int, end: int) -> bytes:
         parts: list[bytes] = []
@@ -412,7 +488,7 @@ class SegmentStore:
                     return
             if expected >= end:
                 return
-        raise RuntimeError(f"index of {segment} has no entry covering offset {expected}")
+        raise _IndexGap(f"index of {segment} has no entry covering offset {expected}")
 
     def _entries_from(self, segment: str, offset: int, end: int | None = None) -> Iterator[IndexEntry]:
         """Entries in offset order from the one covering ``offset`` (if any), stopping before ``end``.
@@ -472,7 +548,13 @@ class SegmentStore:
                                                    else oldest + self.settings.tier_max_age_ms))
         else:
             actions += [SegmentMeta.tier_at.remove(), SegmentMeta.tier_shard.remove()]
-        meta.update(actions=actions)
+        try:
+            # Only if no append committed since the scan: an inline append meanwhile has added its bytes
+            # and kept the segment due; overwriting that would drop it from the tiering index for good.
+            meta.update(actions=actions, condition=SegmentMeta.length == meta.length)
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
         self._release_below(segment, meta.start)
         return moved
 
