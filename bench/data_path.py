@@ -3,7 +3,7 @@
 Prints events/s and MB/s; the AWS requests per MB appended and per MB read (DynamoDB requests and
 request units, S3 PUT and GET); the modeled cost per GB at on-demand list prices (bench/cost.py);
 and, on the same moto server, the minimal raw boto3 calls that store and fetch the same bytes (one
-PutObject / GetObject per 1 MiB), as throughput ratios.
+PutObject / GetObject per block of the writer's batch size), as throughput ratios.
 
 Run: ``make bench`` (all benchmarks) or ``.venv/bin/python -m bench.data_path --mb 32``.
 """
@@ -80,14 +80,16 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         read = _usage(stack, "read")
         assert count == events, f"read {count} events, wrote {events}"
 
+        # The baseline: the same bytes in blocks of the writer's batch size, one PUT (GET) each.
         s3 = boto3.client("s3", endpoint_url=stack.moto.url, region_name="us-east-1")
-        block = os.urandom(MB)
+        block_size = rillet.EventWriterConfig().batch_size_bytes
+        blocks = [os.urandom(block_size) for _ in range(max(1, total_mb * MB // block_size))]
         started = time.perf_counter()
-        for i in range(total_mb):
+        for i, block in enumerate(blocks):
             s3.put_object(Bucket=stack.deployment.bucket, Key=f"raw/{scope}/{i}", Body=block)
         raw_write_s = time.perf_counter() - started
         started = time.perf_counter()
-        for i in range(total_mb):
+        for i in range(len(blocks)):
             s3.get_object(Bucket=stack.deployment.bucket, Key=f"raw/{scope}/{i}")["Body"].read()
         raw_read_s = time.perf_counter() - started
 

@@ -9,7 +9,7 @@ from rillet import api
 from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_READ_SIZE, unframe
 from rillet.transport import Transport
 
-DEFAULT_READ_SIZE = 1024 * 1024
+DEFAULT_READ_SIZE = MAX_READ_SIZE  # a whole 4 MiB block per request when it is there
 
 
 def _path(scope: str, stream: str, segment: str | int) -> str:

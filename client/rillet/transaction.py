@@ -5,7 +5,8 @@ transaction's own segments, one per segment of the epoch it began in, with the s
 de-duplication as the plain writer. ``commit()`` flushes, then commits: the events appear in the
 stream contiguously, in one step, even if the stream scaled meanwhile. ``abort()`` (or a lease
 that runs out) discards them. Once a transaction is committing, committed, aborting or aborted,
-every operation on it raises :class:`rillet.errors.TxnFailed`.
+every operation on it raises :class:`rillet.errors.TxnFailed`. So does ``commit()`` when a write to
+the transaction failed: it does not commit the other events without that one.
 
 A writer that dies mid-transaction leaves it to time out; ``get_txn(txn_id)`` resumes one whose id
 was kept, to write more, commit or abort it.
@@ -66,10 +67,17 @@ class Transaction(Generic[T]):
                       f"/transactions/{info.txn_id}")
         self._writer = _TxnSegmentsWriter(connection, info, serializer, config)
         self._closed: TxnState | None = None
+        self._write_failure: BaseException | None = None  # the first write of this object that failed
 
     def write_event(self, event: T, routing_key: str | None = None) -> Future:
         self._check_open()
-        return self._writer.write_event(event, routing_key)
+        future = self._writer.write_event(event, routing_key)
+        future.add_done_callback(self._note_failure)
+        return future
+
+    def _note_failure(self, future: Future) -> None:
+        if self._write_failure is None and future.exception() is not None:
+            self._write_failure = future.exception()
 
     def flush(self) -> None:
         """Wait until every event written so far is durable in the transaction (still invisible)."""
@@ -92,6 +100,12 @@ class Transaction(Generic[T]):
         """
         self._check_open()
         self._writer.flush()
+        if self._write_failure is not None:
+            # All or nothing: committing now would make the other events visible without this one.
+            # An open transaction stays open: abort it (or let its lease run out) and write it again.
+            state = self.check_status()
+            raise TxnFailed(f"transaction {self.txn_id} ({state.value}) is not committed by this writer: a write "
+                            f"to it failed ({self._write_failure})", status=state.value)
         body = api.CommitTxnRequest(timestamp_ms=timestamp_ms, writer_id=self.writer_id).model_dump()
         deadline = time.monotonic() + timeout_s
         while True:

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from rillet.connection import Connection
 from rillet.errors import RilletError, SegmentNotFound, SegmentSealed, ServiceUnavailable
-from rillet.framing import MAX_BLOCK_SIZE, frame
+from rillet.framing import MAX_BLOCK_SIZE, MAX_EVENT_SIZE, frame
 from rillet.keyspace import hash_routing_key
 from rillet.models import SegmentRange
 from rillet.serializers import Serializer
@@ -43,11 +43,12 @@ T = TypeVar("T")
 class EventWriterConfig:
     """Batching and retry bounds of a writer.
 
-    The defaults favour cost: a 1 MiB block is one S3 PUT and a few small DynamoDB writes, which
-    keeps ingest near $0.01 per GB (see docs/benchmarks.md). Lower ``linger_ms`` for latency.
+    The defaults favour cost: a block of up to 4 MiB (the most one request carries) is one S3 PUT and
+    a few small DynamoDB writes, and waiting up to a second lets a 1 MB/s writer fill 1 MB blocks,
+    which keeps ingest under $0.01 per GB (see docs/benchmarks.md). Lower ``linger_ms`` for latency.
     """
 
-    batch_size_bytes: int = 1024 * 1024
+    batch_size_bytes: int = MAX_EVENT_SIZE
     linger_ms: int = 1000
     retry_timeout_s: float = 300.0
     max_concurrency: int = 16
