@@ -221,9 +221,18 @@ def new_state(config: ReaderGroupConfig, starts: dict[str, list[SegmentPosition]
 
 
 def add_reader(state: GroupState, reader: str, now: int) -> None:
-    """A reader joins; it is not asked to pass checkpoints begun before it joined (it held nothing)."""
+    """A reader joins (it takes segments at its first sync, so that readers joining together share
+    them); it is not asked to pass checkpoints begun before it joined (it held nothing then)."""
     if reader not in state.readers:
         state.readers[reader] = ReaderEntry(seen_ms=now)
+
+
+def _acquire(state: GroupState, entry: ReaderEntry) -> None:
+    """Take unassigned segments up to the fair share; never while a checkpoint is outstanding."""
+    if not state.checkpoints:
+        while len(entry.segments) < state.fair_share() and state.unassigned:
+            key = min(state.unassigned)
+            entry.segments[key] = state.unassigned.pop(key)
 
 
 def sync(state: GroupState, reader: str, request: SyncRequest, now: int, successors: Successors) -> Assignment:
@@ -240,10 +249,7 @@ def sync(state: GroupState, reader: str, request: SyncRequest, now: int, success
     if request.checkpoint:
         _pass_checkpoint(state, reader, entry, request.checkpoint, now)
     _maybe_auto_checkpoint(state, now)
-    if not state.checkpoints:
-        while len(entry.segments) < state.fair_share() and state.unassigned:
-            key = min(state.unassigned)
-            entry.segments[key] = state.unassigned.pop(key)
+    _acquire(state, entry)
     return assignment(state, reader)
 
 

@@ -227,7 +227,8 @@ class EventStreamReader(Generic[T]):
             if self._to_pass is not None:
                 self._sync(checkpoint=self._to_pass)
                 self._to_pass = None
-            elif self._completed or time.monotonic() - self._last_sync >= self.refresh_s:
+            elif self._completed or time.monotonic() - self._last_sync >= (
+                    self.refresh_s if self._held else min(self.refresh_s, 0.5)):  # idle: ask for work sooner
                 self._sync()
             checkpoint = self._assignment.checkpoint
             if checkpoint and checkpoint not in self._emitted:
