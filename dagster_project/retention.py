@@ -74,7 +74,7 @@ def stream_retention(context: AssetExecutionContext, rillet: RilletDeployment) -
     )
 
 
-retention_job = define_asset_job("retention_job", selection=[stream_retention], partitions_def=retention_buckets,
+retention_job = define_asset_job("retention_job", selection=[stream_retention],
                                  description="Run the retention cycle of one bucket of streams.")
 
 

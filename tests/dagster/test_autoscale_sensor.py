@@ -1,0 +1,120 @@
+"""The auto-scaling sensor and scale_stream_job with Dagster's test APIs (isolated tables, default settings).
+
+The segments' rates and ages are set directly on their head records (the append path keeps them
+there), so the deployment's default windows (2 to 20 minutes), cooldown and mute (10 minutes) apply
+without waiting. The end-to-end behaviour with real traffic is tests/e2e/test_autoscale_e2e.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from dagster import RunRequest, build_sensor_context
+
+from dagster_project.autoscale import autoscale_sensor, scale_stream_job
+from dataplane.models import META_KEY, SegmentMeta
+from rillet.models import ScalingPolicy, StreamConfiguration
+from rillet.names import segment_name
+
+
+@pytest.fixture(autouse=True)
+def _fast_sessions(fast_botocore_sessions):
+    """Test speed only: share botocore's loader (see tests/conftest.py)."""
+
+
+@pytest.fixture(autouse=True)
+def _default_scale_settings(monkeypatch):
+    monkeypatch.delenv("RILLET_SCALE_COOLDOWN_MS", raising=False)
+    monkeypatch.delenv("RILLET_SCALE_MUTE_MS", raising=False)
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _traffic(scope: str, sid: int, events: tuple[float, ...], age_ms: int = 3_600_000) -> None:
+    """Give a segment decayed event rates (per window) measured now, and an age."""
+    meta = SegmentMeta.get(segment_name(scope, "s", sid), META_KEY, consistent_read=True)
+    meta.update(actions=[SegmentMeta.rates.set({"t": _now(), "e": list(events), "b": [0.0] * len(events)}),
+                         SegmentMeta.created_ms.set(_now() - age_ms)])
+
+
+def _mine(requests, scope: str) -> list[RunRequest]:
+    """The run requests for this test's stream (the isolated tables are shared by the Dagster tests)."""
+    if not isinstance(requests, list):
+        return []
+    return [r for r in requests if r.tags.get("rillet/stream") == f"{scope}/s"]
+
+
+def _tick(resource, scope: str) -> list[RunRequest]:
+    with build_sensor_context(resources={"rillet": resource}) as context:
+        return _mine(autoscale_sensor(context), scope)
+
+
+def test_sensor_requests_a_split_once_per_decision_and_the_job_applies_it(isolated, unique):
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(
+        scaling_policy=ScalingPolicy.by_event_rate(10, 3, 1)))
+    assert _tick(resource, unique) == []  # young and idle
+
+    _traffic(unique, 0, (100.0, 0.0, 0.0, 0.0))  # 2-minute rate 10x the target
+    (request,) = _tick(resource, unique)
+    assert request.run_key == f"scale-{unique}/s-0-0-split"
+    (again,) = _tick(resource, unique)
+    assert again.run_key == request.run_key  # the same decision on the next tick: the same run
+    config = request.run_config["ops"]["scale_stream"]["config"]
+    assert config["seal"] == [0] and len(config["new_ranges"]) == 3  # min(factor 3, 100 / 10)
+
+    result = scale_stream_job.execute_in_process(run_config=request.run_config, resources={"rillet": resource})
+    assert result.success and result.output_for_node("scale_stream") == "scaled to epoch 1"
+    segments = controller.streams.current_segments(unique, "s")
+    assert [(s.low, s.high) for s in segments] == [tuple(r) for r in config["new_ranges"]]
+    # a repeated run of the same request is harmless: the scale is not applied twice
+    result = scale_stream_job.execute_in_process(run_config=request.run_config, resources={"rillet": resource})
+    assert result.success and result.output_for_node("scale_stream") == "scaled to epoch 1"
+    assert controller.store.get_stream(unique, "s").current_epoch == 1
+
+    # the new segments are hot too, but the stream just scaled (mute) and they are young (cooldown)
+    for s in segments:
+        _traffic(unique, s.segment_id, (100.0, 100.0, 100.0, 0.0), age_ms=0)
+    assert _tick(resource, unique) == []
+
+    # a request that no longer fits the stream (its segments were sealed meanwhile) is not applied
+    result = scale_stream_job.execute_in_process(run_config=request.run_config | {"ops": {"scale_stream": {
+        "config": {**config, "new_ranges": [[0.0, 0.5], [0.5, 1.0]]}}}}, resources={"rillet": resource})
+    assert result.success
+    assert result.output_for_node("scale_stream").startswith("not applied: ")
+    assert controller.store.get_stream(unique, "s").current_epoch == 1
+
+
+def test_sensor_requests_a_merge_of_cold_neighbours_but_never_below_the_minimum(isolated, unique):
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(
+        scaling_policy=ScalingPolicy.by_event_rate(10, 2, 2)))
+    ids = [s.segment_id for s in controller.streams.current_segments(unique, "s")]
+    for sid in ids:
+        _traffic(unique, sid, (0.0, 0.0, 0.0, 0.0))
+    assert _tick(resource, unique) == []  # two cold segments, but the minimum is two
+
+    controller.streams.update_stream(unique, "s", StreamConfiguration(
+        scaling_policy=ScalingPolicy.by_event_rate(10, 2, 1)))
+    (request,) = _tick(resource, unique)
+    assert request.run_key == f"scale-{unique}/s-0-{ids[0]}-{ids[1]}-merge"
+    result = scale_stream_job.execute_in_process(run_config=request.run_config, resources={"rillet": resource})
+    assert result.success
+    assert [(s.low, s.high) for s in controller.streams.current_segments(unique, "s")] == [(0.0, 1.0)]
+
+
+def test_fixed_streams_are_not_candidates(isolated, unique):
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    _traffic(unique, 0, (1000.0, 1000.0, 1000.0, 1000.0))
+    assert (unique, "s") not in controller.autoscaler.candidates()
+    assert _tick(resource, unique) == []

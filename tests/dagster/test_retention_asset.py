@@ -1,0 +1,193 @@
+"""The retention asset, its check, job and schedule, with Dagster's test APIs against moto (isolated tables).
+
+The ``isolated`` tables are shared by the Dagster tests of a session, so a bucket may hold other
+tests' streams: the assertions look at this test's streams only, and streams that would make a
+later check fail are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import pytest
+from dagster import AssetCheckSeverity, Definitions, RunRequest, build_schedule_context, materialize
+
+from controlplane.models import SubscriberRecord
+from controlplane.retention import RetentionSettings
+from controlplane.service import Controller
+from controlplane.streams import RETENTION_BUCKETS, _bucket
+from dagster_project.retention import retention_job, retention_schedule, stream_retention
+from rillet.framing import frame
+from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from rillet.names import segment_name
+
+EVENT = frame(b"d" * 96)  # 100 bytes
+
+
+@pytest.fixture(autouse=True)
+def _fast_sessions(fast_botocore_sessions):
+    """Test speed only: share botocore's loader (see tests/conftest.py)."""
+
+
+@pytest.fixture(autouse=True)
+def _default_retention_frequency(monkeypatch):
+    # the asset runs with the deployment's settings: the default (30 minutes) between retention-set records
+    monkeypatch.delenv("RILLET_RETENTION_FREQUENCY_MS", raising=False)
+
+
+def _stream(controller: Controller, scope: str, stream: str, policy: RetentionPolicy) -> int:
+    controller.streams.create_scope(scope)
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1), retention_policy=policy)
+    controller.streams.create_stream(scope, stream, config)
+    return _bucket(scope, stream, config)
+
+
+def _append(controller: Controller, scope: str, stream: str, first: int, n: int) -> None:
+    for i in range(first, first + n):
+        controller.segments.append(segment_name(scope, stream, 0), "w", i, 1, EVENT)
+
+
+def _drop(controller: Controller, scope: str, stream: str) -> None:
+    controller.streams.seal_stream(scope, stream)
+    controller.streams.delete_stream(scope, stream)
+
+
+def _materialization(result):
+    (materialization,) = result.asset_materializations_for_node("stream_retention")
+    return materialization.metadata
+
+
+def _check(result):
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert evaluation.check_name == "consumption_streams_have_active_subscribers"
+    return evaluation
+
+
+def _row(report: str, stream: str) -> list[str]:
+    (line,) = [line for line in report.splitlines() if f"`{stream}`" in line]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_materializing_a_bucket_truncates_its_streams_and_reports_each_decision(isolated, unique):
+    mine, resource = isolated
+    controller = Controller.for_deployment(mine, retention_settings=RetentionSettings(frequency_ms=1))
+    bucket = _stream(controller, unique, "s", RetentionPolicy.by_size(250))
+    _append(controller, unique, "s", 0, 3)
+    # a retention-set record 10 s ago, at 300 bytes (too little to truncate then)
+    assert controller.retention.cycle(unique, "s", now=int(time.time() * 1000) - 10_000).outcome == "kept"
+    _append(controller, unique, "s", 3, 3)
+
+    result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+    assert result.success
+    # 600 bytes now; the record at 300 keeps 300 >= 250: truncated there (no new record: younger than 30 min)
+    head = {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")}
+    assert head == {0: 300}
+    metadata = _materialization(result)
+    assert metadata["truncated"].value >= 1 and metadata["streams"].value >= 1
+    assert metadata["bytes_released"].value >= 300
+    row = _row(metadata["decisions"].value, f"{unique}/s")
+    assert row[1] == "truncated"
+    assert row[2].startswith("truncate at the most recent cut keeping the minimum")
+    assert row[3:6] == ["600", "300", "0@300"]
+    assert _check(result).passed or f"{unique}/s" not in str(_check(result).metadata)
+
+    # the next run of the same bucket keeps it: nothing new to truncate
+    job = Definitions(assets=[stream_retention], jobs=[retention_job],
+                      resources={"rillet": resource}).resolve_job_def("retention_job")
+    result = job.execute_in_process(partition_key=str(bucket))
+    assert result.success
+    row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
+    assert row[1] == "kept"
+    assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 300}
+    _drop(controller, unique, "s")
+
+
+def test_other_buckets_leave_the_stream_alone(isolated, unique):
+    mine, resource = isolated
+    controller = Controller.for_deployment(mine)
+    bucket = _stream(controller, unique, "s", RetentionPolicy.by_size(0))
+    _append(controller, unique, "s", 0, 2)
+    other = (bucket + 1) % RETENTION_BUCKETS
+    result = materialize([stream_retention], partition_key=str(other), resources={"rillet": resource})
+    assert result.success
+    assert f"`{unique}/s`" not in _materialization(result)["decisions"].value
+    assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 0}
+    result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+    assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 200}
+    _drop(controller, unique, "s")
+
+
+def test_check_warns_about_a_consumption_stream_whose_subscriber_went_silent(isolated, unique):
+    mine, resource = isolated
+    controller = Controller.for_deployment(mine)
+    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=1_000)
+    bucket = _stream(controller, unique, "s", policy)
+    _append(controller, unique, "s", 0, 2)
+    controller.retention.add_subscriber(unique, "s", f"{unique}/g", 0, controller.streams.head(unique, "s"))
+    (sub,) = controller.retention.subscribers(unique, "s")
+    sub.update(actions=[SubscriberRecord.updated_ms.set(1)])  # last heard of long ago
+    try:
+        result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+        assert result.success  # a WARN check does not fail the run
+        evaluation = _check(result)
+        assert evaluation.passed is False
+        assert evaluation.severity == AssetCheckSeverity.WARN
+        assert f"{unique}/s" in evaluation.metadata["streams_without_active_subscriber"].value
+        row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
+        assert row[1] == "kept" and "no active subscriber" in row[2]
+        assert f"{unique}/g (inactive): 200 B" in row[6]
+        assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 0}
+
+        # the subscriber publishes again: active, the check passes for this stream and truncation resumes
+        controller.retention.update_truncation_cut(unique, "s", f"{unique}/g", 0, {0: 100})
+        result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+        assert f"{unique}/s" not in _check(result).metadata["streams_without_active_subscriber"].value
+        assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 100}
+    finally:
+        _drop(controller, unique, "s")
+
+
+def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated, unique):
+    """A consumption-based stream nobody subscribes to keeps all its data (no fallback): exactly the
+    situation the check exists to point out, whether its subscribers went silent or there are none."""
+    mine, resource = isolated
+    controller = Controller.for_deployment(mine)
+    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=1_000)
+    bucket = _stream(controller, unique, "s", policy)
+    _append(controller, unique, "s", 0, 2)
+    try:
+        result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+        row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
+        assert row[1] == "kept" and "no active subscriber" in row[2]
+        evaluation = _check(result)
+        assert f"{unique}/s" in evaluation.metadata["streams_without_active_subscriber"].value
+        assert evaluation.passed is False
+    finally:
+        _drop(controller, unique, "s")
+
+
+def test_schedule_requests_one_run_per_bucket_with_distinct_run_keys():
+    at = datetime.datetime(2025, 3, 1, 12, 30, tzinfo=datetime.timezone.utc)
+    with build_schedule_context(scheduled_execution_time=at) as context:
+        requests = list(retention_schedule(context))
+    assert all(isinstance(r, RunRequest) for r in requests)
+    assert sorted(r.partition_key for r in requests) == sorted(str(b) for b in range(RETENTION_BUCKETS))
+    assert len({r.run_key for r in requests}) == RETENTION_BUCKETS
+    # the next tick gets new run keys (a run key is never reused across ticks), the same tick the same ones
+    later = at + datetime.timedelta(minutes=30)
+    with build_schedule_context(scheduled_execution_time=later) as context:
+        next_keys = {r.run_key for r in retention_schedule(context)}
+    assert len(next_keys) == RETENTION_BUCKETS and not next_keys & {r.run_key for r in requests}
+    with build_schedule_context(scheduled_execution_time=at) as context:
+        assert {r.run_key for r in retention_schedule(context)} == {r.run_key for r in requests}
+    assert retention_schedule.job_name == retention_job.name
+
+
+def test_every_bucket_is_reachable():
+    """Streams spread over the buckets (so a run per bucket is a share of the work, not all of it)."""
+    config = StreamConfiguration(retention_policy=RetentionPolicy.by_size(0))
+    seen = {_bucket("sc", f"s{uuid.UUID(int=i).hex[:8]}{i}", config) for i in range(400)}
+    assert seen == set(range(RETENTION_BUCKETS))
+    assert _bucket("sc", "s", StreamConfiguration()) is None  # no policy: not in the retention index
