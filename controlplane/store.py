@@ -73,7 +73,7 @@ def _decode_token(token: str | None) -> dict[str, Any] | None:
 class MetadataStore:
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
-        self._connection = Connection(region=deployment.region, host=deployment.endpoint_url)  # for transactions
+        self.transaction_connection = Connection(region=deployment.region, host=deployment.endpoint_url)
 
     # -- scopes --------------------------------------------------------------------------------
 
@@ -107,7 +107,7 @@ class MetadataStore:
         """Store a new stream record, provided its scope exists and is not being deleted."""
         scope_key = ScopeRecord(SCOPES_PK, record.scope)
         try:
-            with TransactWrite(connection=self._connection) as tx:
+            with TransactWrite(connection=self.transaction_connection) as tx:
                 tx.condition_check(ScopeRecord, SCOPES_PK, record.scope,
                                    condition=ScopeRecord.state == "ACTIVE")
                 tx.save(record, condition=StreamRecord.pk.does_not_exist())
@@ -170,6 +170,26 @@ class MetadataStore:
                 record.pk = stream_pk(scope, stream)
                 record.sk = segment_sk(record.segment_id)
                 batch.save(record)
+
+    def add_segments(self, scope: str, stream: str, records: list[SegmentRecord]) -> None:
+        """Write segment records that do not exist yet; existing ones (written by an earlier attempt,
+        and possibly updated since) are left as they are, so a delayed workflow finisher never writes
+        stale records over newer ones."""
+        pk = stream_pk(scope, stream)
+        existing = {r.segment_id for r in SegmentRecord.batch_get([(pk, segment_sk(r.segment_id)) for r in records])}
+        for record in records:
+            if record.segment_id in existing:
+                continue
+            record.pk, record.sk = pk, segment_sk(record.segment_id)
+            try:
+                record.save(condition=SegmentRecord.pk.does_not_exist())
+            except PutError as e:
+                if e.cause_response_code != _CONDITION_FAILED:
+                    raise  # otherwise a concurrent finisher wrote it first
+
+    def set_successors(self, record: SegmentRecord, successors: list[int]) -> None:
+        if list(record.successors) != successors:
+            record.update(actions=[SegmentRecord.successors.set(successors)])
 
     def get_segments(self, scope: str, stream: str, segment_ids: list[int]) -> list[SegmentRecord]:
         if not segment_ids:

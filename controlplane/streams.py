@@ -212,7 +212,13 @@ class StreamTasks:
         self.finish_seal_stream(record)
 
     def finish_seal_stream(self, record: StreamRecord) -> None:
-        """Seal: open transactions are aborted (as in Pravega), then every current segment is sealed."""
+        """Seal: commits requested before the seal began are applied (an acknowledged commit stands),
+        open transactions are aborted (as in Pravega), then every current segment is sealed."""
+        self.transactions.plan_for_seal(record)
+        epoch_number = self.transactions.apply_plan(record, record.workflow["plan"], int(record.workflow["created_ms"]))
+        if epoch_number != record.current_epoch:
+            self.store.update(record, [StreamRecord.current_epoch.set(epoch_number)],
+                              f"stream {record.scope}/{record.stream} changed concurrently")
         self.transactions.abort_open(record.scope, record.stream)
         epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
         for sid, _, _ in epoch.segments:
@@ -332,13 +338,12 @@ class StreamTasks:
         new = [SegmentRange(segment_id=sid, low=lo, high=hi) for sid, (lo, hi) in zip(wf["new"], wf["ranges"])]
         for segment in new:
             self.segments.create(segment_name(record.scope, record.stream, segment.segment_id))
-        records = [SegmentRecord(segment_id=n.segment_id, low=n.low, high=n.high, created_ms=created,
-                                 predecessors=[o for o in wf["seal"] if sealed[o].low < n.high and n.low < sealed[o].high])
-                   for n in new]
+        self.store.add_segments(record.scope, record.stream, [
+            SegmentRecord(segment_id=n.segment_id, low=n.low, high=n.high, created_ms=created,
+                          predecessors=[o for o in wf["seal"] if sealed[o].low < n.high and n.low < sealed[o].high])
+            for n in new])
         for old in sealed.values():
-            old.successors = [n.segment_id for n in new if old.low < n.high and n.low < old.high]
-            records.append(old)
-        self.store.put_segments(record.scope, record.stream, records)
+            self.store.set_successors(old, [n.segment_id for n in new if old.low < n.high and n.low < old.high])
         previous = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
         kept = [s for s in previous.segments if int(s[0]) not in sealed]
         segments = sorted(kept + [[n.segment_id, n.low, n.high] for n in new], key=lambda s: s[1])

@@ -61,14 +61,17 @@ class Sweeper:
             record = store.get_stream(item.scope, item.stream)
             if not record.workflow:
                 return SweepOutcome(subject, name, "completed")
-            finish = getattr(self.tasks, f"finish_{record.workflow['name']}_stream")
-            finish(record)
+            owner = self.transactions if record.workflow["name"] == "commit" else self.tasks
+            getattr(owner, f"finish_{record.workflow['name']}_stream")(record)
             return SweepOutcome(subject, name, "completed")
         except NotFound:
             return SweepOutcome(subject, name, "completed")
         except RilletError as e:
             log.warning("sweeper could not finish %s of %s: %s", name, subject, e)
             return SweepOutcome(subject, name, e.code)
+        except Exception:
+            log.exception("sweeper failed on %s of %s", name, subject)
+            return SweepOutcome(subject, name, "InternalError")
 
     def _finish_txn(self, item: TxnRecord) -> SweepOutcome:
         subject = f"{item.scope}/{item.stream}"

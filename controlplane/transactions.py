@@ -32,17 +32,36 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from pynamodb.exceptions import DoesNotExist, UpdateError
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
 
-from controlplane.models import PENDING, SegmentRecord, SinkRecord, StreamRecord, TxnRecord, stream_pk, txn_sk
+from controlplane.models import (
+    PENDING,
+    SegmentRecord,
+    SinkRecord,
+    StreamRecord,
+    TxnRecord,
+    scope_pk,
+    stream_pk,
+    txn_sk,
+)
 from controlplane.store import conditional
 from controlplane.streams import StreamTasks, _range
-from rillet.errors import IllegalState, InvalidArgument, LeaseTooLarge, TxnFailed, TxnNotFound, WriteConflict
+from rillet.errors import (
+    IllegalState,
+    InvalidArgument,
+    LeaseTooLarge,
+    SegmentNotFound,
+    TxnFailed,
+    TxnNotFound,
+    WriteConflict,
+)
 from rillet.keyspace import segment_id
 from rillet.models import SegmentRange, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
 OPEN_SHARD = "open"
+_COMMIT_STATES = [s.value for s in StreamState if s not in (StreamState.SEALING, StreamState.SEALED)]
 _BEGIN_STATES = {StreamState.ACTIVE, StreamState.UPDATING, StreamState.SCALING, StreamState.COMMITTING_TXN,
                  StreamState.TRUNCATING}
 
@@ -91,10 +110,13 @@ class TransactionTasks:
         lease = self._check_lease(lease_ms or self.settings.default_lease_ms)
         now = now_ms()
         epoch = self.store.get_epoch(scope, stream, record.current_epoch)
+        # As for a ping, the lease never reaches past the maximum execution time: the timeout job
+        # finds open transactions by this deadline.
+        expiry = now + min(lease, self.settings.max_execution_ms)
         txn = TxnRecord(stream_pk(scope, stream), "", scope=scope, stream=stream, txn_id=uuid.uuid4().hex,
                         state=TxnState.OPEN.value, epoch=record.current_epoch, segments=epoch.segments,
-                        created_ms=now, lease_expiry_ms=now + lease, max_expiry_ms=now + self.settings.max_execution_ms,
-                        deadline_shard=OPEN_SHARD, deadline_ms=now + lease)
+                        created_ms=now, lease_expiry_ms=expiry, max_expiry_ms=now + self.settings.max_execution_ms,
+                        deadline_shard=OPEN_SHARD, deadline_ms=expiry)
         txn.sk = txn_sk(txn.txn_id)
         txn.save(condition=TxnRecord.pk.does_not_exist())
         for sid, _, _ in txn.segments:  # a crash here leaves an open transaction that times out
@@ -135,16 +157,17 @@ class TransactionTasks:
                 break
             now = now_ms()
             try:
-                with conditional("transaction changed concurrently"):
-                    txn.update(actions=[TxnRecord.state.set(TxnState.COMMITTING.value), TxnRecord.commit_ms.set(now),
-                                        TxnRecord.timestamp_ms.set(timestamp_ms), TxnRecord.writer_id.set(writer_id),
-                                        TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
-                                        TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now)])
+                self._to_committing(txn, [
+                    TxnRecord.state.set(TxnState.COMMITTING.value), TxnRecord.commit_ms.set(now),
+                    TxnRecord.timestamp_ms.set(timestamp_ms), TxnRecord.writer_id.set(writer_id),
+                    TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
+                    TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now)])
                 break
             except WriteConflict:
                 continue
-        if txn.state == TxnState.COMMITTING.value:
-            self.drive_commits(scope, stream)
+        # Also when already COMMITTED: the workflow that committed it may have died before its last
+        # step (the stream still COMMITTING_TXN), and repeating the request must finish it.
+        self.drive_commits(scope, stream)
         final = self._get(scope, stream, txn_id)
         if final.state == TxnState.COMMITTED.value and final.timestamp_ms is not None and final.writer_id:
             # The transaction's events are now before the tail: its writer notes the commit time there.
@@ -154,6 +177,23 @@ class TransactionTasks:
             except InvalidArgument:
                 pass  # the writer already noted a later time
         return info(final)
+
+    def _to_committing(self, txn: TxnRecord, actions: list) -> None:
+        """OPEN -> COMMITTING, atomically with a check that the stream is not being sealed: a seal
+        applies the commits requested before it began and aborts every transaction still open."""
+        try:
+            with TransactWrite(connection=self.store.transaction_connection) as tx:
+                tx.condition_check(StreamRecord, scope_pk(txn.scope), txn.stream,
+                                   condition=StreamRecord.state.is_in(*_COMMIT_STATES))
+                tx.update(txn, actions=actions, condition=TxnRecord.state == TxnState.OPEN.value)
+        except TransactWriteError as e:
+            reasons = [r.code if r else None for r in (e.cancellation_reasons or [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                raise TxnFailed(f"stream {txn.scope}/{txn.stream} is sealed or being sealed: transaction "
+                                f"{txn.txn_id} is aborted with it", status="ABORTED") from e
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                raise WriteConflict("transaction changed concurrently") from e
+            raise
 
     def abort(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
         while True:
@@ -283,9 +323,24 @@ class TransactionTasks:
         return plan, count - record.segment_count
 
     def finish_commit_stream(self, record: StreamRecord) -> None:
+        epoch = self.apply_plan(record, record.workflow["plan"], int(record.workflow["created_ms"]))
+        self.streams._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
+
+    def plan_for_seal(self, record: StreamRecord) -> None:
+        """Put the plan of the transactions committing when a seal began into the seal's workflow."""
+        if "plan" in record.workflow:
+            return
+        committing = sorted(self._transactions(record.scope, record.stream, TxnState.COMMITTING),
+                            key=lambda t: t.commit_ms)
+        plan, allocated = self._plan(record, committing)
+        self.store.update(record, [StreamRecord.workflow.set({**record.workflow, "plan": plan, "created_ms": now_ms()}),
+                                   StreamRecord.segment_count.add(allocated)],
+                          f"stream {record.scope}/{record.stream} changed concurrently")
+
+    def apply_plan(self, record: StreamRecord, plan: list[dict], created: int) -> int:
+        """Apply each planned transaction (idempotently); returns the epoch current afterwards."""
         epoch = record.current_epoch
-        created = int(record.workflow["created_ms"])
-        for step in record.workflow["plan"]:
+        for step in plan:
             txn = self._get(record.scope, record.stream, step["txn"])
             if step["mode"] == "roll":
                 epoch = int(step["epoch"])
@@ -293,12 +348,12 @@ class TransactionTasks:
                 continue
             if step["mode"] == "merge":
                 for sid, _, _ in txn.segments:
-                    self.segments.merge(segment_name(record.scope, record.stream, int(sid)),
-                                        segment_name(record.scope, record.stream, txn_segment_token(int(sid), txn.txn_id)))
+                    self._merge(segment_name(record.scope, record.stream, int(sid)),
+                                segment_name(record.scope, record.stream, txn_segment_token(int(sid), txn.txn_id)))
             else:
                 self._roll(record, txn, step, created)
             self._close(txn, TxnState.COMMITTED, TxnState.COMMITTING)
-        self.streams._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
+        return epoch
 
     def _roll(self, record: StreamRecord, txn: TxnRecord, step: dict, created: int) -> None:
         scope, stream = record.scope, record.stream
@@ -309,7 +364,7 @@ class TransactionTasks:
         for (new, _, _, parent), segment in zip(step["rolled"], rolled):
             name = segment_name(scope, stream, int(new))
             self.segments.create(name)
-            self.segments.merge(name, segment_name(scope, stream, txn_segment_token(int(parent), txn.txn_id)))
+            self._merge(name, segment_name(scope, stream, txn_segment_token(int(parent), txn.txn_id)))
         for segment in duplicates:
             self.segments.create(segment_name(scope, stream, segment.segment_id))
         records = [SegmentRecord(segment_id=s.segment_id, low=s.low, high=s.high, created_ms=created,
@@ -317,10 +372,12 @@ class TransactionTasks:
                    for s in rolled]
         records += [SegmentRecord(segment_id=s.segment_id, low=s.low, high=s.high, created_ms=created,
                                   predecessors=_overlapping(s, rolled)) for s in duplicates]
+        # Only ever *add* these records, and only *set* the old segments' successors: a finisher of
+        # this workflow that was delayed while another one finished it (and the stream moved on, e.g.
+        # a later scale sealed a duplicate segment) must not write back stale records over newer ones.
+        self.store.add_segments(scope, stream, records)
         for old in self.store.get_segments(scope, stream, [s.segment_id for s in previous]):
-            old.successors = _overlapping(_range(old), rolled)
-            records.append(old)
-        self.store.put_segments(scope, stream, records)
+            self.store.set_successors(old, _overlapping(_range(old), rolled))
         self.store.put_epoch(scope, stream, rolled_epoch, created, [[s.segment_id, s.low, s.high] for s in rolled])
         self.store.put_epoch(scope, stream, epoch, created, [[s.segment_id, s.low, s.high] for s in duplicates])
         for segment in rolled:
@@ -329,6 +386,15 @@ class TransactionTasks:
             self.streams._seal_segment(record, segment.segment_id, rolled_epoch)
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _merge(self, target: str, source: str) -> None:
+        """Merge a transaction segment into ``target``; one that is gone was merged before (the segment
+        store deletes an empty source instead of merging it, and releases a merged one with the data
+        truncated past it), so a repeated step after a crash, or a second finisher, has nothing to do."""
+        try:
+            self.segments.merge(target, source)
+        except SegmentNotFound:
+            pass
 
     def _check_lease(self, lease_ms: int) -> int:
         if lease_ms > self.settings.max_lease_ms:

@@ -46,7 +46,7 @@ class Deployment:
         return env
 
     @cached_property
-    def s3(self):  # noqa: ANN201 - a boto3 client has no importable type
+    def s3(self):
         return boto3.session.Session().client(
             "s3", region_name=self.region, endpoint_url=self.endpoint_url,
             config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 5},

@@ -276,6 +276,12 @@ class SegmentStore:
     def _place(self, segment: str, block: _Block, expected_offset: int | None) -> AppendResult:
         owned_at = None  # where this request's own claim put the block
         while True:
+            if block.source is not None:
+                # Another merger (a delayed finisher of the same commit) may have merged and recorded it
+                # after we began, and the target's "last merge" may already name a later source.
+                source = self._meta(block.source)
+                if source.merged_into == segment:
+                    return AppendResult(int(source.merged_offset), self._meta(segment).length, duplicate=True)
             meta = self._meta(segment)
             done = self._already_placed(meta, block)
             if done is not None:
@@ -365,7 +371,7 @@ class SegmentStore:
                         SegmentMeta.tier_at.set(due if meta.tier_at is None else min(due, meta.tier_at))]
         try:
             meta.update(actions=actions,
-                        condition=(SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order)  # noqa: E712
+                        condition=(SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order)
             return True
         except UpdateError as e:
             if not _failed_condition(e):

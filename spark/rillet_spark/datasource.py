@@ -253,7 +253,7 @@ def _write(options: _Options, rows: Iterator) -> TransactionMessage:
 
     writer = TransactionalEventStreamWriter(options.connection(), options.scope, options.stream, BytesSerializer())
     txn = writer.begin(options.lease_ms)
-    count = 0
+    futures = []
     try:
         for row in rows:
             fields = row.asDict()
@@ -261,13 +261,14 @@ def _write(options: _Options, rows: Iterator) -> TransactionMessage:
             if isinstance(event, str):
                 event = event.encode()
             key = fields.get(options.routing_key_column)
-            txn.write_event(bytes(event), None if key is None else str(key))
-            count += 1
+            futures.append(txn.write_event(bytes(event), None if key is None else str(key)))
         txn.flush()
+        for future in futures:
+            future.result()  # an event that failed to reach the transaction fails the task
     except BaseException:
         txn.abort()  # nothing of a failed task may ever become visible
         raise
-    return TransactionMessage(txn.txn_id, count)
+    return TransactionMessage(txn.txn_id, len(futures))
 
 
 def _transactions(options: _Options):
