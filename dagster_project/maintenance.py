@@ -4,8 +4,6 @@ Sensors only read (one index query per tick) and request a run when there is wor
 work and record what they did as output metadata, which the Dagster UI shows per run.
 """
 
-import hashlib
-
 from dagster import (
     Config,
     DefaultSensorStatus,
@@ -20,12 +18,9 @@ from dagster import (
     sensor,
 )
 
-from dagster_project.resources import RilletDeployment, sensor_interval
+from dagster_project.resources import RilletDeployment, sensor_interval, work_key
 from dataplane.segment_store import now_ms
 
-
-def _digest(parts: list[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 
 @op(description="Finish workflows (create, update, seal, delete, ...) that a crash left half done.")
 def sweep_workflows(context: OpExecutionContext, rillet: RilletDeployment) -> Output[int]:
@@ -48,7 +43,7 @@ def workflow_sweeper_sensor(context: SensorEvaluationContext, rillet: RilletDepl
     if not pending:
         return SkipReason("no interrupted workflow")
     keys = [f"{p.pk}|{p.sk}|{p.pending_since}" for p in pending]
-    return RunRequest(run_key=f"sweep-{_digest(keys)}", tags={"rillet/pending": str(len(keys))})
+    return RunRequest(run_key=work_key("sweep", keys), tags={"rillet/pending": str(len(keys))})
 
 class TierConfig(Config):
     segments: list[str]
@@ -72,5 +67,5 @@ def tiering_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
     due = rillet.controller().segments.segments_due_for_tiering()
     if not due:
         return SkipReason("no segment is due for tiering")
-    return RunRequest(run_key=f"tier-{now_ms() // 60_000}-{_digest(due)}",
+    return RunRequest(run_key=work_key(f"tier-{now_ms() // 60_000}", due),
                       run_config={"ops": {"tier_segments": {"config": {"segments": due}}}})

@@ -1,6 +1,7 @@
 """The deployment the jobs work on, injected into ops and sensors by type."""
 
 
+import hashlib
 import os
 
 from dagster import ConfigurableResource
@@ -36,6 +37,12 @@ class RilletDeployment(ConfigurableResource):
     def controller(self) -> Controller:
         settings = StoreSettings(chunk_target=self.chunk_target_bytes, tier_min_age_ms=self.tier_min_age_ms)
         return Controller.for_deployment(self.deployment(), settings)
+
+
+def work_key(prefix: str, parts: list[str]) -> str:
+    """A run key naming a piece of work: the same work seen on two sensor ticks starts one run."""
+    digest = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]
+    return f"{prefix}-{digest}"
 
 
 def sensor_interval(name: str, default_s: int) -> int:

@@ -1,7 +1,5 @@
 """Transaction timeouts: abort open transactions whose lease or maximum execution time has passed."""
 
-import hashlib
-
 from dagster import (
     Config,
     DefaultSensorStatus,
@@ -16,7 +14,7 @@ from dagster import (
     sensor,
 )
 
-from dagster_project.resources import RilletDeployment, sensor_interval
+from dagster_project.resources import RilletDeployment, sensor_interval, work_key
 from rillet.errors import TxnFailed, TxnNotFound
 
 
@@ -52,6 +50,5 @@ def txn_timeout_sensor(context: SensorEvaluationContext, rillet: RilletDeploymen
     expired = [f"{t.scope}/{t.stream}/{t.txn_id}" for t in rillet.controller().transactions.expired()]
     if not expired:
         return SkipReason("no expired transaction")
-    key = hashlib.sha256("\n".join(sorted(expired)).encode()).hexdigest()[:16]
-    return RunRequest(run_key=f"txn-timeout-{key}",
+    return RunRequest(run_key=work_key("txn-timeout", expired),
                       run_config={"ops": {"abort_expired_transactions": {"config": {"transactions": expired}}}})
