@@ -43,6 +43,7 @@ from dataplane.rates import Rates
 from rillet.errors import (
     InvalidArgument,
     OffsetMismatch,
+    OutOfOrder,
     SegmentNotFound,
     SegmentSealed,
     TooLarge,
@@ -69,6 +70,8 @@ class StoreSettings:
     tier_min_age_ms: int = 60_000  # entries younger than this are never rewritten (see module doc)
     tier_max_age_ms: int = 15 * 60_000  # inline bytes older than this are tiered even if few
     poll_interval_ms: int = 100  # long-poll cadence of tail reads
+    order_wait_ms: int = 10_000  # how long a block waits for its writer's previous block
+    order_poll_ms: int = 10
 
 
 @dataclass(frozen=True)
@@ -225,8 +228,14 @@ class SegmentStore:
     # -- append ------------------------------------------------------------------------------
 
     def append(self, segment: str, writer: str, first_event: int, event_count: int, data: bytes,
-               expected_offset: int | None = None) -> AppendResult:
-        """Append a block of events atomically; see the module docstring for the protocol."""
+               expected_offset: int | None = None, after: int | None = None) -> AppendResult:
+        """Append a block of events atomically; see the module docstring for the protocol.
+
+        ``after`` is the writer's event number that must be appended before this block (-1: this is
+        the writer's first block here). A block whose predecessor has not committed yet waits for it
+        (up to ``order_wait_ms``, then OutOfOrder), so a writer may have several blocks in flight and
+        they still commit in order.
+        """
         if not data:
             raise InvalidArgument("an append carries at least one byte")
         if len(data) > MAX_BLOCK_SIZE:
@@ -235,10 +244,14 @@ class SegmentStore:
             raise InvalidArgument("event numbers are >= 0 and a block holds at least one event")
         validate_writer_id(writer)
         block = _Block(size=len(data), writer=writer, first=first_event, last=first_event + event_count - 1)
+        if after is not None and after != first_event - 1:
+            raise InvalidArgument(f"the block after event {after} must start at event {after + 1}")
+        meta = None
         if len(data) <= self.settings.inline_max:
             block = replace(block, data=data)
         else:
-            done = self._already_placed(self._meta(segment), block)  # also fails fast on unknown segments
+            meta = self._meta(segment)  # also fails fast on unknown segments
+            done = self._already_placed(meta, block)
             if done is not None:
                 return done  # a retry of an acknowledged block: no PUT needed
             # The key names the content too: a retry rewrites the same object with the same bytes, but
@@ -248,7 +261,9 @@ class SegmentStore:
             key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}-{digest}"
             self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=data)
             block = replace(block, object_key=key)
-        return self._place(segment, block, expected_offset)
+            if after is not None:
+                meta = None  # it may have waited on the upload: read the head record again
+        return self._place(segment, block, expected_offset, after, meta)
 
     def merge(self, target: str, source: str) -> int:
         """Append all of ``source`` to ``target`` atomically and return the offset it landed at.
@@ -273,8 +288,10 @@ class SegmentStore:
         smeta.update(actions=[SegmentMeta.merged_into.set(target), SegmentMeta.merged_offset.set(result.offset)])
         return result.offset
 
-    def _place(self, segment: str, block: _Block, expected_offset: int | None) -> AppendResult:
+    def _place(self, segment: str, block: _Block, expected_offset: int | None, after: int | None = None,
+               meta: SegmentMeta | None = None) -> AppendResult:
         owned_at = None  # where this request's own claim put the block
+        waiting_since = None
         while True:
             if block.source is not None:
                 # Another merger (a delayed finisher of the same commit) may have merged and recorded it
@@ -282,7 +299,7 @@ class SegmentStore:
                 source = self._meta(block.source)
                 if source.merged_into == segment:
                     return AppendResult(int(source.merged_offset), self._meta(segment).length, duplicate=True)
-            meta = self._meta(segment)
+            meta = meta or self._meta(segment)
             done = self._already_placed(meta, block)
             if done is not None:
                 if owned_at is not None and done.offset == owned_at:
@@ -297,16 +314,31 @@ class SegmentStore:
                 owned_at = None
             if meta.sealed:
                 raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
+            if after is not None and self._last_event(meta, block.writer) < after:
+                # The writer's previous block is still on its way (a pipelined writer): wait for it.
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > self.settings.order_wait_ms / 1000:
+                    raise OutOfOrder(f"writer {block.writer}'s event {after} was never appended to {segment}",
+                                     last_event_number=self._last_event(meta, block.writer))
+                time.sleep(self.settings.order_poll_ms / 1000)
+                meta = None
+                continue
             if expected_offset is not None and expected_offset != meta.length:
                 raise OffsetMismatch(f"expected offset {expected_offset} but the segment's length is {meta.length}",
                                      length=meta.length)
             self._check_event_order(meta, block)
             tail = meta.length
+            meta_read, meta = meta, None  # the next round reads the head record again
             claimed = self._claim(segment, tail, block)
             if claimed is block:
                 owned_at = tail
-            if claimed is not None and self._advance(meta, tail, claimed) and claimed is block:
+            if claimed is not None and self._advance(meta_read, tail, claimed) and claimed is block:
                 return AppendResult(tail, tail + block.size)
+
+    @staticmethod
+    def _last_event(meta: SegmentMeta, writer: str) -> int:
+        state = meta.writers.as_dict().get(writer) if meta.writers else None
+        return int(state["l"]) if state else -1
 
     def _already_placed(self, meta: SegmentMeta, block: _Block) -> AppendResult | None:
         state = meta.writers.as_dict().get(block.writer) if meta.writers else None
@@ -317,8 +349,20 @@ class SegmentStore:
                 return AppendResult(int(state["o"]), meta.length, duplicate=True)
             return None
         if block.last <= int(state["l"]):
-            same = (int(state["f"]), int(state["l"])) == (block.first, block.last)
-            return AppendResult(int(state["o"]) if same else None, meta.length, duplicate=True)
+            if (int(state["f"]), int(state["l"])) == (block.first, block.last):
+                return AppendResult(int(state["o"]), meta.length, duplicate=True)
+            # An older block of the writer (a pipelined writer retrying a lost answer): look it up.
+            return AppendResult(self._find_block(meta, block), meta.length, duplicate=True)
+        return None
+
+    def _find_block(self, meta: SegmentMeta, block: _Block, depth: int = 64) -> int | None:
+        """Where an earlier block of a writer starts, from the most recent index entries (None when it
+        is too old to find, e.g. folded into a chunk)."""
+        entries = IndexEntry.query(meta.pk, IndexEntry.sk.between(ENTRY_PREFIX, entry_key(max(0, meta.length - 1))),
+                                   scan_index_forward=False, limit=depth, consistent_read=True)
+        for entry in entries:
+            if (entry.writer, entry.first, entry.last) == (block.writer, block.first, block.last):
+                return int(entry.offset)
         return None
 
     def _check_event_order(self, meta: SegmentMeta, block: _Block) -> None:

@@ -112,6 +112,12 @@ class SegmentSealed(RilletError):
     code, status = "SegmentSealed", 409
 
 
+class OutOfOrder(RilletError):
+    """A block named a previous event of its writer that never got appended (it failed, or is lost)."""
+
+    code, status = "OutOfOrder", 409
+
+
 class OffsetMismatch(RilletError):
     """A conditional append expected a different segment length."""
 

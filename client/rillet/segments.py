@@ -36,8 +36,12 @@ class SegmentClient:
 
     def append(self, scope: str, stream: str, segment: str | int, writer_id: str, first_event: int,
                event_count: int, block: bytes, expected_offset: int | None = None,
-               raw: bool = False) -> api.AppendAck:
+               raw: bool = False, after: int | None = None) -> api.AppendAck:
+        """Append a block; with ``after`` (the writer's last event number before this block, -1 for its
+        first block) the server commits it only after that event, whatever order requests arrive in."""
         headers = {api.WRITER_ID: writer_id, api.EVENT_NUMBER: str(first_event), api.EVENT_COUNT: str(event_count)}
+        if after is not None:
+            headers[api.AFTER_EVENT] = str(after)
         if expected_offset is not None:
             headers[api.EXPECTED_OFFSET] = str(expected_offset)
         if raw:

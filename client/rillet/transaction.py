@@ -48,8 +48,9 @@ class _TxnSegmentsWriter(EventStreamWriter[T]):
 
     def _resolve_sealed(self, queue: _SegmentQueue) -> None:
         with self._cond:
-            held = [*(queue.inflight or []), *queue.pending]
-            queue.inflight, queue.pending, queue.pending_bytes, queue.sealed = None, deque(), 0, True
+            held = [item for block in sorted(queue.held, key=lambda b: b.first) for item in block.items]
+            held += list(queue.pending)
+            queue.held, queue.pending, queue.pending_bytes = [], deque(), 0
             queue.closed_by = TxnFailed(f"transaction {self.txn_id} is committing or closed")
             for item in held:
                 self._enqueue(item)

@@ -5,9 +5,10 @@ How a write travels:
 * The routing key hashes to a point of [0, 1); the writer's segment map (key ranges of the current
   segments) picks the segment. Events without a routing key get a random point.
 * Each segment has a queue. Events wait there until ``batch_size_bytes`` have gathered or the oldest
-  has waited ``linger_ms``; then they leave as one block (one request, one S3 PUT at most). Only one
-  block per segment is in flight at a time, so a segment's blocks commit in the order written, and
-  while one is in flight the next one fills up (batching adapts to latency).
+  has waited ``linger_ms``; then they leave as one block (one request, one S3 PUT at most). Up to
+  ``max_inflight_blocks`` blocks per segment are in flight at once: each names the event number of
+  the block before it, and the server commits a block only after that one, so blocks commit in the
+  order written however their requests race, and the upload of one overlaps the commit of another.
 * A block carries the writer id and the event numbers of its events within that segment. A retry of
   a block whose answer was lost is recognised by the server and not appended twice.
 * When a segment turns out to be sealed (the stream scaled), nothing of the failed block was
@@ -52,12 +53,13 @@ class EventWriterConfig:
     linger_ms: int = 1000
     retry_timeout_s: float = 300.0
     max_concurrency: int = 16
+    max_inflight_blocks: int = 3  # per segment: a block's upload overlaps the commit of the one before
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size_bytes <= MAX_BLOCK_SIZE:
             raise ValueError(f"batch_size_bytes must be between 1 and {MAX_BLOCK_SIZE}")
-        if self.linger_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1:
-            raise ValueError("linger_ms >= 0, retry_timeout_s > 0 and max_concurrency >= 1")
+        if self.linger_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1 or self.max_inflight_blocks < 1:
+            raise ValueError("linger_ms >= 0, retry_timeout_s > 0, max_concurrency >= 1 and max_inflight_blocks >= 1")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,15 @@ class _Pending:
     queued_at: float = field(default_factory=time.monotonic)
 
 
+@dataclass(eq=False)
+class _InFlight:
+    """A block sent (or being sent): its events, its first event number and the writer id it used."""
+
+    items: list[_Pending]
+    first: int
+    writer_id: str
+
+
 @dataclass
 class _SegmentQueue:
     segment: SegmentRange
@@ -83,8 +94,10 @@ class _SegmentQueue:
     next_event_number: int = 0
     pending: deque = field(default_factory=deque)
     pending_bytes: int = 0
-    inflight: list | None = None
+    inflight: list[_InFlight] = field(default_factory=list)
+    held: list[_InFlight] = field(default_factory=list)  # blocks refused because the segment is sealed
     sealed: bool = False  # found sealed: waiting for the successors, holds its events meanwhile
+    resolving: bool = False
     closed_by: RilletError | None = None  # the stream was sealed: this range takes no more events
 
 
@@ -209,22 +222,22 @@ class EventStreamWriter(Generic[T]):
         return self.writer_id if self._generation == 0 else f"{self.writer_id}-{self._generation}"
 
     def _maybe_send(self, queue: _SegmentQueue) -> None:
-        if queue.inflight is not None or queue.sealed or not queue.pending:
-            return
-        due = (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
-               or time.monotonic() - queue.pending[0].queued_at >= self.config.linger_ms / 1000)
-        if not due:
-            return
-        block: list[_Pending] = []
-        size = 0
-        while queue.pending and (not block or size + len(queue.pending[0].framed) <= self.config.batch_size_bytes):
-            item = queue.pending.popleft()
-            block.append(item)
-            size += len(item.framed)
-        queue.pending_bytes -= size
-        queue.inflight = block
-        first = queue.next_event_number
-        self._pool.submit(self._send, queue, block, first)
+        """Send due blocks, up to ``max_inflight_blocks`` at once per segment; each names the event
+        number before it, so the server commits them in order however the requests race."""
+        while (not queue.sealed and queue.pending and len(queue.inflight) < self.config.max_inflight_blocks
+               and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
+                    or time.monotonic() - queue.pending[0].queued_at >= self.config.linger_ms / 1000)):
+            items: list[_Pending] = []
+            size = 0
+            while queue.pending and (not items or size + len(queue.pending[0].framed) <= self.config.batch_size_bytes):
+                item = queue.pending.popleft()
+                items.append(item)
+                size += len(item.framed)
+            queue.pending_bytes -= size
+            block = _InFlight(items, queue.next_event_number, queue.writer_id)
+            queue.next_event_number += len(items)
+            queue.inflight.append(block)
+            self._pool.submit(self._send, queue, block)
 
     def _linger_loop(self) -> None:
         tick = max(0.005, self.config.linger_ms / 4000)
@@ -236,16 +249,17 @@ class EventStreamWriter(Generic[T]):
 
     # -- sending (on the pool's threads) ---------------------------------------------------------
 
-    def _send(self, queue: _SegmentQueue, block: list[_Pending], first: int) -> None:
-        payload = b"".join(p.framed for p in block)
+    def _send(self, queue: _SegmentQueue, block: _InFlight) -> None:
+        payload = b"".join(p.framed for p in block.items)
         deadline = time.monotonic() + self.config.retry_timeout_s
         while True:
             try:
                 ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
-                                                      queue.writer_id, first, len(block), payload)
+                                                      block.writer_id, block.first, len(block.items), payload,
+                                                      after=block.first - 1)
                 return self._acknowledged(queue, block, ack.offset)
             except SegmentSealed:
-                return self._resolve_sealed(queue)
+                return self._refused(queue, block)
             except SegmentNotFound as e:
                 return self._failed(queue, block, self._gone(e), outcome_unknown=False)
             except RilletError as e:
@@ -258,35 +272,61 @@ class EventStreamWriter(Generic[T]):
             except Exception as e:  # noqa: BLE001 - a programming error must not hang flush()
                 return self._failed(queue, block, RilletError(f"append failed: {e}"), outcome_unknown=True)
 
-    def _acknowledged(self, queue: _SegmentQueue, block: list[_Pending], offset: int | None) -> None:
+    def _acknowledged(self, queue: _SegmentQueue, block: _InFlight, offset: int | None) -> None:
         with self._cond:
-            queue.next_event_number += len(block)
-            queue.inflight = None
+            queue.inflight.remove(block)
             position = offset
-            for item in block:
+            for item in block.items:
                 item.future.set_result(WriteAck(queue.segment.segment_id, position if position is not None else -1))
                 if position is not None:
                     position += len(item.framed)
             if position is not None:
-                self._acked_end[queue.segment.segment_id] = position
-            self._outstanding -= len(block)
-            self._maybe_send(queue)
-            self._cond.notify_all()
+                end = self._acked_end.get(queue.segment.segment_id, 0)
+                self._acked_end[queue.segment.segment_id] = max(end, position)
+            self._outstanding -= len(block.items)
+            resolve = self._settled(queue)
+        if resolve:
+            self._resolve_sealed(queue)
 
-    def _failed(self, queue: _SegmentQueue, block: list[_Pending], error: RilletError, outcome_unknown: bool) -> None:
+    def _failed(self, queue: _SegmentQueue, block: _InFlight, error: RilletError, outcome_unknown: bool) -> None:
+        """The block is not (or maybe not) appended: its events fail, and the blocks sent after it, which
+        the server holds back until it arrives, fail too. The queue then starts over under a fresh
+        writer id, so that nothing after depends on the lost block (and, when the outcome is unknown,
+        so that the server cannot take the next block for a duplicate of it)."""
         with self._cond:
-            if outcome_unknown:
-                # The block may or may not have been appended: continuing with the same writer id
-                # could make the server take the next block for a duplicate. Start a fresh id.
+            queue.inflight.remove(block)
+            for item in block.items:
+                item.future.set_exception(error)
+            self._outstanding -= len(block.items)
+            if block.writer_id == queue.writer_id:
                 self._generation += 1
                 queue.writer_id = self._segment_writer_id()
                 queue.next_event_number = 0
-            queue.inflight = None
-            for item in block:
-                item.future.set_exception(error)
-            self._outstanding -= len(block)
+            resolve = self._settled(queue)
+        if resolve:
+            self._resolve_sealed(queue)
+
+    def _refused(self, queue: _SegmentQueue, block: _InFlight) -> None:
+        """The segment is sealed: nothing of the block was appended; hold it for the successors."""
+        with self._cond:
+            queue.sealed = True
+            queue.inflight.remove(block)
+            queue.held.append(block)
+            resolve = self._settled(queue)
+        if resolve:
+            self._resolve_sealed(queue)
+
+    def _settled(self, queue: _SegmentQueue) -> bool:
+        """After a block finished (lock held): send more, or start re-routing a sealed segment's events
+        once none of its blocks is in flight any more. True when the caller must re-route."""
+        if queue.sealed:
+            if not queue.inflight and not queue.resolving:
+                queue.resolving = True
+                return True
+        else:
             self._maybe_send(queue)
-            self._cond.notify_all()
+        self._cond.notify_all()
+        return False
 
     def _target(self, segment: SegmentRange) -> int | str:
         """The data API's name of the segment that receives the events for ``segment``."""
@@ -296,8 +336,7 @@ class EventStreamWriter(Generic[T]):
         return error
 
     def _resolve_sealed(self, queue: _SegmentQueue) -> None:
-        with self._cond:
-            queue.sealed = True
+        """Fetch the sealed segment's successors and re-send its held and pending events to them, in order."""
         try:
             successors = self._with_retries(
                 lambda: self.connection.controller.successors(self.scope, self.stream, queue.segment.segment_id))
@@ -306,8 +345,9 @@ class EventStreamWriter(Generic[T]):
         else:
             error = SegmentSealed(f"stream {self.scope}/{self.stream} is sealed")
         with self._cond:
-            held = [*(queue.inflight or []), *queue.pending]
-            queue.inflight, queue.pending, queue.pending_bytes = None, deque(), 0
+            held = [item for block in sorted(queue.held, key=lambda b: b.first) for item in block.items]
+            held += list(queue.pending)
+            queue.held, queue.pending, queue.pending_bytes = [], deque(), 0
             if successors:
                 self._map.replace(queue.segment, [s.segment for s in successors])
                 del self._queues[queue.segment.segment_id]

@@ -35,12 +35,15 @@ def append(
     event_count: Annotated[int, Header(alias=api.EVENT_COUNT, ge=1)],
     expected_offset: Annotated[int | None, Header(alias=api.EXPECTED_OFFSET, ge=0)] = None,
     raw: Annotated[bool, Header(alias=api.RAW_BYTES)] = False,
+    after: Annotated[int | None, Header(alias=api.AFTER_EVENT, ge=-1, description=(
+        "The writer's last event number before this block (-1 for its first block): the block "
+        "commits only after it, so a writer may pipeline blocks."))] = None,
 ) -> AppendAck:
     block = raw_body(app)
     if not raw and count_frames(block) != event_count:
         raise InvalidArgument(f"the block holds {count_frames(block)} events, the header says {event_count}")
     result = store.append(segment_name(scope, stream, segment), writer_id, event_number, event_count, block,
-                          expected_offset)
+                          expected_offset, after)
     if not result.duplicate:
         metrics.add_metric(name="AppendedBytes", unit=MetricUnit.Bytes, value=len(block))
         metrics.add_metric(name="AppendedEvents", unit=MetricUnit.Count, value=event_count)

@@ -152,8 +152,8 @@ def test_dedup_resend_older_gap_and_interleaved_writers(store, seg):
     assert (again2.offset, again2.length, again2.duplicate) == (10, 510, True)
     assert object_keys(store, seg) == objects
 
-    older = store.append(seg, "wa", 0, 2, a0)
-    assert (older.offset, older.length, older.duplicate) == (None, 510, True)
+    older = store.append(seg, "wa", 0, 2, a0)  # an older block than the last: found in the index
+    assert (older.offset, older.length, older.duplicate) == (0, 510, True)
 
     with pytest.raises(InvalidArgument) as gap:
         store.append(seg, "wa", 6, 1, b"gap")
@@ -166,7 +166,7 @@ def test_dedup_resend_older_gap_and_interleaved_writers(store, seg):
     ra5 = store.append(seg, "wa", 5, 1, b"a5")
     rb1 = store.append(seg, "wb", 101, 2, b"b101-102")
     assert (rb0.offset, ra5.offset, rb1.offset) == (510, 514, 516)
-    assert store.append(seg, "wb", 100, 1, b"b100").offset is None  # older than wb's last
+    assert store.append(seg, "wb", 100, 1, b"b100").offset == 510  # older than wb's last: found
     assert store.append(seg, "wa", 5, 1, b"a5").offset == 514
     assert store.append(seg, "wb", 102, 1, b"x").offset is None  # inside wb's last block: older
     with pytest.raises(InvalidArgument):
