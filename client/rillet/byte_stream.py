@@ -84,6 +84,9 @@ class ByteStreamWriter(io.RawIOBase):
             self.flush()
         super().close()
 
+    def __del__(self) -> None:
+        """No flush here: a finalizer may run on any thread, and must not do network I/O. Call close()."""
+
     def close_and_seal(self) -> None:
         self.close()
         self.connection.controller.seal_stream(self.scope, self.stream)

@@ -396,6 +396,8 @@ class StreamWriter:
 
     def write_event_async(self, event: str, routing_key: str | None = None) -> Awaitable[None]:
         """Write now; the returned awaitable completes when the event is durable."""
+        if not isinstance(event, str):
+            raise TypeError(f"write_event_async takes a str, not {type(event).__name__}")
         with _raising(OSError):
             future = self.writer.write_event(event.encode("utf-8"), routing_key)
         self._async.add(future)
