@@ -44,7 +44,8 @@ class FakeSegments:
         self.appended: dict[str, list[bytes]] = {}
         self.lock = threading.Lock()
 
-    def append(self, scope, stream, segment, writer_id, first_event, event_count, block, expected_offset=None):
+    def append(self, scope, stream, segment, writer_id, first_event, event_count, block, expected_offset=None,
+               raw=False, after=None):
         if str(segment) in self.failing:
             raise InvalidArgument("rejected")
         with self.lock:
