@@ -387,7 +387,12 @@ class ReaderGroups:
         validate_reader_group_name(group)
         starts = self._starts(config)
         config = config.model_copy(update={"generation": 0})
-        self._subscribe(scope, group, config, starts)
+        try:
+            self._record(scope, group)
+            return False  # it exists: creating is idempotent, and its subscriptions stay as they are
+        except ReaderGroupNotFound:
+            pass
+        self._subscribe(scope, group, config, starts, replace=False)
         record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group,
                                    state=new_state(config, starts).model_dump(mode="json"))
         try:
@@ -403,7 +408,7 @@ class ReaderGroups:
         starts = self._starts(config)
         old = self.state(scope, group).config
         config = config.model_copy(update={"generation": old.generation + 1})
-        self._subscribe(scope, group, config, starts)
+        self._subscribe(scope, group, config, starts, replace=True)
 
         new = self._modify(scope, group, lambda _: new_state(config, starts), replace=True).config
         self._unsubscribe(scope, group, old, keep=new)
@@ -432,12 +437,12 @@ class ReaderGroups:
         return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions)
 
     def _subscribe(self, scope: str, group: str, config: ReaderGroupConfig,
-                   starts: dict[str, list[SegmentPosition]]) -> None:
+                   starts: dict[str, list[SegmentPosition]], replace: bool) -> None:
         if config.retention_type == StreamDataRetention.NONE:
             return
         for spec in config.streams:
             self.retention.add_subscriber(spec.scope, spec.stream, f"{scope}/{group}", config.generation,
-                                          starts[spec.scoped_name])
+                                          starts[spec.scoped_name], replace=replace)
 
     def _unsubscribe(self, scope: str, group: str, old: ReaderGroupConfig, keep: ReaderGroupConfig | None) -> None:
         kept = set() if keep is None or keep.retention_type == StreamDataRetention.NONE else {

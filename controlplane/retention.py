@@ -27,6 +27,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from pynamodb.exceptions import PutError
+
 from controlplane.cuts import lower_bound
 from controlplane.models import RetentionRecord, SegmentRecord, StreamRecord, SubscriberRecord, stream_pk
 from controlplane.store import conditional
@@ -83,6 +85,7 @@ class Decision:
     retained_bytes: int = 0  # head to tail after this cycle
     cut: list[SegmentPosition] | None = None
     subscribers: list[SubscriberStatus] = field(default_factory=list)
+    consumption: bool = False  # the stream's policy is consumption-based
 
 
 class RetentionTasks:
@@ -109,11 +112,18 @@ class RetentionTasks:
     # -- subscribers -----------------------------------------------------------------------------
 
     def add_subscriber(self, scope: str, stream: str, group: str, generation: int,
-                       start: list[SegmentPosition]) -> None:
-        """Register a subscriber; until it publishes, its acknowledged cut is where it starts reading."""
+                       start: list[SegmentPosition], replace: bool = True) -> None:
+        """Register a subscriber; until it publishes, its acknowledged cut is where it starts reading.
+
+        Without ``replace`` an existing registration (and the cut it acknowledged) is left alone.
+        """
         record = SubscriberRecord(stream_pk(scope, stream), f"sub#{group}", group=group, generation=generation,
                                   cut=_wire(start), updated_ms=now_ms())
-        record.save()
+        try:
+            record.save(condition=None if replace else SubscriberRecord.pk.does_not_exist())
+        except PutError as e:
+            if e.cause_response_code != "ConditionalCheckFailedException":
+                raise
 
     def remove_subscriber(self, scope: str, stream: str, group: str) -> None:
         SubscriberRecord(stream_pk(scope, stream), f"sub#{group}").delete()
@@ -211,6 +221,7 @@ class RetentionTasks:
             return plain
 
         limits = policy.consumption
+        decision.consumption = True
         active, statuses = [], []
         for sub in self.subscribers(scope, stream):
             cut = _positions(sub.cut)
@@ -233,17 +244,22 @@ class RetentionTasks:
         if validity_problem([p.segment for p in bound]):
             decision.reason = "the subscribers' lower bound is not a valid cut"
             return None
+        if by_size:
+            # As in Pravega, the limit cuts matter only when the lower bound keeps too little or too much:
+            # a lower bound keeping between the limits is a truncation point even in a young retention set.
+            return self._by_size(bound, tail_size - self.size_till(segments, bound), plain, min_cut, max_cut,
+                                 kept, lowest, highest, retention_set, decision)
         if min_cut is None:
             decision.reason = "below the minimum: nothing to truncate"
             return None
-        if by_size:
-            return self._by_size(bound, tail_size - self.size_till(segments, bound), plain, min_cut, max_cut,
-                                 kept, lowest, highest, retention_set, decision)
         return self._by_time(bound, plain, max_cut, retention_set, now, highest, decision)
 
     def _by_size(self, bound, bound_kept, plain, min_cut, max_cut, kept, lowest, highest, retention_set,
                  decision: Decision) -> list[SegmentPosition] | None:
         if bound_kept < lowest:
+            if plain is None:
+                decision.reason = "ii: the lower bound keeps less than the minimum and no cut keeps the minimum"
+                return None
             if compare_positions(plain, bound) == Ordering.BEFORE:
                 decision.reason = "ii: the lower bound keeps less than the minimum: truncate at the minimum"
                 return plain

@@ -56,7 +56,7 @@ def _report(decisions: list[Decision]) -> str:
 def stream_retention(context: AssetExecutionContext, rillet: RilletDeployment) -> MaterializeResult:
     decisions = rillet.controller().retention.run_bucket(int(context.partition_key))
     truncated = [d for d in decisions if d.outcome == "truncated"]
-    orphaned = [d.stream for d in decisions if d.subscribers and not any(s.active for s in d.subscribers)]
+    orphaned = [d.stream for d in decisions if d.consumption and not any(s.active for s in d.subscribers)]
     for d in decisions:
         context.log.info("%s: %s (%s)", d.stream, d.outcome, d.reason)
     return MaterializeResult(

@@ -122,7 +122,7 @@ def test_other_buckets_leave_the_stream_alone(isolated, unique):
 def test_check_warns_about_a_consumption_stream_whose_subscriber_went_silent(isolated, unique):
     mine, resource = isolated
     controller = Controller.for_deployment(mine)
-    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=1_000)
+    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=60_000)
     bucket = _stream(controller, unique, "s", policy)
     _append(controller, unique, "s", 0, 2)
     controller.retention.add_subscriber(unique, "s", f"{unique}/g", 0, controller.streams.head(unique, "s"))
@@ -154,7 +154,7 @@ def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated,
     situation the check exists to point out, whether its subscribers went silent or there are none."""
     mine, resource = isolated
     controller = Controller.for_deployment(mine)
-    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=1_000)
+    policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=60_000)
     bucket = _stream(controller, unique, "s", policy)
     _append(controller, unique, "s", 0, 2)
     try:
@@ -169,7 +169,7 @@ def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated,
 
 
 def test_schedule_requests_one_run_per_bucket_with_distinct_run_keys():
-    at = datetime.datetime(2025, 3, 1, 12, 30, tzinfo=datetime.timezone.utc)
+    at = datetime.datetime(2025, 3, 1, 12, 30, tzinfo=datetime.UTC)
     with build_schedule_context(scheduled_execution_time=at) as context:
         requests = list(retention_schedule(context))
     assert all(isinstance(r, RunRequest) for r in requests)
