@@ -71,7 +71,7 @@ class StoreSettings:
     tier_max_age_ms: int = 15 * 60_000  # inline bytes older than this are tiered even if few
     poll_interval_ms: int = 100  # long-poll cadence of tail reads
     order_wait_ms: int = 10_000  # how long a block waits for its writer's previous block
-    order_poll_ms: int = 10
+    order_poll_ms: int = 10  # the first wait; later waits grow to 200 ms
 
 
 @dataclass(frozen=True)
@@ -292,6 +292,7 @@ class SegmentStore:
                meta: SegmentMeta | None = None) -> AppendResult:
         owned_at = None  # where this request's own claim put the block
         waiting_since = None
+        poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
         while True:
             if block.source is not None:
                 # Another merger (a delayed finisher of the same commit) may have merged and recorded it
@@ -320,7 +321,8 @@ class SegmentStore:
                 if time.monotonic() - waiting_since > self.settings.order_wait_ms / 1000:
                     raise OutOfOrder(f"writer {block.writer}'s event {after} was never appended to {segment}",
                                      last_event_number=self._last_event(meta, block.writer))
-                time.sleep(self.settings.order_poll_ms / 1000)
+                time.sleep(poll_s)
+                poll_s = min(poll_s * 1.5, 0.2)
                 meta = None
                 continue
             if expected_offset is not None and expected_offset != meta.length:

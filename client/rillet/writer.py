@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rillet.connection import Connection
-from rillet.errors import RilletError, SegmentNotFound, SegmentSealed, ServiceUnavailable
+from rillet.errors import OutOfOrder, RilletError, SegmentNotFound, SegmentSealed, ServiceUnavailable
 from rillet.framing import MAX_BLOCK_SIZE, MAX_EVENT_SIZE, frame
 from rillet.keyspace import hash_routing_key
 from rillet.models import SegmentRange
@@ -262,6 +262,10 @@ class EventStreamWriter(Generic[T]):
                 return self._refused(queue, block)
             except SegmentNotFound as e:
                 return self._failed(queue, block, self._gone(e), outcome_unknown=False)
+            except OutOfOrder as e:
+                if self._predecessor_in_flight(queue, block) and time.monotonic() < deadline:
+                    continue  # the block before it is still being retried: wait for it once more
+                return self._failed(queue, block, e, outcome_unknown=False)
             except RilletError as e:
                 if isinstance(e, ServiceUnavailable) or e.retryable:
                     if time.monotonic() < deadline:
@@ -271,6 +275,10 @@ class EventStreamWriter(Generic[T]):
                 return self._failed(queue, block, e, outcome_unknown=False)
             except Exception as e:  # noqa: BLE001 - a programming error must not hang flush()
                 return self._failed(queue, block, RilletError(f"append failed: {e}"), outcome_unknown=True)
+
+    def _predecessor_in_flight(self, queue: _SegmentQueue, block: _InFlight) -> bool:
+        with self._cond:
+            return any(b.writer_id == block.writer_id and b.first < block.first for b in queue.inflight)
 
     def _acknowledged(self, queue: _SegmentQueue, block: _InFlight, offset: int | None) -> None:
         with self._cond:
