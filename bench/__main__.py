@@ -1,14 +1,18 @@
-"""``make bench``: run every benchmark and print its figures."""
+"""``make bench``: run every benchmark and print its figures (docs/benchmarks.md records the latest)."""
 
-from bench import data_path, spark_read
+from bench import control_ops, data_path, retention_cycle, spark_read
 
 
 def main() -> None:
-    print(data_path.report(data_path.run(total_mb=32)))
+    print(data_path.report(data_path.run(total_mb=64)))
     print()
     print(data_path.report(data_path.run(total_mb=8, rate_mb_s=1.0)))
     print()
     print(spark_read.report(spark_read.run(total_mb=64)))
+    print()
+    print(retention_cycle.report(retention_cycle.run(streams=1000)))
+    print()
+    print(control_ops.report(control_ops.run()))
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seco
             result.write_units += _write_units(resp.get("Attributes") or req.get("Key"))
         elif op == "TransactWriteItems":
             for action in req.get("TransactItems", []):
-                (kind, body), = action.items()
+                (body,) = action.values()
                 result.write_units += 2 * _write_units(body.get("Item") or body.get("Key"))
         elif op == "BatchWriteItem":
             for writes in req.get("RequestItems", {}).values():

@@ -57,7 +57,7 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         manager.create_stream(scope, "data", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(1)))
         factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
         writer = factory.create_event_writer("data", rillet.BytesSerializer())
-        factory.connection.segments  # discover the data endpoints before timing
+        _ = factory.connection.segments  # discover the data endpoints before timing
 
         _meter_window(stack)
         started = time.perf_counter()

@@ -72,10 +72,10 @@ def report(result: dict) -> str:
     streams = result["streams"]
     total = sum(result["requests"].values())
     return "\n".join([
-        f"retention cycle over {streams} steady streams (one segment each): {result['wall_s']:.1f} s wall, "
-        f"{total / streams:.2f} AWS requests per stream ({_per_stream(result['requests'], streams)})",
-        f"  a cycle that truncates one stream: {sum(result['truncating_requests'].values())} requests "
-        f"({_per_stream(result['truncating_requests'], 1)})",
+        (f"retention cycle over {streams} steady streams (one segment each): {result['wall_s']:.1f} s wall, "
+         f"{total / streams:.2f} AWS requests per stream ({_per_stream(result['requests'], streams)})"),
+        (f"  a cycle that truncates one stream: {sum(result['truncating_requests'].values())} requests "
+         f"({_per_stream(result['truncating_requests'], 1)})"),
     ])
 
 

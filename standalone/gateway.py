@@ -222,7 +222,7 @@ class FunctionUrl:
                         {"code": "TooLarge", "message": f"request payload exceeds {MAX_PAYLOAD} bytes"}).encode())
                 try:
                     status, out_headers, out_body = decode_result(function.invoke(event))
-                except Exception:  # the function crashed or timed out, as Lambda reports it
+                except Exception:  # noqa: BLE001 - the function crashed or timed out, as Lambda reports it
                     status, out_headers, out_body = 502, {"content-type": "application/json"}, json.dumps(
                         {"code": "InternalError", "message": "the function failed"}).encode()
                 self._send(status, out_headers, out_body)

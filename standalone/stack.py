@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Self
 
 from dataplane.deployment import Deployment
 from standalone.gateway import FunctionSpec, FunctionUrl, InvocationMeter
@@ -139,7 +140,7 @@ class Stack:
         if self.moto:
             self.moto.stop()
 
-    def __enter__(self) -> Stack:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

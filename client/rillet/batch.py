@@ -18,6 +18,9 @@ from rillet.stream_cut import StreamCut
 T = TypeVar("T")
 
 
+_BYTES = BytesSerializer()
+
+
 class BatchClient:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
@@ -29,7 +32,7 @@ class BatchClient:
                                                  end.to_text() if end else None).slices
 
     def read_segment(self, scope: str, stream: str, piece: SegmentSlice,
-                     serializer: Serializer[T] = BytesSerializer(),
+                     serializer: Serializer[T] = _BYTES,
                      read_size: int = DEFAULT_READ_SIZE) -> Iterator[tuple[int, T]]:
         """The events of one slice as (offset, event), in offset order."""
         reader = SegmentEventReader(self.connection.segments, scope, stream, piece.segment.segment_id,

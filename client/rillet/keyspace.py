@@ -9,6 +9,7 @@ epoch.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -71,7 +72,7 @@ def covers_exactly(ranges: list[KeyRange], low: float, high: float) -> bool:
     ordered = sorted(ranges)
     if not ordered or ordered[0].low != low or ordered[-1].high != high:
         return False
-    return all(a.high == b.low for a, b in zip(ordered, ordered[1:]))
+    return all(a.high == b.low for a, b in itertools.pairwise(ordered))
 
 
 def merge_adjacent(ranges: list[KeyRange]) -> list[KeyRange]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Self
 
 from rillet.controller import ControllerClient
 from rillet.errors import NotFound
@@ -26,7 +27,7 @@ class StreamManager:
     def close(self) -> None:
         """Nothing to release (connections are pooled); here for symmetry with Pravega's API."""
 
-    def __enter__(self) -> StreamManager:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,8 +1,6 @@
 """The Dagster sensors and jobs, evaluated with Dagster's own test APIs against moto."""
 
 from dagster import RunRequest, SkipReason, build_sensor_context
-from rillet.framing import frame
-from rillet.models import ScalingPolicy, StreamConfiguration, StreamState
 
 from controlplane.models import StreamRecord
 from dagster_project.definitions import defs
@@ -13,6 +11,8 @@ from dagster_project.maintenance import (
     workflow_sweeper_sensor,
 )
 from dataplane.segment_store import SegmentStore, StoreSettings
+from rillet.framing import frame
+from rillet.models import ScalingPolicy, StreamConfiguration, StreamState
 
 
 def test_definitions_load_with_every_job_and_sensor():

@@ -3,12 +3,12 @@
 
 import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
-from rillet.errors import SegmentNotFound
-from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
-from rillet.names import segment_name, txn_segment_token
 
 from controlplane.models import TxnRecord, stream_pk, txn_sk
 from dagster_project.transactions import abort_expired_transactions_job, txn_timeout_sensor
+from rillet.errors import SegmentNotFound
+from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
+from rillet.names import segment_name, txn_segment_token
 
 
 def _expire(controller, scope, stream, txn_id):

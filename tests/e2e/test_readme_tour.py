@@ -13,8 +13,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def _tour() -> tuple[list[str], str]:
     text = README.read_text()
     tour = text[text.index("## A five-minute tour"):]
-    shell = re.search(r"```sh\n(.*?)```", tour, re.S).group(1)
-    python = re.search(r"Then from Python:\n\n```python\n(.*?)```", tour, re.S).group(1)
+    shell = re.search(r"```sh\n(.*?)```", tour, re.DOTALL).group(1)
+    python = re.search(r"Then from Python:\n\n```python\n(.*?)```", tour, re.DOTALL).group(1)
     commands = [line.split("#")[0].strip() for line in shell.splitlines() if line.strip().startswith("rillet ")]
     return commands, python
 

@@ -10,7 +10,7 @@ def test_raising_the_minimum_number_of_segments_scales_the_stream_up(controller,
     streams.update_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(5)))
     current = streams.current_segments(unique, "s")
     assert len(current) == 5
-    assert [(s.low, s.high) for s in current][0][0] == 0.0 and current[-1].high == 1.0
+    assert current[0].low == 0.0 and current[-1].high == 1.0
     assert all(s.epoch == 1 for s in current)
     assert len(streams.successors(unique, "s", 0)) == 3  # [0, 0.5) now holds 2.5 of the 5 pieces
     streams.update_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(3)))
