@@ -46,7 +46,8 @@ def _per_mb(u, mb: float) -> dict[str, float]:
     }
 
 
-def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = None) -> dict:
+def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = None,
+        inflight: int | None = None) -> dict:
     events = total_mb * MB // event_size
     payload = os.urandom(event_size)
     with Stack(StackConfig.ephemeral()) as stack:
@@ -56,7 +57,8 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         manager.create_scope(scope)
         manager.create_stream(scope, "data", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(1)))
         factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
-        writer = factory.create_event_writer("data", rillet.BytesSerializer())
+        config = rillet.EventWriterConfig() if inflight is None else rillet.EventWriterConfig(max_inflight_blocks=inflight)
+        writer = factory.create_event_writer("data", rillet.BytesSerializer(), config)
         _ = factory.connection.segments  # discover the data endpoints before timing
 
         _meter_window(stack)
@@ -96,6 +98,7 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
     gb = total_mb / 1024
     return {
         "total_mb": total_mb, "event_size": event_size, "events": events, "rate_mb_s": rate_mb_s,
+        "inflight": config.max_inflight_blocks,
         "write": {"seconds": write_s, "events_per_s": events / write_s, "mb_per_s": total_mb / write_s,
                   "per_mb": _per_mb(write, total_mb), "dollars_per_gb": {k: v / gb for k, v in write.dollars().items()},
                   "raw_mb_per_s": total_mb / raw_write_s},
@@ -107,7 +110,8 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
 
 def report(result: dict) -> str:
     lines = [f"data path: {result['total_mb']} MB as {result['events']} events of {result['event_size']} B"
-             + (f", paced at {result['rate_mb_s']} MB/s" if result["rate_mb_s"] else ", unpaced")]
+             + (f", paced at {result['rate_mb_s']} MB/s" if result["rate_mb_s"] else ", unpaced")
+             + f", {result['inflight']} blocks in flight"]
     for side in ("write", "read"):
         r = result[side]
         lines.append(f"  {side}: {r['events_per_s']:,.0f} events/s, {r['mb_per_s']:.1f} MB/s "
@@ -125,8 +129,9 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=32)
     parser.add_argument("--event-size", type=int, default=1024)
     parser.add_argument("--rate-mb-s", type=float, default=None, help="pace the writer (e.g. 1 for 1 MB/s)")
+    parser.add_argument("--inflight", type=int, default=None, help="the writer's max_inflight_blocks")
     args = parser.parse_args()
-    print(report(run(args.mb, args.event_size, args.rate_mb_s)))
+    print(report(run(args.mb, args.event_size, args.rate_mb_s, args.inflight)))
 
 
 if __name__ == "__main__":
