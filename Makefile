@@ -8,9 +8,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lock bench clean openapi
 
-$(STAMP): requirements.lock pyproject.toml client/pyproject.toml
+$(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv==0.13.9
+
+$(STAMP): $(BIN)/uv requirements.lock pyproject.toml client/pyproject.toml
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock -e ./client -e '.[dev]'
 	touch $(STAMP)
 
@@ -23,8 +25,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# Re-pin every dependency (run after changing requirements.in or a pyproject's dependencies).
-lock: $(STAMP)
+# Re-pin every dependency (run after changing requirements.in or a pyproject's dependencies);
+# it needs only uv, so it works while the old pins conflict with the new constraints.
+lock: $(BIN)/uv
 	$(BIN)/uv pip compile requirements.in --python $(BIN)/python -o requirements.lock \
 		--no-emit-package rillet --no-emit-package rillet-server
 
