@@ -1,12 +1,14 @@
 """``make bench``: run every benchmark and print its figures (docs/benchmarks.md records the latest)."""
 
-from bench import control_ops, data_path, retention_cycle, spark_read
+from bench import append_breakdown, control_ops, data_path, retention_cycle, spark_read
 
 
 def main() -> None:
     print(data_path.report(data_path.run(total_mb=64)))
     print()
     print(data_path.report(data_path.run(total_mb=8, rate_mb_s=1.0)))
+    print()
+    print(append_breakdown.report(append_breakdown.run(blocks=8)))
     print()
     print(spark_read.report(spark_read.run(total_mb=64)))
     print()
