@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from pynamodb.exceptions import DoesNotExist, PutError
 
 from controlplane.models import ReaderGroupRecord, reader_group_pk
-from controlplane.store import conditional
+from controlplane.store import conditional, failed_condition
 from rillet.api import (
     AssignedSegment,
     Assignment,
@@ -399,7 +399,7 @@ class ReaderGroups:
             record.save(condition=ReaderGroupRecord.pk.does_not_exist())
             return True
         except PutError as e:
-            if e.cause_response_code == "ConditionalCheckFailedException":
+            if failed_condition(e):
                 return False
             raise
 

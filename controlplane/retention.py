@@ -31,7 +31,7 @@ from pynamodb.exceptions import PutError
 
 from controlplane.cuts import lower_bound
 from controlplane.models import RetentionRecord, SegmentRecord, StreamRecord, SubscriberRecord, stream_pk
-from controlplane.store import conditional
+from controlplane.store import conditional, failed_condition
 from controlplane.streams import StreamTasks, _range
 from rillet.errors import InvalidArgument, NotFound, RilletError
 from rillet.models import (
@@ -122,7 +122,7 @@ class RetentionTasks:
         try:
             record.save(condition=None if replace else SubscriberRecord.pk.does_not_exist())
         except PutError as e:
-            if e.cause_response_code != "ConditionalCheckFailedException":
+            if not failed_condition(e):
                 raise
 
     def remove_subscriber(self, scope: str, stream: str, group: str) -> None:

@@ -43,13 +43,18 @@ from rillet.errors import (
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
+def failed_condition(error: PutError | UpdateError) -> bool:
+    """Whether a write was refused only because its condition did not hold (a race, not a fault)."""
+    return error.cause_response_code == _CONDITION_FAILED
+
+
 @contextmanager
 def conditional(conflict: str) -> Iterator[None]:
     """Turn a failed condition into a retryable WriteConflict that says what raced."""
     try:
         yield
     except (PutError, UpdateError) as e:
-        if e.cause_response_code == _CONDITION_FAILED:
+        if failed_condition(e):
             raise WriteConflict(conflict) from e
         raise
 
@@ -82,7 +87,7 @@ class MetadataStore:
             record.save(condition=ScopeRecord.pk.does_not_exist())
             return True
         except PutError as e:
-            if e.cause_response_code == _CONDITION_FAILED:
+            if failed_condition(e):
                 return False
             raise
 
@@ -184,7 +189,7 @@ class MetadataStore:
             try:
                 record.save(condition=SegmentRecord.pk.does_not_exist())
             except PutError as e:
-                if e.cause_response_code != _CONDITION_FAILED:
+                if not failed_condition(e):
                     raise  # otherwise a concurrent finisher wrote it first
 
     def set_successors(self, record: SegmentRecord, successors: list[int]) -> None:

@@ -45,7 +45,7 @@ from controlplane.models import (
     stream_pk,
     txn_sk,
 )
-from controlplane.store import conditional
+from controlplane.store import conditional, failed_condition
 from controlplane.streams import StreamTasks, _range
 from rillet.errors import (
     IllegalState,
@@ -421,7 +421,7 @@ class TransactionTasks:
                                 TxnRecord.pending_since.remove(), TxnRecord.expires_at.set(expires)],
                        condition=TxnRecord.state == expected.value)
         except UpdateError as e:
-            if e.cause_response_code != "ConditionalCheckFailedException":
+            if not failed_condition(e):
                 raise  # otherwise a concurrent finisher closed it first: the outcome is the same
 
 
