@@ -67,15 +67,16 @@ standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names t
   length-prefixed events (a 4-byte big-endian length before each event, or raw bytes with
   `x-rillet-raw: true` for byte streams) and the headers `x-rillet-writer-id`,
   `x-rillet-event-number` (of the block's first event), `x-rillet-event-count` and optionally
-  `x-rillet-expected-offset` (a conditional append). The answer is
-  `{"offset", "length", "duplicate"}`.
+  `x-rillet-expected-offset` (a conditional append) and `x-rillet-after-event` (the writer's last
+  event number before this block, -1 for its first: the block waits for it, so a writer may pipeline
+  blocks; `OutOfOrder` if it never arrives). The answer is `{"offset", "length", "duplicate"}`.
 * **Read API** (binary): `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=&wait_ms=`
   answers the bytes, with `x-rillet-offset`, `x-rillet-next-offset`, `x-rillet-start-offset`,
   `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers.
 
 Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable `code`
 (`InvalidArgument` 400, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/
-`AlreadyExists` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `InternalError` 500);
+`AlreadyExists`/`OutOfOrder` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `InternalError` 500);
 never a stack trace. The full types are in `client/rillet/errors.py`.
 
 The OpenAPI documents below are generated from the handlers' code (`make openapi`); a test fails if
