@@ -134,6 +134,11 @@ def read_all(store: SegmentStore, segment: str, offset: int = 0, chunk: int = 1 
     return bytes(out)
 
 
+def segment_events(store: SegmentStore, segment: str) -> list[bytes]:
+    """Every event of a segment, from its start offset to its current length, in offset order."""
+    return [event for _, event in parse_events(read_all(store, segment, store.info(segment).start_offset))]
+
+
 def index_entries(segment: str) -> list[IndexEntry]:
     """The segment's raw index entries (stale ones included), in offset order."""
     return list(IndexEntry.query(segment, IndexEntry.sk.startswith(ENTRY_PREFIX), consistent_read=True))

@@ -21,12 +21,13 @@ import uuid
 
 import pytest
 from crash import CrashInjector, SimulatedCrash
+from dataplane_model import segment_events
 
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from controlplane.sweeper import Sweeper
 from rillet.errors import SegmentNotFound, TxnFailed
-from rillet.framing import frame, unframe
+from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 from rillet.ordering import SegmentOrder
@@ -92,17 +93,7 @@ class Setup:
                 if o.subject == f"{self.scope}/{STREAM}"]
 
     def read_events(self, sid: int) -> list[bytes]:
-        name = segment_name(self.scope, STREAM, sid)
-        info = self.c.segments.info(name)
-        events, offset, buffer = [], info.start_offset, b""
-        while offset < info.length:
-            result = self.c.segments.read(name, offset)
-            buffer, offset = buffer + result.data, result.next_offset
-            parsed, consumed = unframe(buffer)
-            events += [payload for _, payload in parsed]
-            buffer = buffer[consumed:]
-        assert buffer == b""
-        return events
+        return segment_events(self.c.segments, segment_name(self.scope, STREAM, sid))
 
     def read_stream(self) -> dict[int, list[bytes]]:
         """Every segment a reader reaches from the head, in a reader's order, with its events."""

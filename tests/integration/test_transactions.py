@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from dataplane_model import segment_events
 
 from controlplane.models import PENDING, TxnRecord
 from controlplane.service import Controller
@@ -26,7 +27,7 @@ from rillet.errors import (
     TxnFailed,
     TxnNotFound,
 )
-from rillet.framing import frame, unframe
+from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
@@ -49,23 +50,8 @@ def scope(controller: Controller, unique: str) -> str:
     return unique
 
 
-def read_events(c: Controller, name: str) -> list[bytes]:
-    """Every event of a segment, from its start to its current length, in offset order."""
-    info = c.segments.info(name)
-    events, offset, buffer = [], info.start_offset, b""
-    while offset < info.length:
-        result = c.segments.read(name, offset)
-        buffer += result.data
-        offset = result.next_offset
-        parsed, consumed = unframe(buffer)
-        events += [payload for _, payload in parsed]
-        buffer = buffer[consumed:]
-    assert buffer == b"", f"{name} ends inside a frame"
-    return events
-
-
 def parent_events(c: Controller, scope: str, sid: int) -> list[bytes]:
-    return read_events(c, segment_name(scope, STREAM, sid))
+    return segment_events(c.segments, segment_name(scope, STREAM, sid))
 
 
 def txn_segment(scope: str, sid: int, txn_id: str) -> str:

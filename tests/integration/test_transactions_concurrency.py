@@ -18,12 +18,13 @@ import time
 import traceback
 
 import pytest
+from dataplane_model import segment_events
 
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from dataplane.segment_store import SegmentStore
 from rillet.errors import SegmentNotFound, TxnFailed, WriteConflict
-from rillet.framing import frame, unframe
+from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
@@ -41,19 +42,6 @@ def scope(controller: Controller, unique: str) -> str:
     controller.streams.create_scope(unique)
     controller.streams.create_stream(unique, STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(SEGMENTS)))
     return unique
-
-
-def read_events(c: Controller, name: str) -> list[bytes]:
-    info = c.segments.info(name)
-    events, offset, buffer = [], info.start_offset, b""
-    while offset < info.length:
-        result = c.segments.read(name, offset)
-        buffer, offset = buffer + result.data, result.next_offset
-        parsed, consumed = unframe(buffer)
-        events += [payload for _, payload in parsed]
-        buffer = buffer[consumed:]
-    assert buffer == b""
-    return events
 
 
 def txn_segment(scope: str, sid: int, txn_id: str) -> str:
@@ -173,7 +161,7 @@ def test_concurrent_commits_are_serial_and_contiguous(controller: Controller, sc
 
     orders = {}
     for sid, plain in plain_written.items():
-        events = read_events(c, segment_name(scope, STREAM, sid))
+        events = segment_events(c.segments, segment_name(scope, STREAM, sid))
         flat = {t: w[sid] for t, w in written.items()}
         orders[sid] = runs(events, flat)
         assert sorted(orders[sid]) == sorted(written), f"segment {sid}: a committed transaction is missing"
@@ -233,7 +221,7 @@ def test_commit_racing_abort_has_exactly_one_winner(controller: Controller, scop
             assert c.transactions.abort(scope, STREAM, txn.txn_id).state == TxnState.ABORTED
     for segment in c.streams.current_segments(scope, STREAM):
         sid = segment.segment_id
-        events = read_events(c, segment_name(scope, STREAM, sid))
+        events = segment_events(c.segments, segment_name(scope, STREAM, sid))
         order = runs(events, {t: w[sid] for t, w in committed.items()})
         assert sorted(order) == sorted(committed)
         assert len(events) == sum(len(w[sid]) for w in committed.values())  # nothing of the aborted ones
@@ -266,7 +254,7 @@ def test_one_transaction_committed_by_several_callers_at_once(controller: Contro
         assert TxnState.COMMITTED in results[:3]
     for segment in c.streams.current_segments(scope, STREAM):
         sid = segment.segment_id
-        events = read_events(c, segment_name(scope, STREAM, sid))
+        events = segment_events(c.segments, segment_name(scope, STREAM, sid))
         assert sorted(runs(events, {t: w[sid] for t, w in all_written.items()})) == sorted(all_written)
         assert len(events) == sum(len(w[sid]) for w in all_written.values())
     assert_idle(c, scope)
@@ -324,7 +312,7 @@ def test_a_slow_finisher_does_not_merge_its_transaction_twice(controller: Contro
 
     for segment in t1.segments:
         sid = segment.segment_id
-        events = read_events(c, segment_name(scope, STREAM, sid))
+        events = segment_events(c.segments, segment_name(scope, STREAM, sid))
         assert runs(events, {"t1": w1[sid], "t2": w2[sid]}) == ["t1", "t2"], f"segment {sid}: {events}"
         assert len(events) == len(w1[sid]) + len(w2[sid]), f"segment {sid}: {events}"
     assert outcome and (outcome[0] == TxnState.COMMITTED or isinstance(outcome[0], WriteConflict)), outcome

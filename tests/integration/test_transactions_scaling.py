@@ -13,12 +13,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from dataplane_model import segment_events
 
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from dataplane.segment_store import SegmentStore
 from rillet.errors import IllegalState
-from rillet.framing import frame, unframe
+from rillet.framing import frame
 from rillet.keyspace import hash_routing_key
 from rillet.models import ScalingPolicy, StreamConfiguration, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
@@ -40,19 +41,6 @@ def scope(controller: Controller, unique: str) -> str:
     return unique
 
 
-def read_events(c: Controller, name: str) -> list[bytes]:
-    info = c.segments.info(name)
-    events, offset, buffer = [], info.start_offset, b""
-    while offset < info.length:
-        result = c.segments.read(name, offset)
-        buffer, offset = buffer + result.data, result.next_offset
-        parsed, consumed = unframe(buffer)
-        events += [payload for _, payload in parsed]
-        buffer = buffer[consumed:]
-    assert buffer == b""
-    return events
-
-
 def read_stream(c: Controller, scope: str) -> list[tuple[int, bytes]]:
     """The whole stream in an order a reader may read it: (segment id, event) pairs."""
     head = [p.segment for p in c.streams.head(scope, STREAM)]
@@ -63,7 +51,7 @@ def read_stream(c: Controller, scope: str) -> list[tuple[int, bytes]]:
         assert segment.segment_id not in read, f"segment {segment.segment_id} handed out twice"
         read.add(segment.segment_id)
         name = segment_name(scope, STREAM, segment.segment_id)
-        out += [(segment.segment_id, e) for e in read_events(c, name)]
+        out += [(segment.segment_id, e) for e in segment_events(c.segments, name)]
         if not c.segments.info(name).sealed:
             continue  # reading an open segment stops at its tail
         successors = c.streams.successors(scope, STREAM, segment.segment_id)
@@ -174,7 +162,7 @@ def test_commit_after_a_split_and_a_merge_rolls_the_transaction(controller: Cont
         assert c.segments.info(name).sealed
         (seg,) = c.store.get_segments(scope, STREAM, [int(sid)])
         assert seg.sealed_size == c.segments.info(name).length and seg.sealed_epoch == scale_epoch + 2
-        assert read_events(c, name) == w.txn_events[txn.txn_id][parent.segment_id]
+        assert segment_events(c.segments, name) == w.txn_events[txn.txn_id][parent.segment_id]
     # the segments current before the commit are sealed, and the epoch after duplicates their ranges
     for sid in before_roll:
         assert c.segments.info(segment_name(scope, STREAM, sid)).sealed
