@@ -149,6 +149,13 @@ _SERIALIZER = BytesSerializer()
 _WRITER_CONFIG = EventWriterConfig(linger_ms=0)
 
 
+def _utf8(event: str) -> bytes:
+    """The bytes ``write_event`` sends: pravega_client takes str there and bytes in ``write_event_bytes``."""
+    if not isinstance(event, str):
+        raise TypeError(f"write_event takes a str (write_event_bytes takes bytes), not {type(event).__name__}")
+    return event.encode("utf-8")
+
+
 # -- errors ----------------------------------------------------------------------------------------
 
 _COMPATIBLE: dict[tuple[type, type], type] = {}
@@ -383,9 +390,7 @@ class StreamWriter:
         self._async: set[Future] = set()  # acknowledgements of write_event_async not yet received
 
     def write_event(self, event: str, routing_key: str | None = None) -> None:
-        if not isinstance(event, str):
-            raise TypeError(f"write_event takes a str (write_event_bytes takes bytes), not {type(event).__name__}")
-        self.write_event_bytes(event.encode("utf-8"), routing_key)
+        self.write_event_bytes(_utf8(event), routing_key)
 
     def write_event_bytes(self, event: bytes, routing_key: str | None = None) -> None:
         """Write; return once at most ``max_inflight_events`` events await their acknowledgement."""
@@ -461,9 +466,7 @@ class StreamTransaction:
             return self.txn.check_status() == TxnState.OPEN
 
     def write_event(self, event: str, routing_key: str | None = None) -> None:
-        if not isinstance(event, str):
-            raise TypeError(f"write_event takes a str (write_event_bytes takes bytes), not {type(event).__name__}")
-        self.write_event_bytes(event.encode("utf-8"), routing_key)
+        self.write_event_bytes(_utf8(event), routing_key)
 
     def write_event_bytes(self, event: bytes, routing_key: str | None = None) -> None:
         """Write to the transaction and wait until it is durable there (TxnFailedException once closed)."""
