@@ -93,6 +93,21 @@ class ScopeNotEmpty(IllegalState):
     code = "ScopeNotEmpty"
 
 
+class StreamKindMismatch(IllegalState):
+    """A raw (byte stream) append to a segment of an event stream, or framed events to a byte stream:
+    mixing the two would desynchronise every event reader of the segment."""
+
+    code = "StreamKindMismatch"
+
+
+class ReaderNotInReaderGroup(IllegalState):
+    """The reader is not (or no longer) a member of the group: it went offline, or its lease expired
+    and the control plane handed its segments to the others (Pravega's ReaderNotInReaderGroupException).
+    """
+
+    code = "ReaderNotInReaderGroup"
+
+
 class TxnFailed(RilletError):
     """The transaction is no longer open (committing, committed, aborting, aborted or expired).
 
@@ -140,6 +155,14 @@ class Throttled(RilletError):
 
 class ServiceUnavailable(RilletError):
     code, status, retryable = "ServiceUnavailable", 503, True
+
+
+class OutcomeUnknown(RilletError):
+    """Raised by the SDK, never sent by a server: every attempt within the writer's retry deadline
+    ended without proof of the outcome (5xx, timeout, reset, throttling), so the event may or may not
+    be stored. ``details["deadline_s"]`` is the deadline that passed."""
+
+    code, status, retryable = "OutcomeUnknown", 503, False
 
 
 def _all_subclasses(cls: type) -> list[type]:
