@@ -3,31 +3,42 @@
 Requests to AWS Function URLs (``*.lambda-url.<region>.on.aws``) are signed with SigV4 for the
 ``lambda`` service using the standard AWS credential chain (environment, profile, SSO, instance
 role, ...), which is what AWS_IAM auth on a Function URL requires. Requests to other endpoints
-(standalone) are sent unsigned unless ``sign=True``.
+(standalone) are sent unsigned unless ``sign=True``; their region is ``region=``, else AWS_REGION,
+else the botocore configuration (AWS_DEFAULT_REGION, the profile).
+
+AWS verifies a signature against the canonical form of the request it decoded, so the URL is sent
+already in that form: every byte outside RFC 3986's unreserved set percent-encoded (a space is
+``%20``, never ``+``; text as UTF-8), parameters sorted. botocore then signs exactly what goes on
+the wire.
 
 Transient failures (connection errors, 429, 5xx, and errors whose type is retryable) are retried
-with exponential backoff and full jitter. Every Rillet request is safe to repeat: creates are
-idempotent, appends are de-duplicated by writer id and event number.
+with exponential backoff and full jitter, waiting at least what a 429 or 503 asks in Retry-After
+(capped at MAX_RETRY_AFTER_S). Every Rillet request is safe to repeat: creates are idempotent,
+appends are de-duplicated by writer id and event number.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlsplit
 
 import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.session import Session
 
-from rillet.errors import RilletError, ServiceUnavailable, from_wire
+from rillet.errors import InvalidArgument, ServiceUnavailable, from_wire
 
 _FUNCTION_URL = re.compile(r"^[a-z0-9]+\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
+_UNRESERVED = "-_.~"  # with letters and digits, what RFC 3986 (and so SigV4) leaves unescaped
+MAX_RETRY_AFTER_S = 20.0  # a server asking for longer still gets retried after this; the caller's attempts bound the rest
 
 
 @dataclass(frozen=True)
@@ -48,21 +59,26 @@ class Transport:
         match = _FUNCTION_URL.match(host)
         self.sign = bool(match) if sign is None else sign
         self.region = region or (match.group(1) if match else None)
+        if self.sign and not self.region:
+            self.region = os.environ.get("AWS_REGION") or Session().get_config_variable("region")
+            if not self.region:
+                raise InvalidArgument(f"signing requests to {self.endpoint} needs an AWS region: pass region=, or "
+                                      "set AWS_REGION or AWS_DEFAULT_REGION (or a region in the AWS profile)")
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self._pool = urllib3.PoolManager(maxsize=pool_size, retries=False)
         self._credentials = Session().get_credentials() if self.sign else None
         if self.sign and self._credentials is None:
-            raise RilletError("signing requests needs AWS credentials, and none were found in the standard chain")
+            raise InvalidArgument("signing requests needs AWS credentials, and none were found in the standard chain")
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: bytes | None = None,
                 json_body: Any = None, headers: dict[str, str] | None = None,
                 timeout_s: float | None = None) -> HttpResponse:
         """Send a request, retrying transient failures; raise the typed error of a failed answer."""
-        url = self.endpoint + path
-        query = {k: v for k, v in (params or {}).items() if v is not None}
+        url = self.endpoint + quote(path, safe="/%")
+        query = canonical_query({k: v for k, v in (params or {}).items() if v is not None})
         if query:
-            url += "?" + urlencode(query)
+            url += "?" + query
         headers = dict(headers or {})
         if json_body is not None:
             body = json.dumps(json_body).encode()
@@ -83,6 +99,9 @@ class Transport:
                 error = from_wire(response.status, _error_body(response))
                 if not (error.retryable or response.status >= 500) or attempt >= self.max_attempts:
                     raise error
+                if response.status in (429, 503):
+                    time.sleep(max(_retry_after_s(response), random.uniform(0, min(5.0, 0.05 * 2 ** attempt))))
+                    continue
             time.sleep(random.uniform(0, min(5.0, 0.05 * 2 ** attempt)))
 
     def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
@@ -96,6 +115,27 @@ class Transport:
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
+
+
+def canonical_query(params: dict[str, Any]) -> str:
+    """The query string as SigV4 canonicalises it: RFC 3986 percent-encoding of UTF-8, sorted by key, then value."""
+    pairs = sorted((quote(str(k), safe=_UNRESERVED), quote(str(v), safe=_UNRESERVED)) for k, v in params.items())
+    return "&".join(f"{k}={v}" for k, v in pairs)
+
+
+def _retry_after_s(response: HttpResponse) -> float:
+    """The wait a Retry-After header asks for (delta-seconds or an HTTP date), capped; 0 without one."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return 0.0
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
 
 
 def _error_body(response: HttpResponse) -> dict[str, Any] | None:
