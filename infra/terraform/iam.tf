@@ -178,11 +178,18 @@ data "aws_iam_policy_document" "read" {
 
   # Not for listing: without s3:ListBucket, S3 answers a GET of a missing key with 403 AccessDenied
   # instead of 404 NoSuchKey, and the read path turns NoSuchKey into Truncated (an object released by
-  # a concurrent truncation) -- it would become a 500 instead.
+  # a concurrent truncation) -- it would become a 500 instead. Limited to the deployment's prefix, so
+  # the role cannot list anything else the bucket holds.
   statement {
     sid       = "MissingObjectsAreNotFound"
     actions   = ["s3:ListBucket"]
     resources = [aws_s3_bucket.segments.arn]
+
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["segments/*"]
+    }
   }
 
   statement {

@@ -693,6 +693,38 @@ def test_role_permissions_are_the_reviewed_ones(tf, handler):
                              + "\n".join(differences))
 
 
+def _unbounded_listing(document: dict) -> list[str]:
+    """s3:ListBucket grants whose s3:prefix condition does not keep them inside ``segments/``."""
+    problems = []
+    for i, statement in enumerate(statements(document)):
+        if statement.get("effect", "Allow") != "Allow" or "s3:ListBucket" not in as_list(statement.get("actions")):
+            continue
+        prefixes = [value for condition in blocks(statement, "condition") if condition.get("variable") == "s3:prefix"
+                    and condition.get("test") in ("StringLike", "StringEquals") for value in as_list(condition["values"])]
+        if not prefixes or not all(value.startswith("segments/") for value in prefixes):
+            problems.append(f"statement {statement.get('sid') or i}: s3:ListBucket with s3:prefix {prefixes}")
+    return problems
+
+
+@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+def test_bucket_listing_is_limited_to_the_deployments_prefix(tf, handler):
+    """A role may list only the deployment's objects (segments/...), never the whole bucket."""
+    name, fn = function(tf, handler)
+    problems = [f"data.aws_iam_policy_document.{doc_name} {problem}"
+                for doc_name, document in role_policy_documents(tf, role_of(tf, name, fn))
+                for problem in _unbounded_listing(document)]
+    assert not problems, "\n".join(problems)
+
+
+def test_listing_check_detects_an_unconditioned_grant():
+    bare = {"statement": [{"actions": ["s3:ListBucket"], "resources": ["${aws_s3_bucket.segments.arn}"]}]}
+    wide = {"statement": [{"actions": ["s3:ListBucket"], "resources": ["${aws_s3_bucket.segments.arn}"],
+                           "condition": [{"test": "StringLike", "variable": "s3:prefix", "values": ["*"]}]}]}
+    narrow = {"statement": [{"actions": ["s3:ListBucket"], "resources": ["${aws_s3_bucket.segments.arn}"],
+                             "condition": [{"test": "StringLike", "variable": "s3:prefix", "values": ["segments/*"]}]}]}
+    assert len(_unbounded_listing(bare)) == 1 and len(_unbounded_listing(wide)) == 1
+    assert not _unbounded_listing(narrow)
+
 def _wildcard_problems(doc_name: str, document: dict) -> list[str]:
     problems = []
     for i, statement in enumerate(statements(document)):
