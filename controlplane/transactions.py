@@ -227,11 +227,35 @@ class TransactionTasks:
         aborted = []
         for txn in self.expired(limit):
             try:
-                if self.abort(txn.scope, txn.stream, txn.txn_id).state == TxnState.ABORTED:
+                if self.abort_if_expired(txn.scope, txn.stream, txn.txn_id).state == TxnState.ABORTED:
                     aborted.append((f"{txn.scope}/{txn.stream}", txn.txn_id))
             except (TxnFailed, TxnNotFound):
                 pass  # committed (or gone) in the meantime: the outcome stands
         return aborted
+
+    def abort_if_expired(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
+        """The timeout job's abort: only of a transaction whose lease has run out, by a write conditioned
+        on the lease and version it read, so a ping that renews the lease in between wins (the
+        transaction stays OPEN). TxnFailed if it is committing or committed."""
+        while True:
+            txn = self._get(scope, stream, txn_id)
+            if txn.state in (TxnState.COMMITTING.value, TxnState.COMMITTED.value):
+                raise TxnFailed(f"transaction {txn_id} is {txn.state}", status=txn.state)
+            if txn.state == TxnState.OPEN.value:
+                if txn.deadline_ms is None or txn.deadline_ms > now_ms():
+                    return info(txn)  # pinged since the job found it expired
+                try:
+                    with conditional("transaction changed concurrently"):
+                        txn.update(actions=[TxnRecord.state.set(TxnState.ABORTING.value),
+                                            TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
+                                            TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now_ms())],
+                                   condition=(TxnRecord.state == TxnState.OPEN.value)
+                                   & (TxnRecord.lease_expiry_ms == txn.lease_expiry_ms))
+                except WriteConflict:
+                    continue  # re-read: a renewed lease is no longer expired
+            if txn.state == TxnState.ABORTING.value:
+                self.finish_abort(txn)
+            return info(self._get(scope, stream, txn_id))
 
     def abort_open(self, scope: str, stream: str) -> None:
         """Abort every open transaction of a stream (sealing a stream does this)."""

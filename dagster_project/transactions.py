@@ -22,7 +22,8 @@ class ExpiredTransactions(Config):
     transactions: list[str]  # "scope/stream/txn id"
 
 
-@op(description="Abort the given transactions if they are still open (a commit that won the race stands).")
+@op(description="Abort the given transactions if they are still open and expired (a commit or a ping that "
+                "won the race stands).")
 def abort_expired_transactions(context: OpExecutionContext, config: ExpiredTransactions,
                                rillet: RilletDeployment) -> Output[int]:
     transactions = rillet.controller().transactions
@@ -30,7 +31,7 @@ def abort_expired_transactions(context: OpExecutionContext, config: ExpiredTrans
     for item in config.transactions:
         scope, stream, txn_id = item.split("/")
         try:
-            outcomes[item] = transactions.abort(scope, stream, txn_id).state.value
+            outcomes[item] = transactions.abort_if_expired(scope, stream, txn_id).state.value
         except (TxnFailed, TxnNotFound) as e:
             outcomes[item] = f"not aborted: {e.code} {e.details.get('status', '')}".strip()
     aborted = sum(1 for v in outcomes.values() if v == "ABORTED")
