@@ -1,0 +1,160 @@
+"""Throttled and transiently failing AWS calls reach the client as typed, retryable answers.
+
+The real handlers are called in-process with Function URL events, with every AWS call made to fail
+the way botocore reports it (boto3 and PynamoDB both send through ``BaseClient._make_api_call``). A
+throttle must answer 429 ``Throttled`` and a transient failure 503 ``ServiceUnavailable``, each with
+``Retry-After``: the outcome is unknown and repeating is safe. Only a genuine bug answers 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import uuid
+from types import SimpleNamespace
+
+import botocore.client
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from pynamodb.exceptions import PutError, TransactWriteError, VerboseClientError
+
+from lambdas.http import transient_error
+from rillet import api
+from rillet.errors import ServiceUnavailable, Throttled
+from rillet.framing import frame
+from standalone.gateway import build_event
+
+
+def client_error(code: str, status: int, operation: str = "PutItem", **extra) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": f"injected {code}"},
+                        "ResponseMetadata": {"HTTPStatusCode": status}, **extra}, operation)
+
+
+THROTTLES = [
+    client_error("ProvisionedThroughputExceededException", 400),
+    client_error("ThrottlingException", 400),
+    client_error("RequestLimitExceeded", 400),
+    client_error("SlowDown", 503, "PutObject"),
+    client_error("TooManyRequests", 429, "GetObject"),  # an unknown code, known by its status
+]
+TRANSIENTS = [
+    client_error("InternalServerError", 500),
+    client_error("ServiceUnavailable", 503, "GetObject"),
+    client_error("InternalError", 500, "PutObject"),
+    client_error("RequestTimeout", 400, "PutObject"),
+    EndpointConnectionError(endpoint_url="http://dynamodb"),
+    ReadTimeoutError(endpoint_url="http://dynamodb"),
+    ConnectionResetError("reset by peer"),
+]
+
+
+@pytest.mark.parametrize("error", THROTTLES, ids=lambda e: type(e).__name__ + ":" + str(e)[:40])
+def test_throttling_is_classified_throttled(error):
+    assert isinstance(transient_error(error), Throttled)
+    assert isinstance(transient_error(PutError("Failed to put item", error)), Throttled)  # as PynamoDB wraps it
+
+
+@pytest.mark.parametrize("error", TRANSIENTS, ids=lambda e: type(e).__name__ + ":" + str(e)[:40])
+def test_transient_failures_are_classified_unavailable(error):
+    assert isinstance(transient_error(error), ServiceUnavailable)
+    assert isinstance(transient_error(PutError("Failed to put item", error)), ServiceUnavailable)
+
+
+def test_a_transaction_cancelled_by_throttling_is_throttled():
+    cancelled = VerboseClientError(
+        {"Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+         "ResponseMetadata": {"HTTPStatusCode": 400},
+         "CancellationReasons": [{"Code": "None"}, {"Code": "ThrottlingError"}]}, "TransactWriteItems",
+        cancellation_reasons=[None, SimpleNamespace(code="ThrottlingError", message="")])
+    assert isinstance(transient_error(TransactWriteError("Failed to write transaction items", cancelled)), Throttled)
+
+
+@pytest.mark.parametrize("error", [
+    client_error("ValidationException", 400),
+    client_error("ConditionalCheckFailedException", 400),
+    client_error("AccessDeniedException", 400),
+    KeyError("bug"),
+    ValueError("bug"),
+], ids=lambda e: str(e)[:40])
+def test_anything_else_is_not_transient(error):
+    assert transient_error(error) is None
+    assert transient_error(PutError("Failed to put item", error)) is None
+
+
+# -- the real handlers ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def handlers(deployment, monkeypatch):
+    """The three handler modules, pointed at the session's moto (they read the environment on import)."""
+    for name, value in {**deployment.to_env(), "RILLET_APPEND_URL": "http://append", "RILLET_READ_URL": "http://read",
+                        "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    return {name: importlib.import_module(f"lambdas.{name}.handler") for name in ("append", "read", "controller_api")}
+
+
+@pytest.fixture
+def fail_every_aws_call(monkeypatch):
+    """Make every AWS request fail with the error the test chooses, before anything is sent."""
+    def install(error: Exception) -> None:
+        def failing(client, operation_name, api_params):
+            raise error
+
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", failing)
+    return install
+
+
+def invoke(module, method: str, target: str, body: bytes = b"", **headers: str) -> tuple[int, dict, dict]:
+    headers = {"content-type": "application/octet-stream" if body else "application/json", **headers}
+    event = build_event(method, target, headers, body, "localhost", "127.0.0.1")
+    context = SimpleNamespace(function_name="test", memory_limit_in_mb=512, aws_request_id=str(uuid.uuid4()),
+                              invoked_function_arn="arn:aws:lambda:local:000000000000:function:test")
+    result = module.handler(event, context)
+    raw = result.get("body") or ""
+    text = base64.b64decode(raw).decode() if result.get("isBase64Encoded") else raw
+    assert "Traceback" not in text
+    return result["statusCode"], {k.lower(): v for k, v in (result.get("headers") or {}).items()}, json.loads(text)
+
+
+def _requests():
+    block = frame(b"event")
+    return {
+        "append": ("append", "POST", "/v1/segments/sc/st/0", block,
+                   {api.WRITER_ID: "w", api.EVENT_NUMBER: "0", api.EVENT_COUNT: "1"}),
+        "read": ("read", "GET", "/v1/segments/sc/st/0?offset=0", b"", {}),
+        "read-info": ("read", "GET", "/v1/segments/sc/st/0/info", b"", {}),
+        "controller-stream": ("controller_api", "GET", "/v1/scopes/sc/streams/st", b"", {}),
+        "controller-create-scope": ("controller_api", "POST", "/v1/scopes", b'{"scope": "sc"}',
+                                    {"content-type": "application/json"}),
+    }
+
+
+REQUESTS = _requests()
+
+
+@pytest.mark.parametrize("request_name", sorted(REQUESTS))
+@pytest.mark.parametrize(("error", "status", "code"), [
+    (client_error("ProvisionedThroughputExceededException", 400), 429, "Throttled"),
+    (client_error("SlowDown", 503), 429, "Throttled"),
+    (client_error("InternalServerError", 500), 503, "ServiceUnavailable"),
+    (ReadTimeoutError(endpoint_url="http://aws"), 503, "ServiceUnavailable"),
+], ids=["dynamodb-throttle", "s3-slowdown", "internal-server-error", "read-timeout"])
+def test_handlers_answer_aws_trouble_with_a_typed_retryable_status(handlers, fail_every_aws_call, request_name,
+                                                                   error, status, code):
+    module, method, target, body, headers = REQUESTS[request_name]
+    fail_every_aws_call(error)
+    got_status, got_headers, got_body = invoke(handlers[module], method, target, body, **headers)
+    assert (got_status, got_body["code"]) == (status, code), got_body
+    assert int(got_headers["retry-after"]) >= 1
+    assert got_body["message"]
+
+
+def test_a_genuine_bug_is_still_a_bare_500(handlers, monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(handlers["read"].store, "info", broken)
+    status, headers, body = invoke(handlers["read"], "GET", "/v1/segments/sc/st/0/info")
+    assert (status, body) == (500, {"code": "InternalError", "message": "internal error"})
+    assert "retry-after" not in headers
