@@ -12,11 +12,13 @@ Each retention cycle of a stream:
    cases i to v of seed 000: the lower bound when truncating there keeps between the limits; the min
    cut, or the closest retention-set cut before the lower bound if they overlap, when the lower bound
    keeps too little; the max cut (or a cut relative to it when they overlap) when it keeps too much.
-   Subscribers silent for longer than the subscriber timeout are ignored. With no active subscriber,
-   the plain time/size rule applies only once the fallback timeout has passed, and nothing is
-   truncated when there is no fallback.
-4. Truncates only forward, through the ordinary truncation workflow, then drops retention records
-   that lie before the new head.
+   Subscribers silent for longer than the subscriber timeout are ignored. With no subscriber at all,
+   the plain time/size rule applies at once (as Pravega does with an empty lower bound). With
+   subscribers that all timed out, the maximum still applies (a maximum is a promise about storage
+   and cost, whatever the subscribers do), and the plain rule applies once the fallback timeout has
+   passed.
+4. Truncates only forward, through the ordinary truncation workflow, then drops the retention record
+   it truncated at and every one before it, as Pravega's ``deleteStreamCutBefore`` does.
 
 Every decision (and why nothing was truncated) is returned, so the Dagster run can show it.
 """
@@ -180,7 +182,8 @@ class RetentionTasks:
         head_size, tail_size = self.size_till(segments, head), self.size_till(segments, tail)
         retention_set = self._record_tail(scope, stream, tail, tail_size, now)
         decision = Decision(name, "kept", "", size_bytes=tail_size - head_size, retained_bytes=tail_size - head_size)
-        target = self._choose(policy, retention_set, tail_size, now, scope, stream, segments, by_id, decision)
+        target = self._choose(policy, retention_set, tail_size, head, head_size, now, scope, stream, segments,
+                              by_id, decision)
         if target is None:
             return decision
         if compare_positions(target, head) != Ordering.AFTER:
@@ -190,7 +193,7 @@ class RetentionTasks:
         decision.outcome, decision.cut = "truncated", target
         decision.retained_bytes = tail_size - self.size_till(segments, target)
         for old in retention_set:
-            if compare_positions(_positions(old.cut), target) == Ordering.BEFORE:
+            if compare_positions(_positions(old.cut), target) in (Ordering.BEFORE, Ordering.EQUAL):
                 old.delete()
         return decision
 
@@ -205,8 +208,9 @@ class RetentionTasks:
             records.append(latest)
         return records
 
-    def _choose(self, policy: RetentionPolicy, retention_set: list[RetentionRecord], tail_size: int, now: int,
-                scope: str, stream: str, segments: list[SegmentRecord], by_id: dict[int, SegmentRecord],
+    def _choose(self, policy: RetentionPolicy, retention_set: list[RetentionRecord], tail_size: int,
+                head: list[SegmentPosition], head_size: int, now: int, scope: str, stream: str,
+                segments: list[SegmentRecord], by_id: dict[int, SegmentRecord],
                 decision: Decision) -> list[SegmentPosition] | None:
         by_size = policy.retention_type == RetentionType.SIZE
         def kept(r: RetentionRecord) -> int:  # bytes or milliseconds kept when truncating at r
@@ -232,12 +236,20 @@ class RetentionTasks:
                 active.append(cut)
         decision.subscribers = statuses
         if not active:
-            last_seen = max((now - s.silent_for_ms for s in statuses), default=None)
+            if not statuses:
+                decision.reason = "no subscriber: the time/size policy applies"
+                return plain
+            last_seen = max(now - s.silent_for_ms for s in statuses)
             fallback = limits.fallback_after_ms
-            if fallback is not None and (last_seen is None or now - last_seen >= fallback):
+            if fallback is not None and now - last_seen >= fallback:
                 decision.reason = "no active subscriber for the fallback timeout: time/size policy applies"
                 return plain
-            decision.reason = "no active subscriber (and no fallback due): nothing is truncated"
+            if max_cut is not None and self._beyond_max(by_size, highest, tail_size - head_size, head,
+                                                        retention_set, now):
+                decision.reason = ("no active subscriber: the stream keeps more than the maximum, "
+                                   "truncate at the maximum")
+                return _positions(max_cut.cut)
+            decision.reason = "no active subscriber (and no fallback due): within the maximum, nothing is truncated"
             return None
 
         bound = lower_bound(active, by_id)
@@ -297,6 +309,16 @@ class RetentionTasks:
             return _positions(max_cut.cut) if max_cut else max_bound
         decision.reason = "v: the lower bound overlaps the maximum: truncate at the maximum bound"
         return max_bound
+
+    @staticmethod
+    def _beyond_max(by_size: bool, highest: int, retained: int, head: list[SegmentPosition],
+                    retention_set: list[RetentionRecord], now: int) -> bool:
+        """Whether the stream now keeps more than the policy's maximum: more bytes, or a recorded cut
+        older than the maximum that still lies ahead of the head."""
+        if by_size:
+            return retained > highest
+        return any(now - r.recorded_ms > highest and compare_positions(_positions(r.cut), head) == Ordering.AFTER
+                   for r in retention_set)
 
     @staticmethod
     def _cut_before(bound: list[SegmentPosition], retention_set: list[RetentionRecord]) -> list[SegmentPosition] | None:

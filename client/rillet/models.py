@@ -72,9 +72,10 @@ class RetentionType(str, Enum):
 class ConsumptionLimits(_Model):
     """Consumption-based retention: truncate behind the subscribers' acknowledged stream cuts.
 
-    A subscriber that has not published a cut within ``subscriber_timeout_ms`` is ignored. When no
-    subscriber has been active for ``fallback_after_ms`` the plain time/size policy applies; without
-    a fallback nothing is truncated while no subscriber is active.
+    A subscriber that has not published a cut within ``subscriber_timeout_ms`` is ignored. With no
+    subscriber registered, the plain time/size policy applies at once (as in Pravega). When the
+    subscribers have all timed out, the maximum still applies, and after ``fallback_after_ms`` without
+    an active subscriber the plain time/size policy applies (without a fallback, only the maximum).
     """
 
     subscriber_timeout_ms: int = Field(gt=0)

@@ -150,8 +150,9 @@ def test_check_warns_about_a_consumption_stream_whose_subscriber_went_silent(iso
 
 
 def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated, unique):
-    """A consumption-based stream nobody subscribes to keeps all its data (no fallback): exactly the
-    situation the check exists to point out, whether its subscribers went silent or there are none."""
+    """A consumption-based stream nobody subscribes to is truncated by its plain size policy, as in
+    Pravega, and the decision table says why; the check still points the stream out, whether its
+    subscribers went silent or there are none."""
     mine, resource = isolated
     controller = Controller.for_deployment(mine)
     policy = RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=60_000)
@@ -160,7 +161,7 @@ def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated,
     try:
         result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
         row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
-        assert row[1] == "kept" and "no active subscriber" in row[2]
+        assert row[1] == "truncated" and "no subscriber: the time/size policy applies" in row[2]
         evaluation = _check(result)
         assert f"{unique}/s" in evaluation.metadata["streams_without_active_subscriber"].value
         assert evaluation.passed is False

@@ -103,7 +103,9 @@ def test_cbr_case_ii_lower_bound_keeps_less_than_the_minimum(controller, unique)
 def test_cbr_case_iii_lower_bound_keeps_more_than_the_maximum(controller, unique):
     decision = _cbr(controller, unique, 100, 300, subscriber_offset=200)  # keeps 800 > 300
     assert decision.reason.startswith("iii:")
-    assert _head_offsets(controller, unique) == {0: 700}  # the oldest record keeping <= 300
+    # The oldest record keeping <= 300: 800, since the earlier cycles truncated at 700 and, as in Pravega,
+    # dropped that record with the older ones.
+    assert _head_offsets(controller, unique) == {0: 800}
 
 
 def test_cbr_never_truncates_past_the_subscriber_without_a_maximum(controller, unique):

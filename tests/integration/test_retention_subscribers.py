@@ -258,9 +258,10 @@ def test_reset_and_delete_update_the_subscription(controller, unique):
     assert controller.reader_groups.delete(unique, "g") is False
 
 
-def test_without_subscribers_left_nothing_is_truncated_and_with_one_back_it_is(controller, unique):
-    """The retention consequence of the wiring: deleting the only subscriber group stops truncation (no
-    fallback configured), a new subscriber group starts it again from its own start."""
+def test_without_subscribers_left_the_policy_applies_and_with_one_back_it_holds_again(controller, unique):
+    """The retention consequence of the wiring, as in Pravega: with no subscriber left the plain size
+    policy applies at once (a minimum of 0 bytes: up to the tail); a new subscriber group holds
+    truncation at its own start again."""
     setup = Setup(controller, unique)
     a, b = setup.ids()
     setup.append("s", a, 4)
@@ -271,12 +272,14 @@ def test_without_subscribers_left_nothing_is_truncated_and_with_one_back_it_is(c
     assert _offsets(controller.streams.head(unique, "s")) == {a: 100, b: 100}
     controller.reader_groups.delete(unique, "m")
     decision = controller.retention.cycle(unique, "s", now=2_000)
-    assert decision.outcome == "kept" and "no active subscriber" in decision.reason
-    assert _offsets(controller.streams.head(unique, "s")) == {a: 100, b: 100}
-    controller.reader_groups.create(unique, "m2", setup.config(MANUAL, start={"s": {a: 300, b: 200}}))
+    assert decision.outcome == "truncated" and "no subscriber" in decision.reason, decision
+    assert _offsets(controller.streams.head(unique, "s")) == {a: 400, b: 400}
+    setup.append("s", a, 4)
+    setup.append("s", b, 4)
+    controller.reader_groups.create(unique, "m2", setup.config(MANUAL, start={"s": {a: 600, b: 500}}))
     decision = controller.retention.cycle(unique, "s", now=3_000)
     assert decision.outcome == "truncated", decision
-    assert _offsets(controller.streams.head(unique, "s")) == {a: 300, b: 200}
+    assert _offsets(controller.streams.head(unique, "s")) == {a: 600, b: 500}
 
 
 def test_creating_an_existing_group_again_leaves_its_acknowledged_cut_alone(controller, unique):
