@@ -415,6 +415,7 @@ class StreamTasks:
         try:
             records = self.store.get_segments(scope, stream, sorted(offsets))
         except StreamNotFound as e:
+            self.store.get_stream(scope, stream)  # a missing stream is a 404 wherever it is named
             raise InvalidArgument(f"the cut names a segment the stream does not have: {e.message}") from e
         problem = validity_problem([_range(r) for r in records])
         if problem:
