@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
-from lambdas.http import build_resolver, powertools
+from lambdas.http import INT63_MAX, build_resolver, powertools
 from rillet.api import (
     Accepted,
     Assignment,
@@ -64,6 +64,8 @@ groups = controller.reader_groups
 txns = controller.transactions
 watermarks = controller.watermarks
 ReaderName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,250}$")]
+SegmentId = Annotated[int, Path(ge=0, le=2**64 - 1, description="Creation epoch << 32 | segment number.")]
+Epoch = Annotated[int, Path(ge=0, le=2**32 - 1)]
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 Token = Annotated[str | None, Query(description="next_token of the previous page.")]
@@ -132,7 +134,7 @@ def delete_stream(scope: str, stream: str) -> Deleted:
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segments",
          summary="Current segments, or those current at a time (milliseconds since the epoch)")
-def get_segments(scope: str, stream: str, at_ms: Annotated[int | None, Query(ge=0)] = None) -> SegmentList:
+def get_segments(scope: str, stream: str, at_ms: Annotated[int | None, Query(ge=0, le=INT63_MAX)] = None) -> SegmentList:
     if at_ms is None:
         return SegmentList(segments=streams.current_segments(scope, stream))
     return SegmentList(segments=streams.segments_at(scope, stream, at_ms))
@@ -150,13 +152,13 @@ def get_segment_for_key(scope: str, stream: str, routing_key: Annotated[str, Que
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segments/<segment_id>/successors",
          summary="Successors of a sealed segment, each with all its predecessors")
-def get_successors(scope: str, stream: str, segment_id: int) -> Successors:
+def get_successors(scope: str, stream: str, segment_id: SegmentId) -> Successors:
     return Successors(successors=streams.successors(scope, stream, segment_id))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segments/<segment_id>/predecessors",
          summary="Predecessors of a segment")
-def get_predecessors(scope: str, stream: str, segment_id: int) -> SegmentList:
+def get_predecessors(scope: str, stream: str, segment_id: SegmentId) -> SegmentList:
     return SegmentList(segments=streams.predecessors(scope, stream, segment_id))
 
 
@@ -201,7 +203,7 @@ def scale_stream(scope: str, stream: str, request: ScaleRequest) -> ScaleStatus:
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/scale/<epoch>", summary="Whether the scale to an epoch finished")
-def get_scale_status(scope: str, stream: str, epoch: int) -> ScaleStatus:
+def get_scale_status(scope: str, stream: str, epoch: Epoch) -> ScaleStatus:
     return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
 
 
