@@ -77,11 +77,11 @@ class Held(BaseModel):
 
 class Waiting(BaseModel):
     held: Held
-    predecessors: list[str]  # keys of predecessors not yet completed
+    predecessors: list[str]  # keys of predecessors not yet completed: at most the segments one scale sealed
 
 
 class ReaderEntry(BaseModel):
-    segments: dict[str, Held] = {}
+    segments: dict[str, Held] = {}  # at most the fair share: ceil(live segments / online readers)
     seen_ms: int = 0
 
 
@@ -94,21 +94,29 @@ class Completed(BaseModel):
 class Checkpoint(BaseModel):
     name: str
     silent: bool = False
-    pending: list[str]
-    positions: dict[str, Held] = {}  # reported at each reader's pass, plus segments completed meanwhile
+    pending: list[str]  # online readers that have not passed it: at most the online readers
+    # reported at each reader's pass, plus segments completed meanwhile: at most the live segments when
+    # it began (nothing is handed out while a checkpoint is outstanding)
+    positions: dict[str, Held] = {}
     created_ms: int
 
 
 class GroupState(BaseModel):
+    """The group's shared state: one DynamoDB item, so every collection in it is bounded by the group's
+    present (its online readers and the segments of its streams' current epochs), never by its past:
+    about 17 KB for 100 readers over a stream of 24 segments that completed 10,000 segments
+    (tests/integration/test_reader_group_bounds.py)."""
+
     config: ReaderGroupConfig
-    readers: dict[str, ReaderEntry] = {}
-    unassigned: dict[str, Held] = {}
-    future: dict[str, Waiting] = {}
+    readers: dict[str, ReaderEntry] = {}  # online readers only: leaving removes one
+    unassigned: dict[str, Held] = {}  # at most the live segments
+    future: dict[str, Waiting] = {}  # successors of completed segments: at most one scale's new segments each
+    # the group's newest position where no successor started (see _forget_superseded_completions)
     completed: dict[str, Completed] = {}
-    start: dict[str, list[SegmentRange]] = {}
-    end: dict[str, list[SegmentPosition]] = {}
-    checkpoints: list[Checkpoint] = []
-    last_checkpoint: CheckpointInfo | None = None
+    start: dict[str, list[SegmentRange]] = {}  # the start cuts, fixed at creation
+    end: dict[str, list[SegmentPosition]] = {}  # the end cuts, fixed at creation
+    checkpoints: list[Checkpoint] = []  # at most config.max_outstanding_checkpoint_request
+    last_checkpoint: CheckpointInfo | None = None  # one stream cut per stream
     last_auto_checkpoint_ms: int = 0
     checkpoint_counter: int = 0
 
@@ -319,6 +327,40 @@ def _complete(state: GroupState, entry: ReaderEntry, done: SegmentOffset, succes
         if not waiting.predecessors:
             del state.future[fkey]
             state.unassigned[fkey] = waiting.held
+    _forget_superseded_completions(state)
+
+
+def _forget_superseded_completions(state: GroupState) -> None:
+    """Drop completed segments that newer segments of the group cover on every key.
+
+    A completion is remembered for two things: releasing a successor still waiting for other
+    predecessors (its ``Waiting.predecessors`` already lists only the unread ones), and the group's
+    position where no successor has started (a completed segment counts at its end). Once every key
+    of the segment lies in a newer segment that is held, unassigned or itself completed, neither
+    needs it: its successors there were all handed out, and no predecessor of theirs completes again.
+    What stays are the completed segments that are the group's newest on some key -- those whose
+    successors wait, or that have none yet -- so ``completed`` is bounded by the group's position
+    (about one per segment of the streams' current epochs), not by the streams' history.
+
+    Not while a checkpoint is outstanding: its positions may name a segment read to its end whose
+    neighbours' completions its cut still needs. No segment is handed out meanwhile, so what completes
+    then is bounded by what the readers held when it began; the checkpoint's end forgets it.
+    """
+    if state.checkpoints:
+        return
+    newer_candidates = list(state.current_positions().values()) + [
+        Held(stream=c.stream, segment=c.segment) for c in state.completed.values()]
+    for key, done in list(state.completed.items()):
+        newer = sorted((h.segment.low, h.segment.high) for h in newer_candidates
+                       if h.stream == done.stream and h.segment.epoch > done.segment.epoch
+                       and h.segment.low < done.segment.high and done.segment.low < h.segment.high)
+        covered_to = done.segment.low
+        for low, high in newer:
+            if low > covered_to:
+                break
+            covered_to = max(covered_to, high)
+        if covered_to >= done.segment.high:
+            del state.completed[key]
 
 
 def _pass_checkpoint(state: GroupState, reader: str, entry: ReaderEntry, name: str, now: int) -> None:
@@ -343,6 +385,7 @@ def _finish_checkpoints(state: GroupState) -> None:
         checkpoint = state.checkpoints.pop(0)
         state.last_checkpoint = CheckpointInfo(name=checkpoint.name, complete=True, silent=checkpoint.silent,
                                                cuts=state.cuts(checkpoint.positions))
+    _forget_superseded_completions(state)
 
 
 def _maybe_auto_checkpoint(state: GroupState, now: int) -> None:

@@ -124,7 +124,49 @@ def test_seed_004_merged_successor_is_held_until_the_other_predecessor_is_read()
     # S2 done: S3 becomes available at its beginning and is acquired
     assert ids(g.sync("r2", completed={s2: 80})) == {s3}
     assert g.held("r2") == {s3: 0} and g.future() == set()
-    assert set(g.state.completed) == {f"{STREAM}/{s1}", f"{STREAM}/{s2}"}
+
+
+def test_completions_are_remembered_while_a_successor_waits_and_forgotten_once_it_is_handed_out():
+    """The group's record must not grow with the streams' history: S1's completion is needed while S3
+    waits for S2 (to release S3 and as the group's position on S1's keys), and by nothing once S3 is
+    handed out."""
+    history, s1, s2, s3 = seed_004()
+    g = Group(history)
+    g.add("r1", "r2")
+    g.sync("r1")
+    g.sync("r2")
+    g.sync("r1", completed={s1: 100})
+    assert set(g.state.completed) == {f"{STREAM}/{s1}"}
+    (cut,) = g.state.cuts(g.state.current_positions())
+    assert {p.segment.segment_id: p.offset for p in cut.positions} == {s1: 100, s2: 0}
+    g.sync("r2", completed={s2: 80})
+    assert g.held("r2") == {s3: 0}
+    assert g.state.completed == {}
+    (cut,) = g.state.cuts(g.state.current_positions())
+    assert {p.segment.segment_id: p.offset for p in cut.positions} == {s3: 0}
+
+
+def test_completions_stay_bounded_through_many_scale_events():
+    """A stream that splits and merges 300 times: the group remembers only the completions that are
+    its newest position on some key, never more than the stream's width."""
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    g = Group(history)
+    g.add("r1", "r2")
+    for i in range(300):
+        current = history.current
+        if len(current) < 4 or i % 3 == 0:
+            s = history.segments[current[i % len(current)]]
+            history.scale(i % len(current), 1, [(s.low + s.high) / 2])
+        else:
+            history.scale(i % (len(current) - 1), 2, [])
+        for reader in ("r1", "r2"):
+            sealed = {s: 10 for s in g.held(reader) if s not in history.current}
+            g.sync(reader, completed=sealed)
+        assert len(g.state.completed) <= len(history.current), i
+    g.checkpoint("cp")
+    g.sync("r1", checkpoint="cp")
+    g.sync("r2", checkpoint="cp")
+    assert set(g.last_cut()) == set(g.held("r1")) | set(g.held("r2")) | set(g.unassigned())
 
 
 def test_split_successors_are_released_at_once_and_shared_fairly():
@@ -494,13 +536,14 @@ def test_automatic_checkpoints_after_the_interval():
 # -- a random walk of the whole protocol ------------------------------------------------------------
 
 
-def frontier(g: Group) -> dict[int, int] | None:
+def frontier(g: Group, completed: dict[int, int]) -> dict[int, int] | None:
     """The oracle of the group's position: for every key, the newest segment the group holds or has
-    completed, at its offset (a completed one at its end). None if those segments do not tile the key
-    space (a scale that split one segment and merged another part of it with a neighbour)."""
+    ever completed (``completed``: every completion so far, which the group itself forgets once newer
+    segments cover it), at its offset (a completed one at its end). None if those segments do not tile
+    the key space (a scale that split one segment and merged another part of it with a neighbour)."""
     known = {h.segment.segment_id: h.offset for h in g.state.current_positions().values()}
-    for c in g.state.completed.values():
-        known.setdefault(c.segment.segment_id, c.end_offset)
+    for sid, end in completed.items():
+        known.setdefault(sid, end)
     chosen = {}
     for point in g.history.probe_points():
         chain = g.history.chain(point)
@@ -533,7 +576,7 @@ def test_random_group_runs_keep_the_invariants(history, data):
 
     def check_position() -> None:
         nonlocal last_seen
-        now = frontier(g)
+        now = frontier(g, {s: lengths[s] for s in completed})
         cuts = g.state.cuts(g.state.current_positions())
         if now is not None:
             assert len(cuts) == 1
@@ -565,7 +608,7 @@ def test_random_group_runs_keep_the_invariants(history, data):
         if action == "checkpoint":
             if len(g.state.checkpoints) < g.state.config.max_outstanding_checkpoint_request:
                 name = f"cp{next(names)}"
-                at_start[name] = frontier(g)
+                at_start[name] = frontier(g, {s: lengths[s] for s in completed})
                 g.checkpoint(name)
                 check_position()
             continue

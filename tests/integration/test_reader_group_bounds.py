@@ -1,0 +1,160 @@
+"""The reader group's record stays small however long the group runs (DESIGN "Scale rules").
+
+A stream that auto-scales all week has completed thousands of segments; the group's record must not
+remember them all (DynamoDB refuses items over 400 KB and charges updates on the item's size). The
+group's history here is driven through the pure transitions of controlplane.reader_groups (fast), then
+stored in moto and updated once more through ReaderGroups, and the stored item's size is measured.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import boto3
+
+from controlplane.models import ReaderGroupRecord, reader_group_pk
+from controlplane.reader_groups import (
+    GROUP_KEY,
+    GroupState,
+    ReaderGroups,
+    add_reader,
+    initiate_checkpoint,
+    new_state,
+    sync,
+)
+from rillet.api import SegmentOffset, SyncRequest
+from rillet.models import ReaderGroupConfig, SegmentPosition, StreamRange, SuccessorInfo
+
+try:
+    from history import ScalingHistory
+except ModuleNotFoundError:  # tests/ is a package
+    from tests.history import ScalingHistory
+
+READERS = 100
+COMPLETED = 10_000
+ITEM_LIMIT = 64 * 1024
+
+
+class Scaling:
+    """A stream that scales all the time: splits while narrower than ``width``, merges otherwise."""
+
+    def __init__(self, scope: str, width: int = 24, seed: int = 7) -> None:
+        self.stream = f"{scope}/s"
+        self.history = ScalingHistory.start([i / 8 for i in range(8)] + [1.0])
+        self.width, self.random = width, random.Random(seed)
+        self.successors_of: dict[int, list[int]] = {}
+        self.predecessors_of: dict[int, list[int]] = {}
+
+    def scale(self) -> set[int]:
+        current = self.history.current
+        if len(current) < self.width or self.random.random() < 0.3:
+            first, count = self.random.randrange(len(current)), 1
+            s = self.history.segments[current[first]]
+            inner = [(s.low + s.high) / 2]
+        else:
+            first, count, inner = self.random.randrange(len(current) - 1), 2, []
+        event = self.history.scale(first, count, inner)
+        for sid in event.sealed:
+            s = self.history.segments[sid]
+            self.successors_of[sid] = [c for c in event.created if self.history.segments[c].low < s.high
+                                       and s.low < self.history.segments[c].high]
+        for sid in event.created:
+            s = self.history.segments[sid]
+            self.predecessors_of[sid] = [p for p in event.sealed if self.history.segments[p].low < s.high
+                                         and s.low < self.history.segments[p].high]
+        return set(event.sealed)
+
+    def successors(self, stream: str, sid: int) -> list[SuccessorInfo]:
+        segments = self.history.segments
+        return [SuccessorInfo(segment=segments[c], predecessors=[segments[p] for p in self.predecessors_of[c]])
+                for c in self.successors_of.get(sid, [])]
+
+    # the two StreamTasks methods ReaderGroups uses for this group
+    def head(self, scope: str, stream: str) -> list[SegmentPosition]:
+        return [SegmentPosition(segment=self.history.segments[s], offset=0) for s in self.history.epochs[0]]
+
+    def successors_for(self, scope: str, stream: str, sid: int) -> list[SuccessorInfo]:
+        return self.successors(f"{scope}/{stream}", sid)
+
+
+class _Streams:
+    def __init__(self, scaling: Scaling) -> None:
+        self.head = scaling.head
+        self.successors = scaling.successors_for
+
+
+def run_for_a_week(scaling: Scaling, scope: str) -> tuple[GroupState, list[str]]:
+    """100 readers read a stream through enough scale events to complete 10,000 segments, with a
+    checkpoint every 50 scale events."""
+    config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")], automatic_checkpoint_interval_ms=0)
+    state = new_state(config, {scaling.stream: scaling.head(scope, "s")})
+    readers = [f"reader-{uuid.UUID(int=scaling.random.getrandbits(128)).hex}" for _ in range(READERS)]
+    now = 1_700_000_000_000
+    for reader in readers:
+        add_reader(state, reader, now)
+    for reader in readers:
+        sync(state, reader, SyncRequest(), now, scaling.successors)
+    completed, scales = 0, 0
+    while completed < COMPLETED:
+        sealed = scaling.scale()
+        scales += 1
+        now += 60_000
+        for reader in readers:
+            held = state.readers[reader].segments.values()
+            done = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=10**9 + h.offset)
+                    for h in held if h.segment.segment_id in sealed]
+            if done:
+                sync(state, reader, SyncRequest(completed=done), now, scaling.successors)
+                completed += len(done)
+        idle = (r for r in readers if not state.readers[r].segments)
+        while state.unassigned:
+            sync(state, next(idle), SyncRequest(), now, scaling.successors)
+        if scales % 50 == 0:
+            initiate_checkpoint(state, f"cp-{scales}", False, now)
+            for reader in readers:
+                positions = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=123_456_789)
+                             for h in state.readers[reader].segments.values()]
+                sync(state, reader, SyncRequest(positions=positions, checkpoint=f"cp-{scales}"), now,
+                     scaling.successors)
+            assert state.last_checkpoint.name == f"cp-{scales}" and state.last_checkpoint.cuts
+    return state, readers
+
+
+def stored_size(item: dict) -> int:
+    """An item's size as DynamoDB counts it: attribute names plus values (numbers as their digits)."""
+    def value_size(value: dict) -> int:
+        (kind, v), = value.items()
+        if kind == "S":
+            return len(v.encode())
+        if kind == "N":
+            return len(v.lstrip("-").replace(".", "").lstrip("0")) // 2 + 2
+        if kind in ("M", "L"):
+            entries = v.items() if kind == "M" else ((None, x) for x in v)
+            return 3 + sum((len(k.encode()) if k else 0) + 1 + value_size(x) for k, x in entries)
+        return 1
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
+
+
+def test_a_group_that_completed_10000_segments_with_100_readers_stays_under_64_kb(deployment, unique):
+    scaling = Scaling(unique)
+    state, readers = run_for_a_week(scaling, unique)
+    assert sum(len(r.segments) for r in state.readers.values()) + len(state.unassigned) > 0
+
+    record = ReaderGroupRecord(reader_group_pk(unique, "g"), GROUP_KEY, scope=unique, group="g",
+                               state=state.model_dump(mode="json"))
+    record.save()
+    # one more read-modify-write through the store: the record can still be updated
+    groups = ReaderGroups(_Streams(scaling), retention=None)
+    reader = next(r for r in readers if state.readers[r].segments)
+    held = next(iter(state.readers[reader].segments.values()))
+    groups.sync(unique, "g", reader, SyncRequest(positions=[
+        SegmentOffset(stream=held.stream, segment_id=held.segment.segment_id, offset=987_654_321)]))
+
+    client = boto3.client("dynamodb", endpoint_url=deployment.endpoint_url, region_name=deployment.region)
+    item = client.get_item(TableName=deployment.metadata_table, ConsistentRead=True,
+                           Key={"pk": {"S": reader_group_pk(unique, "g")}, "sk": {"S": GROUP_KEY}})["Item"]
+    size = stored_size(item)
+    print(f"group record after {COMPLETED} completed segments, {READERS} readers: {size} bytes")
+    assert size < ITEM_LIMIT, f"the group's record is {size} bytes"
+    assert len(groups.state(unique, "g").readers) == READERS
