@@ -27,6 +27,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 MAX_PAYLOAD = 6 * 1024 * 1024
+# A client that stops sending in the middle of a body is answered (400) after this long, instead of
+# holding a server thread forever.
+BODY_TIMEOUT_S = 30
 _TEXT_TYPES = ("application/json", "text/", "application/xml", "application/x-www-form-urlencoded")
 
 
@@ -205,12 +208,9 @@ class FunctionUrl:
                 pass
 
             def _serve(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                if length > MAX_PAYLOAD:
-                    self.rfile.read(length)
-                    return self._send(413, {"content-type": "application/json"}, json.dumps(
-                        {"code": "TooLarge", "message": f"request payload exceeds {MAX_PAYLOAD} bytes"}).encode())
-                body = self.rfile.read(length) if length else b""
+                body = self._read_body()
+                if body is None:
+                    return None
                 headers: dict[str, str] = {}
                 for name, value in self.headers.items():
                     key = name.lower()
@@ -227,6 +227,40 @@ class FunctionUrl:
                         {"code": "InternalError", "message": "the function failed"}).encode()
                 self._send(status, out_headers, out_body)
 
+            def _read_body(self) -> bytes | None:
+                """The body, exactly as many bytes as Content-Length says; otherwise None, with a typed
+                error answered and the connection closed. A short body (the client stopped sending, or
+                closed early) never reaches a function: it would be appended truncated. Chunked bodies
+                are refused rather than decoded, as the SDK never sends them."""
+                if "transfer-encoding" in self.headers:
+                    return self._refuse(400, "InvalidArgument", "send the body with a Content-Length header "
+                                                                "(Transfer-Encoding is not supported)")
+                declared = self.headers.get("content-length")
+                if declared is None:
+                    return b""
+                if not (declared.isascii() and declared.isdigit()):
+                    return self._refuse(400, "InvalidArgument", f"Content-Length {declared[:40]!r} is not a byte count")
+                length = int(declared)
+                self.connection.settimeout(BODY_TIMEOUT_S)
+                try:
+                    if length > MAX_PAYLOAD:
+                        _drain(self.rfile, length)  # the client reads the answer only once it has sent all
+                        return self._refuse(413, "TooLarge", f"request payload exceeds {MAX_PAYLOAD} bytes")
+                    body = self.rfile.read(length)
+                except TimeoutError:
+                    body = b""
+                finally:
+                    self.connection.settimeout(None)
+                if len(body) != length:
+                    return self._refuse(400, "InvalidArgument",
+                                        f"the body ended before the {length} bytes its Content-Length announced")
+                return body
+
+            def _refuse(self, status: int, code: str, message: str) -> None:
+                self.close_connection = True  # what is left of the body must not be read as a request
+                self._send(status, {"content-type": "application/json"},
+                           json.dumps({"code": code, "message": message}).encode())
+
             def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
                 self.send_response(status)
                 for name, value in headers.items():
@@ -239,6 +273,12 @@ class FunctionUrl:
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _serve
 
         return Handler
+
+
+def _drain(stream: Any, length: int) -> None:
+    """Read and drop up to ``length`` bytes (less if the client closes), a chunk at a time."""
+    while length > 0 and (chunk := stream.read(min(length, 1 << 20))):
+        length -= len(chunk)
 
 
 def _warm(_: int) -> bool:
