@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import deque
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 from urllib.parse import quote
@@ -48,9 +47,7 @@ class _TxnSegmentsWriter(EventStreamWriter[T]):
 
     def _resolve_sealed(self, queue: _SegmentQueue) -> None:
         with self._cond:
-            held = [item for block in sorted(queue.held, key=lambda b: b.first) for item in block.items]
-            held += list(queue.pending)
-            queue.held, queue.pending, queue.pending_bytes = [], deque(), 0
+            held = self._take_held(queue)
             queue.closed_by = TxnFailed(f"transaction {self.txn_id} is committing or closed")
             for item in held:
                 self._enqueue(item)

@@ -7,15 +7,49 @@ How a write travels:
 * Each segment has a queue. Events wait there until ``batch_size_bytes`` have gathered or the oldest
   has waited ``linger_ms``; then they leave as one block (one request, one S3 PUT at most). Up to
   ``max_inflight_blocks`` blocks per segment are in flight at once: each names the event number of
-  the block before it, and the server commits a block only after that one, so blocks commit in the
-  order written however their requests race, and the upload of one overlaps the commit of another.
-* A block carries the writer id and the event numbers of its events within that segment. A retry of
-  a block whose answer was lost is recognised by the server and not appended twice.
-* When a segment turns out to be sealed (the stream scaled), nothing of the failed block was
-  appended. The writer asks the controller for the successors, replaces the sealed segment's range in
-  its map with theirs, and re-queues the block and everything behind it, in order, to the successors.
-  Events for that range that arrive meanwhile queue behind them, so per-key order holds across any
-  number of scalings, and nothing is appended to a successor before its predecessor was sealed.
+  the block before it (``after``), and the server commits a block only after that one, so blocks
+  commit in the order written however their requests race, and the upload of one overlaps the commit
+  of another. A block refused because the one before it has not committed yet (OutOfOrder) is sent
+  again after a short backoff while that one is unresolved.
+* When a segment turns out to be sealed (the stream scaled), nothing of the refused block was
+  appended. Once no block of the segment is unresolved, the writer asks the controller for the
+  successors (again and again while the answers are transient, up to ``retry_timeout_s``), replaces
+  the sealed segment's range in its map with theirs, and re-queues the held blocks' events and
+  everything behind them to the successors in the order ``write_event`` was called (a writer-wide
+  sequence number; event numbers belong to one writer id and one segment and say nothing across
+  them). Events for that range that arrive meanwhile queue behind them, so per-key order holds
+  across any number of scalings, and nothing is appended to a successor before its predecessor was
+  sealed. Only an answer that the sealed segment has no successors (the stream is sealed) closes
+  the range; a lookup given up at the deadline fails the held events (refused, so not stored) and
+  the next event for the range asks again.
+
+Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's event writer):
+
+* A block carries the writer id and the event numbers of its events within that segment; the server
+  acknowledges a block it already holds at its original offset instead of appending it again.
+* So an answer that does not prove what happened (any 5xx including a bare 500, a timeout, a reset
+  connection, throttling) leaves the block unresolved, and it is sent again, same writer id, same
+  event numbers, until an answer proves its outcome.
+* Its events fail only when an answer proves they are not stored (a 4xx such as InvalidArgument,
+  TooLarge, SegmentNotFound, or OutOfOrder once nothing before it is unresolved), or once
+  ``retry_timeout_s`` has passed since the block was first sent, with :class:`OutcomeUnknown`: they
+  may or may not be stored. A refusal that follows an unproven attempt proves nothing about that
+  attempt, which may still be applied; so it fails the events with OutcomeUnknown too, unless it
+  depends on the block's content alone (InvalidArgument, TooLarge: every attempt was refused).
+
+What happens to the blocks behind a block that failed (same segment and writer id; they name it with
+``after``, so none of them can commit before it does):
+
+* It is known not to be stored: they can never commit under this writer id. They are withdrawn and
+  their events return to the queue, in the order written, to be sent again under a new writer id.
+  (Not renumbered under the old one: a request of a withdrawn block still on its way, carrying its
+  old numbers, could then commit behind the renumbered blocks and store its events twice.)
+* Its outcome is unknown: they commit if and only if it did (requests may still be on their way),
+  so they fail with OutcomeUnknown too.
+* Either way the writer id of the segment changes, but only once no block of the segment is
+  unresolved: a block sent under a new id could otherwise land before an earlier event whose outcome
+  is still open. Acknowledged events therefore keep their order; an event given up as unknown may
+  still land after later ones, as nobody was told it was stored.
 """
 
 from __future__ import annotations
@@ -31,7 +65,15 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rillet.connection import Connection
-from rillet.errors import OutOfOrder, RilletError, SegmentNotFound, SegmentSealed, ServiceUnavailable
+from rillet.errors import (
+    InvalidArgument,
+    OutcomeUnknown,
+    OutOfOrder,
+    RilletError,
+    SegmentNotFound,
+    SegmentSealed,
+    TooLarge,
+)
 from rillet.framing import MAX_BLOCK_SIZE, MAX_EVENT_SIZE, frame
 from rillet.keyspace import hash_routing_key
 from rillet.models import SegmentRange
@@ -51,7 +93,7 @@ class EventWriterConfig:
 
     batch_size_bytes: int = MAX_EVENT_SIZE
     linger_ms: int = 1000
-    retry_timeout_s: float = 300.0
+    retry_timeout_s: float = 300.0  # how long a block is resent without proof of its outcome, then OutcomeUnknown
     max_concurrency: int = 16
     max_inflight_blocks: int = 3  # per segment: a block's upload overlaps the commit of the one before
 
@@ -75,6 +117,7 @@ class _Pending:
     framed: bytes
     point: float
     future: Future
+    seq: int  # the writer-wide order of write_event calls, which every re-send keeps
     queued_at: float = field(default_factory=time.monotonic)
 
 
@@ -85,6 +128,8 @@ class _InFlight:
     items: list[_Pending]
     first: int
     writer_id: str
+    maybe_stored: bool = False  # an attempt ended without an answer that proves its outcome
+    settled: bool = False  # its outcome is decided, or it was withdrawn: its sender stops
 
 
 @dataclass
@@ -94,10 +139,12 @@ class _SegmentQueue:
     next_event_number: int = 0
     pending: deque = field(default_factory=deque)
     pending_bytes: int = 0
+    # Unresolved blocks, oldest first, all under ``writer_id``; at most ``max_inflight_blocks``.
     inflight: list[_InFlight] = field(default_factory=list)
     held: list[_InFlight] = field(default_factory=list)  # blocks refused because the segment is sealed
     sealed: bool = False  # found sealed: waiting for the successors, holds its events meanwhile
     resolving: bool = False
+    new_writer_id: bool = False  # a block failed: the next block starts a new writer id (once none is in flight)
     closed_by: RilletError | None = None  # the stream was sealed: this range takes no more events
 
 
@@ -137,12 +184,13 @@ class EventStreamWriter(Generic[T]):
         self.serializer = serializer
         self.config = config or EventWriterConfig()
         self.writer_id = uuid.uuid4().hex
-        self._generation = 0
+        self._generation = 0  # how many writer ids this writer started after failed blocks
         self._cond = threading.Condition()
         self._map = SegmentMap(segments if segments is not None else connection.controller.current_segments(scope, stream))
         self._queues: dict[int, _SegmentQueue] = {}
         self._acked_end: dict[int, int] = {}  # segment id -> offset after this writer's last acknowledged event
         self._noted_time = False
+        self._written = 0  # write_event calls so far: the next event's sequence number
         self._outstanding = 0
         self._flushing = 0
         self._closed = False
@@ -153,7 +201,10 @@ class EventStreamWriter(Generic[T]):
     # -- public API ------------------------------------------------------------------------------
 
     def write_event(self, event: T, routing_key: str | None = None) -> Future:
-        """Queue an event; the Future resolves to a :class:`WriteAck` once the event is durable."""
+        """Queue an event; the Future resolves to a :class:`WriteAck` once the event is durable.
+
+        It fails only with an error that proves the event is not stored, or with
+        :class:`OutcomeUnknown` once ``retry_timeout_s`` passed without proof either way."""
         framed = frame(self.serializer.serialize(event))
         point = hash_routing_key(routing_key) if routing_key is not None else random.random()
         future: Future = Future()
@@ -161,7 +212,8 @@ class EventStreamWriter(Generic[T]):
             if self._closed:
                 raise RilletError("the writer is closed")
             self._outstanding += 1
-            self._enqueue(_Pending(framed, point, future))
+            self._enqueue(_Pending(framed, point, future, self._written))
+            self._written += 1
         return future
 
     def note_time(self, timestamp_ms: int) -> None:
@@ -176,7 +228,7 @@ class EventStreamWriter(Generic[T]):
         self._noted_time = True
 
     def flush(self) -> None:
-        """Send everything queued now and wait until every event written so far is acknowledged."""
+        """Send everything queued now and wait until every event written so far is acknowledged (or failed)."""
         with self._cond:
             self._flushing += 1
             try:
@@ -209,24 +261,28 @@ class EventStreamWriter(Generic[T]):
         segment = self._map.lookup(item.point)
         queue = self._queues.get(segment.segment_id)
         if queue is None:
-            queue = self._queues[segment.segment_id] = _SegmentQueue(segment, self._segment_writer_id())
+            queue = self._queues[segment.segment_id] = _SegmentQueue(segment, self.writer_id)
         if queue.closed_by is not None:
-            self._outstanding -= 1
-            item.future.set_exception(queue.closed_by)
+            self._fail([item], queue.closed_by)
             return
         queue.pending.append(item)
         queue.pending_bytes += len(item.framed)
+        if queue.sealed and not queue.inflight and not queue.resolving:
+            queue.resolving = True  # an earlier successors lookup was given up: ask again
+            self._pool.submit(self._resolve_sealed, queue)
         self._maybe_send(queue)
-
-    def _segment_writer_id(self) -> str:
-        return self.writer_id if self._generation == 0 else f"{self.writer_id}-{self._generation}"
 
     def _maybe_send(self, queue: _SegmentQueue) -> None:
         """Send due blocks, up to ``max_inflight_blocks`` at once per segment; each names the event
         number before it, so the server commits them in order however the requests race."""
         while (not queue.sealed and queue.pending and len(queue.inflight) < self.config.max_inflight_blocks
+               and not (queue.new_writer_id and queue.inflight)
                and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
                     or time.monotonic() - queue.pending[0].queued_at >= self.config.linger_ms / 1000)):
+            if queue.new_writer_id:  # nothing of the segment is unresolved now
+                self._generation += 1
+                queue.writer_id, queue.next_event_number = f"{self.writer_id}-{self._generation}", 0
+                queue.new_writer_id = False
             items: list[_Pending] = []
             size = 0
             while queue.pending and (not items or size + len(queue.pending[0].framed) <= self.config.batch_size_bytes):
@@ -247,41 +303,67 @@ class EventStreamWriter(Generic[T]):
                 for queue in list(self._queues.values()):
                     self._maybe_send(queue)
 
+    def _fail(self, items: list[_Pending], error: RilletError) -> None:
+        for item in items:
+            item.future.set_exception(error)
+        self._outstanding -= len(items)
+
     # -- sending (on the pool's threads) ---------------------------------------------------------
 
     def _send(self, queue: _SegmentQueue, block: _InFlight) -> None:
+        """Send the block until an answer proves its outcome, or until the deadline."""
         payload = b"".join(p.framed for p in block.items)
         deadline = time.monotonic() + self.config.retry_timeout_s
+        attempt = 0
         while True:
+            attempt += 1
+            with self._cond:
+                if block.settled:
+                    return  # withdrawn, or failed with a block before it
+                predecessor_open = self._predecessor_unresolved(queue, block)
             try:
                 ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
                                                       block.writer_id, block.first, len(block.items), payload,
                                                       after=block.first - 1)
-                return self._acknowledged(queue, block, ack.offset)
             except SegmentSealed:
                 return self._refused(queue, block)
-            except SegmentNotFound as e:
-                return self._failed(queue, block, self._gone(e), outcome_unknown=False)
             except OutOfOrder as e:
-                if self._predecessor_in_flight(queue, block) and time.monotonic() < deadline:
-                    continue  # the block before it is still being retried: wait for it once more
-                return self._failed(queue, block, e, outcome_unknown=False)
+                if not predecessor_open:  # everything before it was acknowledged when it left
+                    return self._failed(queue, block, self._proven(block, e))
+                error: RilletError = e  # sent again once the block before it is through
             except RilletError as e:
-                if isinstance(e, ServiceUnavailable) or e.retryable:
-                    if time.monotonic() < deadline:
-                        time.sleep(random.uniform(0.1, 1.0))
-                        continue
-                    return self._failed(queue, block, e, outcome_unknown=True)
-                return self._failed(queue, block, e, outcome_unknown=False)
-            except Exception as e:  # noqa: BLE001 - a programming error must not hang flush()
-                return self._failed(queue, block, RilletError(f"append failed: {e}"), outcome_unknown=True)
+                if not unproven(e):
+                    return self._failed(queue, block, self._proven(block, self._gone(e) if isinstance(e, SegmentNotFound) else e))
+                block.maybe_stored = True
+                error = e
+            except Exception as e:  # noqa: BLE001 - e.g. an unreadable answer: it proves nothing
+                block.maybe_stored = True
+                return self._failed(queue, block, self._unknown(f"append failed: {e}"))
+            else:
+                return self._acknowledged(queue, block, ack.offset)
+            if time.monotonic() >= deadline:
+                return self._failed(queue, block, self._unknown(f"no answer proved the outcome within "
+                                                               f"{self.config.retry_timeout_s} s (last: {error})"))
+            time.sleep(backoff(attempt))
 
-    def _predecessor_in_flight(self, queue: _SegmentQueue, block: _InFlight) -> bool:
-        with self._cond:
-            return any(b.writer_id == block.writer_id and b.first < block.first for b in queue.inflight)
+    def _predecessor_unresolved(self, queue: _SegmentQueue, block: _InFlight) -> bool:
+        return any(b.writer_id == block.writer_id and b.first < block.first for b in queue.inflight)
+
+    def _proven(self, block: _InFlight, error: RilletError) -> RilletError:
+        """The error a refusal proves: itself, unless an earlier unproven attempt may yet be applied."""
+        if block.maybe_stored and not isinstance(error, (InvalidArgument, TooLarge)):
+            return self._unknown(f"an attempt ended without an answer, then the append was refused ({error})")
+        return error
+
+    def _unknown(self, why: str) -> OutcomeUnknown:
+        return OutcomeUnknown(f"the event may or may not be stored in {self.scope}/{self.stream}: {why}",
+                              deadline_s=self.config.retry_timeout_s)
 
     def _acknowledged(self, queue: _SegmentQueue, block: _InFlight, offset: int | None) -> None:
         with self._cond:
+            if block.settled:
+                return  # given up as unknown before this answer came: its futures already said so
+            block.settled = True
             queue.inflight.remove(block)
             position = offset
             for item in block.items:
@@ -296,20 +378,25 @@ class EventStreamWriter(Generic[T]):
         if resolve:
             self._resolve_sealed(queue)
 
-    def _failed(self, queue: _SegmentQueue, block: _InFlight, error: RilletError, outcome_unknown: bool) -> None:
-        """The block is not (or maybe not) appended: its events fail, and the blocks sent after it, which
-        the server holds back until it arrives, fail too. The queue then starts over under a fresh
-        writer id, so that nothing after depends on the lost block (and, when the outcome is unknown,
-        so that the server cannot take the next block for a duplicate of it)."""
+    def _failed(self, queue: _SegmentQueue, block: _InFlight, error: RilletError) -> None:
+        """The block's events fail; the blocks behind it follow the rules of the module docstring:
+        withdrawn and re-queued when it is known not to be stored, failed with it when its outcome is
+        unknown. The segment's next block starts a new writer id."""
         with self._cond:
-            queue.inflight.remove(block)
-            for item in block.items:
-                item.future.set_exception(error)
-            self._outstanding -= len(block.items)
-            if block.writer_id == queue.writer_id:
-                self._generation += 1
-                queue.writer_id = self._segment_writer_id()
-                queue.next_event_number = 0
+            if block.settled:
+                return
+            behind = [b for b in queue.inflight if b.writer_id == block.writer_id and b.first > block.first]
+            for b in [block, *behind]:
+                b.settled = True
+                queue.inflight.remove(b)
+            self._fail(block.items, error)
+            withdrawn = [item for b in behind for item in b.items]
+            if isinstance(error, OutcomeUnknown):
+                self._fail(withdrawn, self._unknown(f"it was sent behind an event whose outcome is unknown ({error})"))
+            else:
+                queue.pending = deque(sorted([*withdrawn, *queue.pending], key=lambda item: item.seq))
+                queue.pending_bytes += sum(len(item.framed) for item in withdrawn)
+            queue.new_writer_id = True
             resolve = self._settled(queue)
         if resolve:
             self._resolve_sealed(queue)
@@ -317,6 +404,9 @@ class EventStreamWriter(Generic[T]):
     def _refused(self, queue: _SegmentQueue, block: _InFlight) -> None:
         """The segment is sealed: nothing of the block was appended; hold it for the successors."""
         with self._cond:
+            if block.settled:
+                return
+            block.settled = True
             queue.sealed = True
             queue.inflight.remove(block)
             queue.held.append(block)
@@ -326,14 +416,14 @@ class EventStreamWriter(Generic[T]):
 
     def _settled(self, queue: _SegmentQueue) -> bool:
         """After a block finished (lock held): send more, or start re-routing a sealed segment's events
-        once none of its blocks is in flight any more. True when the caller must re-route."""
+        once none of its blocks is unresolved any more. True when the caller must re-route."""
+        self._cond.notify_all()
         if queue.sealed:
             if not queue.inflight and not queue.resolving:
                 queue.resolving = True
                 return True
         else:
             self._maybe_send(queue)
-        self._cond.notify_all()
         return False
 
     def _target(self, segment: SegmentRange) -> int | str:
@@ -343,34 +433,57 @@ class EventStreamWriter(Generic[T]):
     def _gone(self, error: RilletError) -> RilletError:
         return error
 
+    def _take_held(self, queue: _SegmentQueue) -> list[_Pending]:
+        """A sealed queue's held and pending events, in the order they were written (lock held)."""
+        items = sorted([*(item for block in queue.held for item in block.items), *queue.pending],
+                       key=lambda item: item.seq)
+        queue.held, queue.pending, queue.pending_bytes = [], deque(), 0
+        return items
+
     def _resolve_sealed(self, queue: _SegmentQueue) -> None:
         """Fetch the sealed segment's successors and re-send its held and pending events to them, in order."""
         try:
             successors = self._with_retries(
                 lambda: self.connection.controller.successors(self.scope, self.stream, queue.segment.segment_id))
         except RilletError as e:
-            successors, error = [], e
-        else:
-            error = SegmentSealed(f"stream {self.scope}/{self.stream} is sealed")
+            successors, lookup_error = None, e
         with self._cond:
-            held = [item for block in sorted(queue.held, key=lambda b: b.first) for item in block.items]
-            held += list(queue.pending)
-            queue.held, queue.pending, queue.pending_bytes = [], deque(), 0
+            items = self._take_held(queue)
+            queue.resolving = False
             if successors:
                 self._map.replace(queue.segment, [s.segment for s in successors])
                 del self._queues[queue.segment.segment_id]
-            else:  # no successors: the stream itself was sealed (or could not be asked)
-                queue.closed_by = error
-            for item in held:
-                self._enqueue(item)
+                for item in items:
+                    self._enqueue(item)
+            elif successors is not None:  # a sealed segment without successors: the stream is sealed
+                queue.closed_by = SegmentSealed(f"stream {self.scope}/{self.stream} is sealed")
+                self._fail(items, queue.closed_by)
+            else:  # the range stays open: the next event for it asks again
+                self._fail(items, SegmentSealed(
+                    f"segment {queue.segment.segment_id} of {self.scope}/{self.stream} is sealed and its successors "
+                    f"could not be looked up ({lookup_error}); the event was not stored"))
             self._cond.notify_all()
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
+        """Repeat a read while its failures are transient, up to ``retry_timeout_s``."""
         deadline = time.monotonic() + self.config.retry_timeout_s
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 return call()
             except RilletError as e:
-                if not (e.retryable or isinstance(e, ServiceUnavailable)) or time.monotonic() >= deadline:
+                if not unproven(e) or time.monotonic() >= deadline:
                     raise
-                time.sleep(random.uniform(0.1, 1.0))
+            time.sleep(backoff(attempt))
+
+
+def unproven(error: RilletError) -> bool:
+    """Whether an error answer leaves the outcome open: 5xx (a bare 500 too), throttling, timeouts and
+    resets (the transport raises those as ServiceUnavailable), and whatever its type says may pass."""
+    return error.retryable or error.status >= 500
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: exponential from 20 ms up to 1 s, full jitter."""
+    return random.uniform(0, min(1.0, 0.02 * 2 ** attempt))
