@@ -33,10 +33,23 @@ def segment_number(sid: int) -> int:
     return sid & _NUMBER_MASK
 
 
-@lru_cache(maxsize=1 << 16)  # writers see the same keys again and again
 def hash_routing_key(routing_key: str) -> float:
-    """A stable point in [0, 1) for a routing key (the first 53 bits of BLAKE2b, so exact in a float)."""
-    digest = hashlib.blake2b(routing_key.encode("utf-8"), digest_size=8).digest()
+    """A stable point in [0, 1) for a routing key (the first 53 bits of BLAKE2b, so exact in a float).
+
+    A key is text with a UTF-8 form (the bytes hashed); anything else is InvalidArgument, checked
+    before the cache, which would otherwise fail on an unhashable key with a TypeError."""
+    if not isinstance(routing_key, str):
+        raise InvalidArgument(f"a routing key is a str, not {type(routing_key).__name__}")
+    return _hash_text(routing_key)
+
+
+@lru_cache(maxsize=1 << 16)  # writers see the same keys again and again
+def _hash_text(routing_key: str) -> float:
+    try:
+        encoded = routing_key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument("a routing key must be text with a UTF-8 form (no lone surrogates)") from None
+    digest = hashlib.blake2b(encoded, digest_size=8).digest()
     return (int.from_bytes(digest, "big") >> 11) / float(1 << 53)
 
 

@@ -176,3 +176,20 @@ def test_out_of_range_controller_integers_are_typed_400s(data, path):
     url = f"{data['controller']}/v1/scopes/{data['scope']}/streams/s" + path.format(huge=HUGE)
     response = http.request("GET", url)
     assert_error(response.status, response.headers, response.data, 400, "InvalidArgument")
+
+
+# -- routing keys -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", [7, b"bytes", ["unhashable"], "lone surrogate \ud800"], ids=repr)
+def test_a_writer_refuses_a_bad_routing_key_with_a_typed_error_and_goes_on(url, unique, key):
+    manager = rillet.StreamManager(url)
+    manager.create_scope(unique)
+    manager.create_stream(unique, "s", rillet.StreamConfiguration())
+    factory = rillet.EventStreamClientFactory(unique, url)
+    with factory.create_event_writer("s", rillet.UTF8StringSerializer()) as writer:
+        with pytest.raises(rillet.InvalidArgument):
+            writer.write_event("refused", routing_key=key)
+        writer.write_event("kept", routing_key="good").result(timeout=60)
+    reader = factory.create_stream_reader("s", rillet.UTF8StringSerializer())
+    assert [e.event for e in reader] == ["kept"]

@@ -8,22 +8,18 @@ throttle must answer 429 ``Throttled`` and a transient failure 503 ``ServiceUnav
 
 from __future__ import annotations
 
-import base64
-import importlib
-import json
-import uuid
 from types import SimpleNamespace
 
 import botocore.client
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from lambda_events import handler_modules, invoke
 from pynamodb.exceptions import PutError, TransactWriteError, VerboseClientError
 
 from lambdas.http import transient_error
 from rillet import api
 from rillet.errors import ServiceUnavailable, Throttled
 from rillet.framing import frame
-from standalone.gateway import build_event
 
 
 def client_error(code: str, status: int, operation: str = "PutItem", **extra) -> ClientError:
@@ -87,11 +83,7 @@ def test_anything_else_is_not_transient(error):
 
 @pytest.fixture
 def handlers(deployment, monkeypatch):
-    """The three handler modules, pointed at the session's moto (they read the environment on import)."""
-    for name, value in {**deployment.to_env(), "RILLET_APPEND_URL": "http://append", "RILLET_READ_URL": "http://read",
-                        "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
-    return {name: importlib.import_module(f"lambdas.{name}.handler") for name in ("append", "read", "controller_api")}
+    return handler_modules(deployment, monkeypatch)
 
 
 @pytest.fixture
@@ -103,18 +95,6 @@ def fail_every_aws_call(monkeypatch):
 
         monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", failing)
     return install
-
-
-def invoke(module, method: str, target: str, body: bytes = b"", **headers: str) -> tuple[int, dict, dict]:
-    headers = {"content-type": "application/octet-stream" if body else "application/json", **headers}
-    event = build_event(method, target, headers, body, "localhost", "127.0.0.1")
-    context = SimpleNamespace(function_name="test", memory_limit_in_mb=512, aws_request_id=str(uuid.uuid4()),
-                              invoked_function_arn="arn:aws:lambda:local:000000000000:function:test")
-    result = module.handler(event, context)
-    raw = result.get("body") or ""
-    text = base64.b64decode(raw).decode() if result.get("isBase64Encoded") else raw
-    assert "Traceback" not in text
-    return result["statusCode"], {k.lower(): v for k, v in (result.get("headers") or {}).items()}, json.loads(text)
 
 
 def _requests():
