@@ -140,7 +140,9 @@ class MetadataStore:
         return records, _encode_token(result.last_evaluated_key)
 
     def scope_has_streams(self, scope: str) -> bool:
-        return any(True for _ in StreamRecord.query(scope_pk(scope), limit=1))
+        """Consistent: a stale "none" would delete a scope whose stream was created just before it
+        turned DELETING, and leave that stream without a scope."""
+        return any(True for _ in StreamRecord.query(scope_pk(scope), limit=1, consistent_read=True))
 
     def update(self, record: ScopeRecord | StreamRecord, actions: list, conflict: str) -> None:
         """Apply ``actions`` if the scope or stream record still has the version it was read with."""
@@ -197,10 +199,13 @@ class MetadataStore:
             record.update(actions=[SegmentRecord.successors.set(successors)])
 
     def get_segments(self, scope: str, stream: str, segment_ids: list[int]) -> list[SegmentRecord]:
+        """Consistent: a stale record may lack the successors a scale wrote just before sealing, and a
+        writer refused by the sealed segment would take "no successors" for a sealed stream."""
         if not segment_ids:
             return []
         pk = stream_pk(scope, stream)
-        found = {r.segment_id: r for r in SegmentRecord.batch_get([(pk, segment_sk(s)) for s in segment_ids])}
+        found = {r.segment_id: r for r in SegmentRecord.batch_get([(pk, segment_sk(s)) for s in segment_ids],
+                                                                  consistent_read=True)}
         missing = [s for s in segment_ids if s not in found]
         if missing:
             raise StreamNotFound(f"stream {scope}/{stream} has no segment(s) {missing}")
