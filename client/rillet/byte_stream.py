@@ -1,17 +1,23 @@
 """Byte streams: a single-segment stream used as an append-only file (Pravega's ByteStream API).
 
-Bytes are written raw, without event framing. The writer batches writes into blocks (one request
-each, de-duplicated like events by writer id and block number); ``write_at`` is a conditional
-append that only succeeds if the stream's length is the expected offset.
+Bytes are written raw, without event framing. As in Pravega's byte writer, ``write`` sends: its
+bytes are handed to a sender thread at once and appended in order, one block per request (each
+de-duplicated like events by writer id and block number); what is written while a request is in
+flight leaves together in the next one. ``flush`` only waits until everything written is durable.
+The sender runs on its own, so written bytes reach the stream even if the writer is dropped without
+``flush`` or ``close``. ``write_at`` is a conditional append that only succeeds if the stream's length
+is the expected offset.
 """
 
 from __future__ import annotations
 
 import io
+import threading
 import uuid
+from collections.abc import Callable
 
 from rillet.connection import Connection
-from rillet.errors import InvalidArgument
+from rillet.errors import InvalidArgument, RilletError
 from rillet.framing import MAX_BLOCK_SIZE
 from rillet.models import SegmentRange
 
@@ -25,6 +31,81 @@ def _single_segment(connection: Connection, scope: str, stream: str) -> SegmentR
     return segments[0]
 
 
+class _Sender:
+    """Appends a writer's bytes in order from its own thread, started on demand and ended when idle.
+
+    ``pending`` holds the bytes not yet acknowledged (the block in flight first); it is bounded by
+    what the application wrote and has not flushed. A failure stops the sender and is raised by the
+    next ``write`` or ``flush``: a typed 4xx means the block was refused, an outcome-unknown error
+    (after the transport's retries) that it may or may not be stored.
+    """
+
+    def __init__(self, append: Callable[[bytes, int | None], int], block_size: int) -> None:
+        self._append = append
+        self._block_size = block_size
+        self._changed = threading.Condition()
+        self._pending = bytearray()
+        self._running = False
+        self._error: RilletError | None = None
+
+    def put(self, data: bytes) -> None:
+        with self._changed:
+            self._raise_failure()
+            self._pending += data
+            if not self._running:
+                self._start()
+
+    def drain(self) -> None:
+        """Wait until every byte put is acknowledged; raise the failure that stopped the sender."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._running)
+            self._raise_failure()
+
+    def send_now(self, block: bytes, expected_offset: int) -> int:
+        """Append ``block`` from the caller's thread once nothing is pending (for conditional appends);
+        bytes put meanwhile wait behind it, so block numbers stay in order."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._running)
+            self._raise_failure()
+            self._running = True
+        try:
+            return self._append(block, expected_offset)
+        finally:
+            with self._changed:
+                self._running = False
+                if self._pending:
+                    self._start()
+                self._changed.notify_all()
+
+    def _start(self) -> None:
+        self._running = True
+        # Not a daemon: bytes written just before the interpreter exits are still sent.
+        threading.Thread(target=self._run, name="rillet-byte-sender").start()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                block = bytes(self._pending[:self._block_size])
+                if not block:
+                    self._running = False
+                    self._changed.notify_all()
+                    return
+            try:
+                self._append(block, None)
+            except RilletError as e:
+                with self._changed:
+                    self._error = e
+                    self._running = False
+                    self._changed.notify_all()
+                return
+            with self._changed:
+                del self._pending[:len(block)]
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
 class ByteStreamWriter(io.RawIOBase):
     def __init__(self, connection: Connection, scope: str, stream: str, block_size: int = DEFAULT_BLOCK) -> None:
         super().__init__()
@@ -34,33 +115,28 @@ class ByteStreamWriter(io.RawIOBase):
         self.block_size = min(block_size, MAX_BLOCK_SIZE)
         self.writer_id = uuid.uuid4().hex
         self._next_block = 0
-        self._buffer = bytearray()
+        self._sender = _Sender(self._send, self.block_size)
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
-        self._buffer += data
-        while len(self._buffer) >= self.block_size:
-            self._send(bytes(self._buffer[:self.block_size]))
-            del self._buffer[:self.block_size]
+        """Send ``data`` (returning before it is acknowledged: ``flush`` waits for that)."""
+        self._sender.put(bytes(data))
         return len(data)
 
     def flush(self) -> None:
-        while self._buffer:
-            chunk = bytes(self._buffer[:self.block_size])
-            self._send(chunk)
-            del self._buffer[:len(chunk)]
+        """Wait until every byte written is durable; raise the failure of one that is not."""
+        self._sender.drain()
 
     def write_at(self, data: bytes, expected_offset: int) -> int:
         """Append ``data`` only if the stream's length is ``expected_offset`` (else OffsetMismatch).
 
-        Returns the new length. Buffered bytes are flushed first; ``data`` must fit one block.
+        Returns the new length. Bytes written before are made durable first; ``data`` must fit one block.
         """
         if len(data) > MAX_BLOCK_SIZE:
             raise InvalidArgument(f"a conditional append carries at most {MAX_BLOCK_SIZE} bytes")
-        self.flush()
-        return self._send(data, expected_offset)
+        return self._sender.send_now(data, expected_offset)
 
     def _send(self, block: bytes, expected_offset: int | None = None) -> int:
         ack = self.connection.segments.append(self.scope, self.stream, self.segment.segment_id, self.writer_id,
@@ -85,7 +161,8 @@ class ByteStreamWriter(io.RawIOBase):
         super().close()
 
     def __del__(self) -> None:
-        """No flush here: a finalizer may run on any thread, and must not do network I/O. Call close()."""
+        """No close here (io's finalizer would wait in flush): the sender holds this writer until its
+        bytes are sent, so a dropped writer loses nothing."""
 
     def close_and_seal(self) -> None:
         self.close()
@@ -138,8 +215,12 @@ class ByteStreamReader(io.RawIOBase):
                 return result.data
 
     def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
+        """Read into a writable buffer; a read-only one is refused before the position moves."""
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise TypeError(f"readinto needs a writable buffer such as a bytearray, not {type(buffer).__name__}")
+        data = self.read(len(view))
+        view[:len(data)] = data
         return len(data)
 
     def available(self) -> int:

@@ -101,14 +101,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Any
 
 from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
 from rillet.connection import Connection
-from rillet.errors import IllegalState, InvalidArgument, NotFound, RilletError, TxnFailed
+from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, NotFound, RilletError, TxnFailed
 from rillet.manager import StreamManager as _RilletStreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration, TxnState
 from rillet.reader_group import (
@@ -140,11 +140,20 @@ __all__ = [
     "TxnFailedException",
 ]
 
-TxnFailedException = TxnFailed
-"""A transaction is no longer open (committed, aborted, or timed out): pravega_client's exception."""
+class TxnFailedException(TxnFailed):
+    """A transaction is no longer open (committed, aborted, or timed out): pravega_client's exception.
+
+    As there, its one argument is the transaction's id (an int); ``message`` and ``details`` say why.
+    """
+
+    def __init__(self, txn_id: int, message: str = "", **details: Any) -> None:
+        super().__init__(message or f"transaction {txn_id:032x} is no longer open", **details)
+        self.txn_id = txn_id
+        self.args = (txn_id,)
 
 _TIMEOUT_S = 120.0  # pravega_client's bound on a write, commit or abort
-_POLL_MS = 100  # how long a waiting slice acquisition holds the reader between looks
+_ACQUIRE_S = 1.0  # pravega_client's get_segment_slice_async yields an empty slice after this without data
+_POLL_S = 0.1  # the pause between a waiting acquisition's looks at the reader
 _SERIALIZER = BytesSerializer()
 _WRITER_CONFIG = EventWriterConfig(linger_ms=0)
 
@@ -399,15 +408,19 @@ class StreamWriter:
             while len(self._inflight) > self.max_inflight_events:
                 self._inflight.popleft().result(timeout=_TIMEOUT_S)
 
-    def write_event_async(self, event: str, routing_key: str | None = None) -> Awaitable[None]:
-        """Write now; the returned awaitable completes when the event is durable."""
+    def write_event_async(self, event: str, routing_key: str | None = None) -> asyncio.Future[None]:
+        """Write now; the returned asyncio future (of the running loop) completes when the event is
+        durable. As in pravega_client, the write goes ahead whether or not the future is awaited."""
         if not isinstance(event, str):
             raise TypeError(f"write_event_async takes a str, not {type(event).__name__}")
+        loop = asyncio.get_running_loop()
         with _raising(OSError):
             future = self.writer.write_event(event.encode("utf-8"), routing_key)
         self._async.add(future)
         future.add_done_callback(self._async.discard)
-        return _acknowledged(future)
+        acknowledged = loop.create_future()
+        future.add_done_callback(lambda done: loop.call_soon_threadsafe(_settle, acknowledged, done))
+        return acknowledged
 
     def flush(self) -> None:
         """Wait until every event written so far is durable; raise the first failure."""
@@ -429,9 +442,15 @@ class StreamWriter:
         return f"StreamWriter(Stream: {self.writer.scope}/{self.writer.stream})"
 
 
-async def _acknowledged(future: Future) -> None:
-    with _raising(OSError):
-        await asyncio.wrap_future(future)
+def _settle(acknowledged: asyncio.Future[None], done: Future) -> None:
+    """Complete the loop's future as the writer's future completed (its error as an OSError too)."""
+    if acknowledged.cancelled():
+        return
+    error = done.exception()
+    if error is None:
+        acknowledged.set_result(None)
+    else:
+        acknowledged.set_exception(_compatible(error, OSError) if isinstance(error, RilletError) else error)
 
 
 class StreamTxnWriter:
@@ -470,21 +489,30 @@ class StreamTransaction:
 
     def write_event_bytes(self, event: bytes, routing_key: str | None = None) -> None:
         """Write to the transaction and wait until it is durable there (TxnFailedException once closed)."""
-        with _raising(ValueError):
+        with self._raising():
             self.txn.write_event(bytes(event), routing_key).result(timeout=_TIMEOUT_S)
 
     def commit(self) -> None:
-        with _raising(ValueError):
+        with self._raising():
             self.txn.commit(timeout_s=_TIMEOUT_S)
 
     def commit_timestamp(self, timestamp: int) -> None:
         """Commit, noting ``timestamp`` (milliseconds) as the writer's time for watermarks."""
-        with _raising(ValueError):
+        with self._raising():
             self.txn.commit(timestamp_ms=timestamp, timeout_s=_TIMEOUT_S)
 
     def abort(self) -> None:
-        with _raising(ValueError):
+        with self._raising():
             self.txn.abort()
+
+    @contextmanager
+    def _raising(self) -> Iterator[None]:
+        """pravega_client's errors: TxnFailedException(txn id) for a closed transaction, else ValueError."""
+        try:
+            with _raising(ValueError):
+                yield
+        except TxnFailed as e:
+            raise TxnFailedException(self.get_txn_id(), e.message, **e.details) from e
 
     def __repr__(self) -> str:
         return f"StreamTransaction(Txn id: {self.get_txn_id()}, {self.txn.info.scope}/{self.txn.info.stream})"
@@ -527,7 +555,15 @@ class StreamReaderGroup:
         self.streams = streams
 
     def create_reader(self, reader_name: str) -> StreamReader:
+        """A new reader of the group; a name already online in it is refused, as pravega_client does.
+
+        (Rillet's own readers may rejoin under their name, to resume after a restart; here the check
+        precedes the join, so two creations racing with the same name can both pass it.)
+        """
         with _raising(ValueError):
+            if reader_name in self.group.get_online_readers():
+                raise AlreadyExists(f"reader {reader_name} is already online in reader group {self.group.name}; "
+                                    "take it offline first (reader_offline)")
             reader = _SlicingReader(self.group.connection, self.group.scope, self.group.name, reader_name,
                                     _SERIALIZER)
         return StreamReader(reader)
@@ -630,27 +666,50 @@ class StreamReader:
         self._live: weakref.WeakValueDictionary[str, Slice] = weakref.WeakValueDictionary()
         self._turn = 0
         self._offline = False
+        # The reader's own thread for the HTTP of async acquisitions: the loop's default executor stays
+        # free, however many readers wait on an idle stream.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rillet-slice")
 
     def get_segment_slice_async(self) -> asyncio.Future[Slice]:
-        """An awaitable of the next slice (acquired in a thread of the running loop's executor)."""
-        return asyncio.get_running_loop().run_in_executor(None, self.get_segment_slice)
+        """A future (a task of the running loop) of the next slice: empty if none is ready within about
+        a second, as in pravega_client. Cancelling it ends the wait; nothing is lost, since events are
+        only taken by iterating a slice."""
+        return asyncio.ensure_future(self._acquire(_ACQUIRE_S))
+
+    async def _acquire(self, timeout_s: float) -> Slice:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            with _raising(OSError):
+                self._check_online()  # before submitting: reader_offline shuts the executor down
+            found = await loop.run_in_executor(self._executor, self._look)
+            remaining = deadline - loop.time()
+            if found is not None or remaining <= 0:
+                return found or Slice(None, None, 0)
+            await asyncio.sleep(min(_POLL_S, remaining))
 
     def get_segment_slice(self, timeout_ms: int | None = None) -> Slice:
         """Wait for a slice (at most ``timeout_ms``, then return an empty one; forever if None)."""
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-        with _raising(OSError):
-            while True:
-                with self._lock:
-                    self._check_online()
-                    segment = self._buffered_segment()
-                    if segment is None:
-                        wait = _POLL_MS if deadline is None else max(0, min(_POLL_MS, (deadline - time.monotonic()) * 1000))
-                        self._read(_READY, int(wait))
-                        segment = self._buffered_segment()
-                    if segment is not None:
-                        return self._slice(segment)
-                if deadline is not None and time.monotonic() >= deadline:
-                    return Slice(None, None, 0)
+        while True:
+            found = self._look()
+            if found is not None:
+                return found
+            remaining = _POLL_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return Slice(None, None, 0)
+            time.sleep(min(_POLL_S, remaining))
+
+    def _look(self) -> Slice | None:
+        """A slice of a segment with buffered events, after one read of the reader's segments without
+        waiting; None if there is none."""
+        with self._lock, _raising(OSError):
+            self._check_online()
+            segment = self._buffered_segment()
+            if segment is None:
+                self._read(_READY, 0)
+                segment = self._buffered_segment()
+            return None if segment is None else self._slice(segment)
 
     def release_segment(self, slice: Slice) -> None:
         """Hand the slice back: events not taken from it are served again by the next slices."""
@@ -664,6 +723,7 @@ class StreamReader:
         with self._lock, _raising(OSError):
             if not self._offline:
                 self._offline = True
+                self._executor.shutdown(wait=False)
                 self.reader.close()
 
     def _check_online(self) -> None:
