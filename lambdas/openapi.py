@@ -15,7 +15,8 @@ from rillet.api import ErrorBody
 
 APIS = {
     "controller": ("lambdas.controller_api.handler", "Rillet control API",
-                   "Scopes, streams and segment queries. Errors are {code, message} with a 4xx status."),
+                   ("Scopes, streams and segment queries. Errors are {code, message}: a 4xx for a caller's "
+                    "mistake, 429 or 503 with Retry-After when AWS throttles or fails transiently.")),
     "append": ("lambdas.append.handler", "Rillet append API",
                "Binary blocks of length-prefixed events appended to segments, de-duplicated per writer."),
     "read": ("lambdas.read.handler", "Rillet read API",
@@ -28,8 +29,12 @@ ERROR_STATUSES = {
     "400": "Invalid request (InvalidArgument)",
     "404": "No such scope, stream, segment or route (*NotFound)",
     "409": "Conflicting state (IllegalState, WriteConflict, SegmentSealed, ...)",
+    "429": "AWS throttled the request (Throttled): outcome unknown, repeat it after Retry-After",
     "500": "Unexpected server error (InternalError, never with a stack trace)",
+    "503": "AWS failed transiently (ServiceUnavailable): outcome unknown, repeat it after Retry-After",
 }
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before repeating the request.",
+                               "schema": {"type": "integer", "minimum": 1}}}
 
 
 def _document_errors(schema: dict) -> dict:
@@ -41,7 +46,10 @@ def _document_errors(schema: dict) -> dict:
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status, text in ERROR_STATUSES.items():
-                responses.setdefault(status, {"description": text, "content": error})
+                response = {"description": text, "content": error}
+                if status in ("429", "503"):
+                    response["headers"] = RETRY_AFTER
+                responses.setdefault(status, response)
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     schema["components"]["schemas"].pop("ResponseValidationError", None)
@@ -76,8 +84,25 @@ standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names t
 
 Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable `code`
 (`InvalidArgument` 400, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/
-`AlreadyExists`/`OutOfOrder` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `InternalError` 500);
-never a stack trace. The full types are in `client/rillet/errors.py`.
+`AlreadyExists`/`OutOfOrder` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `Throttled` 429,
+`InternalError` 500, `ServiceUnavailable` 503); never a stack trace. The full types are in
+`client/rillet/errors.py`.
+
+* **429 `Throttled`** (DynamoDB or S3 throttled a request) and **503 `ServiceUnavailable`** (an AWS
+  request failed transiently: a 5xx, a timeout, a dropped connection) come with `Retry-After` (seconds).
+  Their outcome is unknown: the request may or may not have been applied. Repeat the same request after
+  that pause; appends are de-duplicated by writer id and event number, control operations are idempotent.
+  A 502 (the function itself crashed or timed out) is just as unknown. `InternalError` 500 is a bug.
+* **Bounds.** Event numbers, event counts, offsets and times (`x-rillet-event-number`,
+  `x-rillet-event-count`, `x-rillet-expected-offset`, `x-rillet-after-event`, `offset`, `from`, `to`,
+  `at_ms`) are 63-bit: 0 to 2^63 - 1, and a block's last event number (`event-number + event-count - 1`)
+  is at most 2^63 - 1. Segment ids are 64-bit (epoch << 32 | number), epochs 32-bit. A value out of
+  range, or not a decimal integer, is `InvalidArgument` 400.
+* **Bodies.** A request body must be exactly `Content-Length` bytes. The standalone gateway answers
+  `InvalidArgument` 400, without invoking the function, to a body that ends early, a malformed
+  `Content-Length` or a `Transfer-Encoding` body, so a truncated block is never appended.
+* **Routing keys** are text with a UTF-8 form (`segment-for-key?routing_key=`, at most 4096
+  characters); the SDK refuses anything else with `InvalidArgument` before sending.
 
 The OpenAPI documents below are generated from the handlers' code (`make openapi`); a test fails if
 they drift from it.
