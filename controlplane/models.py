@@ -16,6 +16,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``mark#<writer>`` -- :class:`WriterMarkRecord`: a writer's noted time.
 * ``stream#<scope>/<stream>`` / ``sink#<name>`` -- :class:`SinkRecord`: a streaming writer's batches.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
+* ``rg#<scope>/<group>`` / ``lease`` -- :class:`ReaderLeaseRecord`: when its readers' leases next need a look.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
 puts them in the sparse ``workflows`` index the sweeper reads; a finished workflow removes them.
@@ -80,7 +81,11 @@ class WorkflowIndex(GlobalSecondaryIndex):
 
 
 class TxnDeadlineIndex(GlobalSecondaryIndex):
-    """Sparse index of open transactions by the time they expire (lease or maximum execution time)."""
+    """Sparse index of open transactions by the time they expire (lease or maximum execution time).
+
+    Reader groups with online readers are in it too, under their own ``deadline_shard``
+    (:class:`ReaderLeaseRecord`): one index of deadlines serves both lease jobs.
+    """
 
     class Meta:
         index_name = "txn-deadlines"
@@ -264,10 +269,25 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
     version = VersionAttribute()
 
 
+class ReaderLeaseRecord(MetadataItem, discriminator="rg-lease"):
+    """When the control plane should next look for readers of a group whose lease expired.
+
+    A small item of its own, so that the ``txn-deadlines`` index (which projects whole items) never
+    copies the group's state, and syncs of live readers rarely write it (see
+    controlplane.reader_groups.schedule_lease_check). Without ``deadline_ms`` (no reader online) it is
+    out of the index. ``group_version`` is the version of the group record whose state decided it:
+    writes only ever replace an older decision, whatever order they arrive in.
+    """
+
+    scope = UnicodeAttribute()
+    group = UnicodeAttribute()
+    group_version = NumberAttribute()
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
     for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
-                  SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord):
+                  SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord, ReaderLeaseRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

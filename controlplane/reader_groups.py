@@ -17,6 +17,12 @@ The rules, as in Pravega:
   no segment is handed out, so the cut stays consistent; a reader with more than its fair share
   releases the surplus when it passes a checkpoint (rebalancing happens at checkpoints).
 * ``reader_offline(reader, position)`` returns the reader's segments to the group at that position.
+* Leases, not goodbyes: a reader not heard from for ``config.reader_lease_ms`` (default 60 s; every
+  read syncs at least every ``group_refresh_time_ms``) is taken offline at its last reported position
+  by the next sync of another reader, or by the control plane's lease job (the Dagster sensor
+  ``reader_lease_sensor``), whichever comes first. Pravega leaves this to the application's
+  ``readerOffline``; serverless readers are killed without saying goodbye. A reader taken offline
+  that syncs again gets :class:`ReaderNotInReaderGroup`, as in Pravega: its segments are another's.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
-from pynamodb.exceptions import DoesNotExist, PutError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
-from controlplane.models import ReaderGroupRecord, reader_group_pk
+from controlplane.models import ReaderGroupRecord, ReaderLeaseRecord, reader_group_pk
 from controlplane.store import conditional, failed_condition
 from rillet.api import (
     AssignedSegment,
@@ -46,6 +52,7 @@ from rillet.errors import (
     InvalidArgument,
     NotFound,
     ReaderGroupNotFound,
+    ReaderNotInReaderGroup,
     WriteConflict,
 )
 from rillet.models import (
@@ -60,6 +67,8 @@ from rillet.names import validate_reader_group_name
 from rillet.stream_cut import segment_is_after, segment_is_before, validity_problem
 
 GROUP_KEY = "rg"
+LEASE_KEY = "lease"
+LEASE_SHARD = "reader-lease"  # the lease records' partition of the deadlines index
 
 
 class Held(BaseModel):
@@ -117,6 +126,7 @@ class GroupState(BaseModel):
     end: dict[str, list[SegmentPosition]] = {}  # the end cuts, fixed at creation
     checkpoints: list[Checkpoint] = []  # at most config.max_outstanding_checkpoint_request
     last_checkpoint: CheckpointInfo | None = None  # one stream cut per stream
+    lease_deadline_ms: int | None = None  # the group's lease record says: look again then (see schedule_lease_check)
     last_auto_checkpoint_ms: int = 0
     checkpoint_counter: int = 0
 
@@ -231,8 +241,39 @@ def new_state(config: ReaderGroupConfig, starts: dict[str, list[SegmentPosition]
 def add_reader(state: GroupState, reader: str, now: int) -> None:
     """A reader joins (it takes segments at its first sync, so that readers joining together share
     them); it is not asked to pass checkpoints begun before it joined (it held nothing then)."""
-    if reader not in state.readers:
-        state.readers[reader] = ReaderEntry(seen_ms=now)
+    expire_readers(state, now, sparing=reader)
+    state.readers.setdefault(reader, ReaderEntry()).seen_ms = now
+
+
+def expire_readers(state: GroupState, now: int, sparing: str | None = None) -> list[str]:
+    """Take offline, at their last reported positions, the readers not seen for the group's reader lease.
+
+    ``sparing`` is the reader whose own request this is: it is alive, whenever it was last seen.
+    """
+    lease = state.config.reader_lease_ms
+    expired = sorted(name for name, entry in state.readers.items()
+                     if name != sparing and now - entry.seen_ms >= lease)
+    for name in expired:
+        reader_offline(state, name, None)
+    return expired
+
+
+def schedule_lease_check(state: GroupState, now: int) -> int | None:
+    """When the control plane should next look for expired readers of this group (None: no reader).
+
+    Never after an online reader's lease ends, so no dead reader is missed; moved on only when it is
+    due or half a lease behind, so live readers cost one small write of the lease record per half
+    lease rather than one per sync, and the lease job never wakes for a group whose readers all sync.
+    """
+    expiries = [entry.seen_ms + state.config.reader_lease_ms for entry in state.readers.values()]
+    if not expiries:
+        state.lease_deadline_ms = None
+        return None
+    earliest, scheduled = min(expiries), state.lease_deadline_ms
+    if (scheduled is None or earliest < scheduled or scheduled <= now
+            or earliest - scheduled > state.config.reader_lease_ms // 2):
+        state.lease_deadline_ms = earliest
+    return state.lease_deadline_ms
 
 
 def _acquire(state: GroupState, entry: ReaderEntry) -> None:
@@ -246,8 +287,12 @@ def _acquire(state: GroupState, entry: ReaderEntry) -> None:
 def sync(state: GroupState, reader: str, request: SyncRequest, now: int, successors: Successors) -> Assignment:
     entry = state.readers.get(reader)
     if entry is None:
-        raise IllegalState(f"reader {reader} is not online in this group (it was taken offline or never joined)")
+        raise ReaderNotInReaderGroup(
+            f"reader {reader} is not in this group: it was taken offline (by reader_offline or because its "
+            "lease expired, and its segments went to other readers), or the group was reset; close it and "
+            "create a new reader", generation=state.config.generation)
     entry.seen_ms = now
+    expire_readers(state, now, sparing=reader)
     for p in request.positions:
         key = f"{p.stream}/{p.segment_id}"
         if key in entry.segments:
@@ -465,6 +510,7 @@ class ReaderGroups:
         self._unsubscribe(scope, group, GroupState.model_validate(record.state).config, keep=None)
         with conditional(f"reader group {scope}/{group} changed while being deleted"):
             record.delete()
+        self._drop_lease(scope, group, ReaderLeaseRecord.group_version <= record.version)
         return True
 
     def update_truncation_cut(self, scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
@@ -518,8 +564,31 @@ class ReaderGroups:
                                last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned))
 
     def add_reader(self, scope: str, group: str, reader: str) -> Assignment:
+        """A reader joins; its lease is announced even when the join is a retry of one whose
+        announcement was lost, so that no online reader escapes the lease job."""
         now = _now()
-        return self._modify(scope, group, lambda s: (add_reader(s, reader, now), assignment(s, reader))[1])
+        return self._modify(scope, group, lambda s: (add_reader(s, reader, now), assignment(s, reader))[1],
+                            announce_lease=True)
+
+    def expire_readers(self, scope: str, group: str) -> list[str]:
+        """The lease job's work on a due group: take offline the readers whose lease ended, and say when
+        to look again. A lease record left by a deleted group is removed."""
+        now = _now()
+        try:
+            return self._modify(scope, group, lambda s: expire_readers(s, now), announce_lease=True)
+        except ReaderGroupNotFound:
+            try:
+                orphan = ReaderLeaseRecord.get(reader_group_pk(scope, group), LEASE_KEY, consistent_read=True)
+            except DoesNotExist:
+                return []
+            self._drop_lease(scope, group, ReaderLeaseRecord.group_version == orphan.group_version)
+            return []
+
+    def groups_due_for_lease_check(self, limit: int = 100) -> dict[tuple[str, str], int]:
+        """The groups whose earliest reader lease may have ended, (scope, group) -> the deadline that
+        passed (a group is due again later with a new one): one index query."""
+        due = ReaderLeaseRecord.txn_deadlines.query(LEASE_SHARD, ReaderLeaseRecord.deadline_ms <= _now(), limit=limit)
+        return {(lease.scope, lease.group): lease.deadline_ms for lease in due}
 
     def sync(self, scope: str, group: str, reader: str, request: SyncRequest) -> Assignment:
         now = _now()
@@ -573,22 +642,52 @@ class ReaderGroups:
         except DoesNotExist:
             raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
 
-    def _modify(self, scope: str, group: str, change: Callable[[GroupState], Any], replace: bool = False) -> Any:
-        """Apply ``change`` to the group's state and write it back if nobody raced; retry if somebody did."""
+    def _modify(self, scope: str, group: str, change: Callable[[GroupState], Any], replace: bool = False,
+                announce_lease: bool = False) -> Any:
+        """Apply ``change`` to the group's state and write it back if nobody raced; retry if somebody did.
+
+        Every change, a lease takeover included, is conditional on the version read. Then, if the time
+        to look for expired readers moved (or ``announce_lease``), the group's lease record says so.
+        """
         for attempt in range(20):
             record = self._record(scope, group)
             state = GroupState.model_validate(record.state)
-            before = state.last_checkpoint
+            before, scheduled = state.last_checkpoint, state.lease_deadline_ms
             result = change(state)
             new = result if replace else state
+            deadline = schedule_lease_check(new, _now())
             try:
                 with conditional("reader group state changed concurrently"):
                     record.update(actions=[ReaderGroupRecord.state.set(new.model_dump(mode="json"))])
-                self._publish(scope, group, before, new)
-                return result
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
+                continue
+            if announce_lease or deadline != scheduled:
+                self._announce_lease(scope, group, record.version, deadline)
+            self._publish(scope, group, before, new)
+            return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
+
+    def _announce_lease(self, scope: str, group: str, version: int, deadline: int | None) -> None:
+        """Write the lease record decided by the group record's ``version``, unless a later decision is
+        already there (writes may arrive out of order; a lost one leaves an earlier deadline, which only
+        makes the lease job look once in vain)."""
+        lease = ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY, scope=scope, group=group,
+                                  group_version=version, deadline_ms=deadline,
+                                  deadline_shard=None if deadline is None else LEASE_SHARD)
+        try:
+            lease.save(condition=ReaderLeaseRecord.group_version.does_not_exist()
+                       | (ReaderLeaseRecord.group_version < version))
+        except PutError as e:
+            if not failed_condition(e):
+                raise
+
+    def _drop_lease(self, scope: str, group: str, condition: Any) -> None:
+        try:
+            ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY).delete(condition=condition)
+        except DeleteError as e:
+            if not failed_condition(e):
+                raise
 
 
 def _now() -> int:

@@ -259,6 +259,10 @@ class ReaderGroupConfig(_Model):
     streams: list[StreamRange] = Field(min_length=1)
     automatic_checkpoint_interval_ms: int = Field(30_000, ge=0, description="0 disables automatic checkpoints.")
     group_refresh_time_ms: int = Field(3_000, ge=0)
+    reader_lease_ms: int = Field(60_000, gt=0, description=(
+        "A reader not heard from for this long (it reads, so it syncs, every group_refresh_time_ms) is taken "
+        "offline at its last reported position and its segments go to the others; coming back, it gets "
+        "ReaderNotInReaderGroup. Must exceed group_refresh_time_ms."))
     max_outstanding_checkpoint_request: int = Field(3, gt=0)
     retention_type: StreamDataRetention = StreamDataRetention.NONE
     generation: int = 0
@@ -268,6 +272,12 @@ class ReaderGroupConfig(_Model):
         names = [s.scoped_name for s in self.streams]
         if len(set(names)) != len(names):
             raise ValueError("a stream appears twice in the reader group configuration")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_outlasts_refresh(self) -> ReaderGroupConfig:
+        if self.reader_lease_ms <= self.group_refresh_time_ms:
+            raise ValueError("reader_lease_ms must exceed group_refresh_time_ms, or live readers lose their lease")
         return self
 
 

@@ -9,6 +9,7 @@ stored in moto and updated once more through ReaderGroups, and the stored item's
 from __future__ import annotations
 
 import random
+import time
 import uuid
 
 import boto3
@@ -87,10 +88,12 @@ class _Streams:
 def run_for_a_week(scaling: Scaling, scope: str) -> tuple[GroupState, list[str]]:
     """100 readers read a stream through enough scale events to complete 10,000 segments, with a
     checkpoint every 50 scale events."""
-    config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")], automatic_checkpoint_interval_ms=0)
+    # the simulated readers sync only when they have work: a week-long lease keeps them all online
+    config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")], automatic_checkpoint_interval_ms=0,
+                               reader_lease_ms=7 * 24 * 3600 * 1000)
     state = new_state(config, {scaling.stream: scaling.head(scope, "s")})
     readers = [f"reader-{uuid.UUID(int=scaling.random.getrandbits(128)).hex}" for _ in range(READERS)]
-    now = 1_700_000_000_000
+    now = int(time.time() * 1000) - 24 * 3600 * 1000  # a day ago, so every reader is still online now
     for reader in readers:
         add_reader(state, reader, now)
     for reader in readers:
@@ -99,7 +102,7 @@ def run_for_a_week(scaling: Scaling, scope: str) -> tuple[GroupState, list[str]]
     while completed < COMPLETED:
         sealed = scaling.scale()
         scales += 1
-        now += 60_000
+        now += 10_000
         for reader in readers:
             held = state.readers[reader].segments.values()
             done = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=10**9 + h.offset)

@@ -16,13 +16,15 @@ from controlplane.reader_groups import (
     GroupState,
     add_reader,
     checkpoint_info,
+    expire_readers,
     initiate_checkpoint,
     new_state,
     reader_offline,
+    schedule_lease_check,
     sync,
 )
 from rillet.api import SegmentOffset, SyncRequest
-from rillet.errors import AlreadyExists, IllegalState, NotFound
+from rillet.errors import AlreadyExists, IllegalState, NotFound, ReaderNotInReaderGroup
 from rillet.models import ReaderGroupConfig, SegmentPosition, StreamRange, SuccessorInfo
 from rillet.stream_cut import Ordering, StreamCut, compare_positions, validity_problem
 
@@ -641,3 +643,79 @@ def test_random_group_runs_keep_the_invariants(history, data):
         completed.extend(held)
     assert g.state.end_of_data()
     assert sorted(completed) == sorted(history.segments)
+
+
+# -- reader leases ------------------------------------------------------------------------------------
+
+
+def test_a_reader_not_seen_for_its_lease_is_taken_offline_by_another_readers_sync():
+    """A reader killed without reader_offline: the next sync of another reader after its lease takes it
+    offline at its last reported position, and its segments go to the others; coming back it is told
+    it is no longer in the group (never a second copy of what another reader now reads)."""
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    s0, s1 = history.current
+    g = Group(history, reader_lease_ms=1_000, group_refresh_time_ms=100)
+    t = g.now
+    g.add("r1", "r2")
+    assert ids(g.sync("r1", now=t)) == {s0}
+    assert ids(g.sync("r2", now=t)) == {s1}
+    g.sync("r1", positions={s0: 10}, now=t + 100)  # r1's last word
+    assert ids(g.sync("r2", now=t + 1_099)) == {s1}  # within r1's lease: nothing changes
+    assert "r1" in g.state.readers
+    assert g.sync("r2", positions={s1: 5}, now=t + 1_100).segments  # r1's lease is over
+    assert "r1" not in g.state.readers
+    assert g.held("r2") == {s0: 10, s1: 5}
+    with pytest.raises(ReaderNotInReaderGroup):
+        g.sync("r1", positions={s0: 12}, now=t + 1_200)
+    assert g.held("r2") == {s0: 10, s1: 5}
+
+
+def test_expiring_leases_completes_the_checkpoint_a_dead_reader_held_up():
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    s0, s1 = history.current
+    g = Group(history, reader_lease_ms=1_000, group_refresh_time_ms=100)
+    t = g.now
+    g.add("r1", "r2")
+    g.sync("r1", now=t)
+    g.sync("r2", positions={}, now=t)
+    g.sync("r2", positions={s1: 7}, now=t + 10)
+    g.checkpoint("cp")
+    g.sync("r1", positions={s0: 3}, checkpoint="cp", now=t + 500)
+    assert expire_readers(g.state, t + 1_009) == []
+    assert checkpoint_info(g.state, "cp").complete is False
+    assert expire_readers(g.state, t + 1_010) == ["r2"]
+    assert checkpoint_info(g.state, "cp").complete is True
+    assert g.last_cut() == {s0: 3, s1: 7}
+    assert g.unassigned() == {s1: 7}
+
+
+def test_the_lease_deadline_is_at_or_before_every_online_readers_expiry_and_rarely_rewritten():
+    """The group's lease deadline (what the control plane's sensor looks up) never lies after a reader's
+    lease ends, moves only about twice per lease while readers stay alive, and is None with no reader."""
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    lease = 10_000
+    g = Group(history, reader_lease_ms=lease, group_refresh_time_ms=1_000)
+    t = g.now
+    assert schedule_lease_check(g.state, t) is None
+    g.add("r1")
+    assert schedule_lease_check(g.state, t) == t + lease
+    changes = 0
+    for step in range(1, 51):  # 50 s of syncs every second; r2 joins at 30 s and stops at 44 s
+        now = t + step * 1_000
+        g.sync("r1", now=now)
+        if step == 30:
+            add_reader(g.state, "r2", now)
+        if "r2" in g.state.readers and step < 45:
+            g.sync("r2", now=now)
+        before = g.state.lease_deadline_ms
+        deadline = schedule_lease_check(g.state, now)
+        changes += deadline != before
+        assert deadline == g.state.lease_deadline_ms
+        assert deadline > now
+        assert all(deadline <= r.seen_ms + lease for r in g.state.readers.values())
+    assert changes <= 50_000 // (lease // 2) + 2
+    assert g.state.lease_deadline_ms <= t + 44_000 + lease
+    assert expire_readers(g.state, t + 44_000 + lease - 1) == []
+    assert expire_readers(g.state, t + 44_000 + lease) == ["r2"]
+    g.offline("r1", None)
+    assert schedule_lease_check(g.state, t + 60_000) is None

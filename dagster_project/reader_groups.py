@@ -1,0 +1,58 @@
+"""Reader leases: take offline the readers of a group that stopped syncing (killed without goodbye).
+
+The sensor reads the sparse deadlines index (one query per tick) for groups whose earliest reader
+lease may have ended; a group whose readers all sync is not in it until then, and a group with no
+reader is not in it at all, so an idle deployment costs one query per tick and launches no run.
+"""
+
+from dagster import (
+    Config,
+    DefaultSensorStatus,
+    MetadataValue,
+    OpExecutionContext,
+    Output,
+    RunRequest,
+    SensorEvaluationContext,
+    SkipReason,
+    job,
+    op,
+    sensor,
+)
+
+from dagster_project.resources import RilletDeployment, sensor_interval, work_key
+
+
+class DueGroups(Config):
+    groups: list[str]  # "scope/group"
+
+
+@op(description="Take offline, at their last reported positions, the readers whose lease ended; their "
+                "segments go to the other readers and checkpoints they held up complete.")
+def expire_reader_leases(context: OpExecutionContext, config: DueGroups, rillet: RilletDeployment) -> Output[int]:
+    groups = rillet.controller().reader_groups
+    expired = {}
+    for item in config.groups:
+        scope, group = item.split("/", 1)
+        expired[item] = groups.expire_readers(scope, group)
+    count = sum(len(readers) for readers in expired.values())
+    table = "| reader group | readers taken offline |\n|---|---|\n" + "\n".join(
+        f"| `{g}` | {', '.join(r) or '-'} |" for g, r in expired.items())
+    return Output(count, metadata={"readers_taken_offline": count, "groups": MetadataValue.md(table)})
+
+
+@job(description="Take offline the readers of the given groups whose lease ended.")
+def expire_reader_leases_job() -> None:
+    expire_reader_leases()
+
+
+@sensor(job=expire_reader_leases_job, minimum_interval_seconds=sensor_interval("reader_lease", 10),
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Reads the sparse deadlines index (one query per tick) for reader groups whose earliest "
+                    "reader lease may have ended.")
+def reader_lease_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
+    due = rillet.controller().reader_groups.groups_due_for_lease_check()
+    if not due:
+        return SkipReason("no reader group has a reader past its lease")
+    groups = [f"{scope}/{group}" for scope, group in due]
+    return RunRequest(run_key=work_key("reader-lease", [f"{s}/{g}@{deadline}" for (s, g), deadline in due.items()]),
+                      run_config={"ops": {"expire_reader_leases": {"config": {"groups": groups}}}})
