@@ -44,10 +44,6 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 JSON = "application/json"
 OCTETS = "application/octet-stream"
 
-# The largest event number, count, offset or time a request may carry: what a signed 64-bit field
-# holds, as in Pravega (Java longs), and far inside DynamoDB's 38-digit numbers.
-INT63_MAX = 2**63 - 1
-
 ScopeName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,255}$")]
 StreamName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-_]{1,255}$")]
 SegmentToken = Annotated[str, Path(pattern=r"^[0-9]{1,20}(\.[0-9a-f]{32})?$",

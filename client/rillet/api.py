@@ -34,6 +34,11 @@ LENGTH = "x-rillet-length"
 SEALED = "x-rillet-sealed"
 END_OF_SEGMENT = "x-rillet-end-of-segment"
 
+# The largest event number, count, offset, time or batch id a request may carry: a signed 64-bit field
+# as in Pravega (Java longs), and far inside DynamoDB's 38-digit numbers. Segment ids are 64-bit.
+INT63_MAX = 2**63 - 1
+SEGMENT_ID_MAX = 2**64 - 1
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -85,8 +90,8 @@ class PositionList(_Body):
 
 
 class CutPosition(_Body):
-    segment_id: int = Field(ge=0)
-    offset: int = Field(ge=0)
+    segment_id: int = Field(ge=0, le=SEGMENT_ID_MAX)
+    offset: int = Field(ge=0, le=INT63_MAX)
 
 
 class TruncateRequest(_Body):
@@ -171,8 +176,8 @@ class SegmentOffset(_Body):
     """A reader's offset in one segment of one stream ("scope/stream")."""
 
     stream: str
-    segment_id: int = Field(ge=0)
-    offset: int = Field(ge=0)
+    segment_id: int = Field(ge=0, le=SEGMENT_ID_MAX)
+    offset: int = Field(ge=0, le=INT63_MAX)
 
 
 class AssignedSegment(_Body):
@@ -247,7 +252,7 @@ class PingTxnRequest(_Body):
 
 
 class CommitBatchRequest(_Body):
-    batch_id: int = Field(ge=0)
+    batch_id: int = Field(ge=0, le=INT63_MAX)
     txn_ids: list[str]
 
 
@@ -256,7 +261,7 @@ class CommitBatchResult(_Body):
 
 
 class CommitTxnRequest(_Body):
-    timestamp_ms: int | None = Field(None, ge=0, description="Event time of the transaction, for watermarks.")
+    timestamp_ms: int | None = Field(None, ge=0, le=INT63_MAX, description="Event time of the transaction, for watermarks.")
     writer_id: str | None = Field(None, max_length=64)
 
 
@@ -266,7 +271,7 @@ class CommitTxnRequest(_Body):
 class NoteTimeRequest(_Body):
     """A writer's noted time and its position: every segment of its map at the offset after its writes."""
 
-    timestamp_ms: int = Field(ge=0)
+    timestamp_ms: int = Field(ge=0, le=INT63_MAX)
     position: list[CutPosition] = Field(min_length=1)
 
 

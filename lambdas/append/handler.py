@@ -11,7 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from dataplane import models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore
-from lambdas.http import INT63_MAX, ScopeName, SegmentToken, StreamName, build_resolver, powertools, raw_body
+from lambdas.http import ScopeName, SegmentToken, StreamName, build_resolver, powertools, raw_body
 from rillet import api
 from rillet.api import AppendAck
 from rillet.errors import InvalidArgument
@@ -31,21 +31,21 @@ def append(
     stream: StreamName,
     segment: SegmentToken,
     writer_id: Annotated[str, Header(alias=api.WRITER_ID, min_length=1, max_length=64)],
-    event_number: Annotated[int, Header(alias=api.EVENT_NUMBER, ge=0, le=INT63_MAX)],
-    event_count: Annotated[int, Header(alias=api.EVENT_COUNT, ge=1, le=INT63_MAX)],
-    expected_offset: Annotated[int | None, Header(alias=api.EXPECTED_OFFSET, ge=0, le=INT63_MAX)] = None,
+    event_number: Annotated[int, Header(alias=api.EVENT_NUMBER, ge=0, le=api.INT63_MAX)],
+    event_count: Annotated[int, Header(alias=api.EVENT_COUNT, ge=1, le=api.INT63_MAX)],
+    expected_offset: Annotated[int | None, Header(alias=api.EXPECTED_OFFSET, ge=0, le=api.INT63_MAX)] = None,
     raw: Annotated[bool, Header(alias=api.RAW_BYTES)] = False,
-    after: Annotated[int | None, Header(alias=api.AFTER_EVENT, ge=-1, le=INT63_MAX, description=(
+    after: Annotated[int | None, Header(alias=api.AFTER_EVENT, ge=-1, le=api.INT63_MAX, description=(
         "The writer's last event number before this block (-1 for its first block): the block "
         "commits only after it, so a writer may pipeline blocks."))] = None,
 ) -> AppendAck:
-    if event_number + event_count - 1 > INT63_MAX:
-        raise InvalidArgument(f"the block's last event number must not exceed {INT63_MAX} (2**63 - 1)")
+    if event_number + event_count - 1 > api.INT63_MAX:
+        raise InvalidArgument(f"the block's last event number must not exceed {api.INT63_MAX} (2**63 - 1)")
     block = raw_body(app)
     if not raw and count_frames(block) != event_count:
         raise InvalidArgument(f"the block holds {count_frames(block)} events, the header says {event_count}")
     result = store.append(segment_name(scope, stream, segment), writer_id, event_number, event_count, block,
-                          expected_offset, after)
+                          expected_offset, after, raw=raw)
     if not result.duplicate:
         metrics.add_metric(name="AppendedBytes", unit=MetricUnit.Bytes, value=len(block))
         metrics.add_metric(name="AppendedEvents", unit=MetricUnit.Count, value=event_count)

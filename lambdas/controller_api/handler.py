@@ -10,8 +10,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
-from lambdas.http import INT63_MAX, build_resolver, powertools
+from lambdas.http import build_resolver, powertools
 from rillet.api import (
+    INT63_MAX,
+    SEGMENT_ID_MAX,
     Accepted,
     Assignment,
     BeginTxnRequest,
@@ -64,7 +66,7 @@ groups = controller.reader_groups
 txns = controller.transactions
 watermarks = controller.watermarks
 ReaderName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,250}$")]
-SegmentId = Annotated[int, Path(ge=0, le=2**64 - 1, description="Creation epoch << 32 | segment number.")]
+SegmentId = Annotated[int, Path(ge=0, le=SEGMENT_ID_MAX, description="Creation epoch << 32 | segment number.")]
 Epoch = Annotated[int, Path(ge=0, le=2**32 - 1)]
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]

@@ -11,7 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from dataplane import models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore
-from lambdas.http import INT63_MAX, OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
+from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
 from rillet.api import PlanPart, ReadPlan, SegmentStatus
 from rillet.framing import MAX_READ_SIZE
@@ -33,7 +33,7 @@ def read(
     scope: ScopeName,
     stream: StreamName,
     segment: SegmentToken,
-    offset: Annotated[int, Query(ge=0, le=INT63_MAX)] = 0,
+    offset: Annotated[int, Query(ge=0, le=api.INT63_MAX)] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=MAX_READ_SIZE)] = MAX_READ_SIZE,
     wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="Long-poll bound at the tail.")] = 0,
 ):  # no return annotation: binary bodies must bypass powertools' (JSON) response validation
@@ -51,8 +51,8 @@ def read(
 @app.get("/v1/segments/<scope>/<stream>/<segment>/plan",
          summary="Where the bytes of a range are: S3 object ranges, and inline ranges to read through this API")
 def plan(scope: ScopeName, stream: StreamName, segment: SegmentToken,
-         start: Annotated[int, Query(alias="from", ge=0, le=INT63_MAX)],
-         end: Annotated[int, Query(alias="to", ge=0, le=INT63_MAX)]) -> ReadPlan:
+         start: Annotated[int, Query(alias="from", ge=0, le=api.INT63_MAX)],
+         end: Annotated[int, Query(alias="to", ge=0, le=api.INT63_MAX)]) -> ReadPlan:
     parts = store.plan(segment_name(scope, stream, segment), start, end)
     return ReadPlan(bucket=deployment.bucket, parts=[PlanPart(offset=p.offset, length=p.length, object_key=p.object_key,
                                                               object_offset=p.object_offset) for p in parts])

@@ -193,3 +193,16 @@ def test_a_writer_refuses_a_bad_routing_key_with_a_typed_error_and_goes_on(url, 
         writer.write_event("kept", routing_key="good").result(timeout=60)
     reader = factory.create_stream_reader("s", rillet.UTF8StringSerializer())
     assert [e.event for e in reader] == ["kept"]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/writers/w/mark", {"timestamp_ms": int("9" * 41), "position": [{"segment_id": 0, "offset": 0}]}),
+    ("/writers/w/mark", {"timestamp_ms": MAX_63 + 1, "position": [{"segment_id": 0, "offset": 0}]}),
+    ("/writers/w/mark", {"timestamp_ms": 0, "position": [{"segment_id": 0, "offset": int("9" * 41)}]}),
+    ("/sinks/k/batches", {"batch_id": int("9" * 41), "txn_ids": []}),
+    ("/sinks/k/batches", {"batch_id": MAX_63 + 1, "txn_ids": []}),
+], ids=["mark-41-digit-time", "mark-time-2**63", "mark-41-digit-offset", "batch-41-digit-id", "batch-id-2**63"])
+def test_out_of_range_integers_in_json_bodies_are_typed_400s(data, path, body):
+    url = f"{data['controller']}/v1/scopes/{data['scope']}/streams/s{path}"
+    response = http.request("POST", url, body=json.dumps(body), headers={"content-type": "application/json"})
+    assert_error(response.status, response.headers, response.data, 400, "InvalidArgument")
