@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from rillet.connection import Connection
-from rillet.errors import InvalidArgument, RilletError
+from rillet.errors import InvalidArgument, OffsetMismatch, OutcomeUnknown, RilletError
 from rillet.framing import MAX_BLOCK_SIZE
 from rillet.models import SegmentRange
 
@@ -34,17 +34,22 @@ def _single_segment(connection: Connection, scope: str, stream: str) -> SegmentR
 class _Sender:
     """Appends a writer's bytes in order from its own thread, started on demand and ended when idle.
 
-    ``pending`` holds the bytes not yet acknowledged (the block in flight first); it is bounded by
-    what the application wrote and has not flushed. A failure stops the sender and is raised by the
-    next ``write`` or ``flush``: a typed 4xx means the block was refused, an outcome-unknown error
-    (after the transport's retries) that it may or may not be stored.
+    ``pending`` holds the bytes written and not yet sent (bounded by what the application wrote and
+    has not flushed); ``unacked`` the block in flight or of unknown outcome. Blocks are numbered
+    contiguously and the segment store de-duplicates on the number. A failure stops the sender and is
+    raised by the next ``write`` or ``flush``: a typed refusal (4xx: the block is not stored) every
+    time; an unknown outcome (5xx, timeout, reset or throttling past the transport's retries) once, as
+    OutcomeUnknown, after which the next call resends the same block under the same number, so it is
+    stored exactly once.
     """
 
-    def __init__(self, append: Callable[[bytes, int | None], int], block_size: int) -> None:
+    def __init__(self, append: Callable[[bytes, int, int | None], int], block_size: int) -> None:
         self._append = append
         self._block_size = block_size
         self._changed = threading.Condition()
         self._pending = bytearray()
+        self._unacked: tuple[bytes, int | None] | None = None  # (block, expected offset) in flight or unresolved
+        self._next_block = 0
         self._running = False
         self._error: RilletError | None = None
 
@@ -58,18 +63,29 @@ class _Sender:
     def drain(self) -> None:
         """Wait until every byte put is acknowledged; raise the failure that stopped the sender."""
         with self._changed:
+            self._raise_failure()
+            if not self._running and (self._unacked or self._pending):
+                self._start()
             self._changed.wait_for(lambda: not self._running)
             self._raise_failure()
 
     def send_now(self, block: bytes, expected_offset: int) -> int:
         """Append ``block`` from the caller's thread once nothing is pending (for conditional appends);
-        bytes put meanwhile wait behind it, so block numbers stay in order."""
+        bytes put meanwhile wait behind it. Block numbers must be contiguous, so a block whose outcome
+        is unknown stays the one to resend before any other."""
         with self._changed:
-            self._changed.wait_for(lambda: not self._running)
-            self._raise_failure()
+            self.drain()
             self._running = True
         try:
-            return self._append(block, expected_offset)
+            length = self._append(block, self._next_block, expected_offset)
+        except RilletError as e:
+            if e.retryable or e.status >= 500:
+                with self._changed:
+                    self._unacked = (block, expected_offset)
+            raise
+        else:
+            self._next_block += 1
+            return length
         finally:
             with self._changed:
                 self._running = False
@@ -85,25 +101,38 @@ class _Sender:
     def _run(self) -> None:
         while True:
             with self._changed:
-                block = bytes(self._pending[:self._block_size])
-                if not block:
+                if self._unacked is None and self._pending:
+                    self._unacked = (bytes(self._pending[:self._block_size]), None)
+                    del self._pending[:len(self._unacked[0])]
+                if self._unacked is None:
                     self._running = False
                     self._changed.notify_all()
                     return
+                (block, expected_offset), number = self._unacked, self._next_block
             try:
-                self._append(block, None)
+                self._append(block, number, expected_offset)
             except RilletError as e:
                 with self._changed:
-                    self._error = e
+                    if isinstance(e, OffsetMismatch) and expected_offset is not None:
+                        self._unacked = None  # a conditional append resent: known not stored after all
+                        continue
+                    unknown = e.retryable or e.status >= 500
+                    self._error = OutcomeUnknown(f"block {number} of the byte stream may or may not be stored "
+                                                 f"({e.code}: {e.message}); the next write or flush resends it",
+                                                 block=number) if unknown else e
                     self._running = False
                     self._changed.notify_all()
                 return
             with self._changed:
-                del self._pending[:len(block)]
+                self._unacked = None
+                self._next_block += 1
 
     def _raise_failure(self) -> None:
-        if self._error is not None:
-            raise self._error
+        error = self._error
+        if error is not None:
+            if isinstance(error, OutcomeUnknown):
+                self._error = None  # raised once; the next call resends the block
+            raise error
 
 
 class ByteStreamWriter(io.RawIOBase):
@@ -114,7 +143,6 @@ class ByteStreamWriter(io.RawIOBase):
         self.segment = _single_segment(connection, scope, stream)
         self.block_size = min(block_size, MAX_BLOCK_SIZE)
         self.writer_id = uuid.uuid4().hex
-        self._next_block = 0
         self._sender = _Sender(self._send, self.block_size)
 
     def writable(self) -> bool:
@@ -138,10 +166,9 @@ class ByteStreamWriter(io.RawIOBase):
             raise InvalidArgument(f"a conditional append carries at most {MAX_BLOCK_SIZE} bytes")
         return self._sender.send_now(data, expected_offset)
 
-    def _send(self, block: bytes, expected_offset: int | None = None) -> int:
+    def _send(self, block: bytes, number: int, expected_offset: int | None) -> int:
         ack = self.connection.segments.append(self.scope, self.stream, self.segment.segment_id, self.writer_id,
-                                              self._next_block, 1, block, expected_offset, raw=True)
-        self._next_block += 1
+                                              number, 1, block, expected_offset, raw=True)
         return ack.length
 
     def truncate_data_before(self, offset: int) -> None:
