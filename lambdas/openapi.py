@@ -95,9 +95,10 @@ Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable 
   A 502 (the function itself crashed or timed out) is just as unknown. `InternalError` 500 is a bug.
 * **Bounds.** Event numbers, event counts, offsets and times (`x-rillet-event-number`,
   `x-rillet-event-count`, `x-rillet-expected-offset`, `x-rillet-after-event`, `offset`, `from`, `to`,
-  `at_ms`) are 63-bit: 0 to 2^63 - 1, and a block's last event number (`event-number + event-count - 1`)
-  is at most 2^63 - 1. Segment ids are 64-bit (epoch << 32 | number), epochs 32-bit. A value out of
-  range, or not an integer, is `InvalidArgument` 400.
+  `at_ms`, and in control-API bodies cut offsets, batch ids and noted or commit times) are 63-bit: 0 to
+  2^63 - 1, and a block's last event number (`event-number + event-count - 1`) is at most 2^63 - 1.
+  Segment ids are 64-bit (epoch << 32 | number), epochs 32-bit. A value out of range, or not an
+  integer, is `InvalidArgument` 400.
 * **Bodies.** A request body must be exactly `Content-Length` bytes. The standalone gateway answers
   `InvalidArgument` 400, without invoking the function, to a body that ends early, a malformed
   `Content-Length` or a `Transfer-Encoding` body, so a truncated block is never appended.
