@@ -8,6 +8,7 @@ throttle must answer 429 ``Throttled`` and a transient failure 503 ``ServiceUnav
 
 from __future__ import annotations
 
+import uuid
 from types import SimpleNamespace
 
 import botocore.client
@@ -16,6 +17,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from lambda_events import handler_modules, invoke
 from pynamodb.exceptions import PutError, TransactWriteError, VerboseClientError
 
+from dataplane.segment_store import SegmentStore
 from lambdas.http import transient_error
 from rillet import api
 from rillet.errors import ServiceUnavailable, Throttled
@@ -138,3 +140,45 @@ def test_a_genuine_bug_is_still_a_bare_500(handlers, monkeypatch):
     status, headers, body = invoke(handlers["read"], "GET", "/v1/segments/sc/st/0/info")
     assert (status, body) == (500, {"code": "InternalError", "message": "internal error"})
     assert "retry-after" not in headers
+
+
+@pytest.mark.parametrize(("lost", "status", "code"), [(False, 429, "Throttled"), (True, 503, "ServiceUnavailable")],
+                         ids=["throttled-before-applied", "applied-then-answer-lost"])
+def test_an_append_failing_at_any_aws_step_then_repeated_is_stored_exactly_once(deployment, handlers, monkeypatch,
+                                                                                lost, status, code):
+    """Whichever AWS call of an append fails (throttled before it is applied, or applied and then its
+    answer lost to a read timeout), the answer is a typed retryable status, and repeating the same request
+    (same writer id and event numbers, as the writer does on an unknown outcome) stores the block once."""
+    store = SegmentStore(deployment)
+    monkeypatch.setattr(handlers["append"], "store", store)
+    original = botocore.client.BaseClient._make_api_call
+    block = frame(b"one") + frame(b"two")
+    headers = {api.WRITER_ID: "w", api.EVENT_NUMBER: "0", api.EVENT_COUNT: "2"}
+    for failing_call in range(1, 30):
+        segment = f"sc{uuid.uuid4().hex[:8]}/st/0"
+        store.create(segment)
+        calls = 0
+
+        def fail_one(client, operation_name, api_params, failing_call=failing_call):
+            nonlocal calls
+            calls += 1
+            if calls != failing_call:
+                return original(client, operation_name, api_params)
+            if lost:
+                original(client, operation_name, api_params)
+                raise ReadTimeoutError(endpoint_url="http://aws")
+            raise client_error("ProvisionedThroughputExceededException", 400, operation_name)
+
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", fail_one)
+        got_status, got_headers, body = invoke(handlers["append"], "POST", f"/v1/segments/{segment}", block, **headers)
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", original)
+        if calls < failing_call:  # the append made fewer calls: every step has failed once
+            assert got_status == 200, body
+            break
+        assert (got_status, body["code"], got_headers["retry-after"]) == (status, code, "1"), body
+        got_status, _, body = invoke(handlers["append"], "POST", f"/v1/segments/{segment}", block, **headers)
+        assert got_status == 200, body
+        assert store.read(segment, 0).data == block, f"AWS call {failing_call} failed"
+    else:
+        pytest.fail("an append made more than 29 AWS calls")
+    assert failing_call > 2  # the loop really failed several distinct steps
