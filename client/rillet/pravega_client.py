@@ -15,6 +15,7 @@ pravega_client                                     Rillet
 =================================================  ==========================================================
 StreamManager(controller_uri, auth_enabled,        rillet.StreamManager + rillet.Connection; auth_enabled
   tls_enabled, disable_cert_verification)            means SigV4 signing (AWS Function URLs sign anyway)
+                                                     with the standard AWS credentials and region
   .create_scope / delete_scope -> bool             StreamManager.create_scope / delete_scope
   .list_scope() / list_stream(scope) -> [str]      list_scopes / list_streams ([] for a missing scope)
   .create_stream(scope, stream, initial_segments)  create_stream(..., StreamConfiguration(fixed(n)))
@@ -37,28 +38,34 @@ StreamScalingPolicy.fixed_scaling_policy /         ScalingPolicy.fixed / by_data
   auto_scaling_policy_by_data_rate / _event_rate
 StreamRetentionPolicy.none / by_size / by_time     no policy / RetentionPolicy.by_size / by_time (ms)
 StreamWriter.write_event(str, routing_key=None)    EventStreamWriter.write_event (UTF-8), waits as below
-  .write_event_bytes / write_event_async / flush   write_event / awaitable ack / flush + wait
+  .write_event_bytes / write_event_async / flush   write_event / asyncio future of the ack / flush + wait
 StreamTxnWriter.begin_txn / get_txn(int)           begin / get_txn (the id as a 128-bit int)
 StreamTransaction.write_event / write_event_bytes  Transaction.write_event, waiting for the write
   .commit / commit_timestamp(ts) / abort           commit() / commit(timestamp_ms=ts) / abort
   .is_open / get_txn_id                            check_status() == OPEN / int(txn_id, 16)
-StreamReaderGroup.create_reader(name)              an EventStreamReader[bytes] of the group
+StreamReaderGroup.create_reader(name)              an EventStreamReader[bytes] of the group (a name online
+                                                     in the group is refused)
   .reader_offline(name) / get_streamcut()          ReaderGroup.reader_offline / get_stream_cuts (first stream)
-StreamReader.get_segment_slice_async()             awaitable; runs get_segment_slice in a thread
+StreamReader.get_segment_slice_async()             a task: a slice, or an empty one after ~1 s without data
   .release_segment(slice) / reader_offline()       hands the slice back / EventStreamReader.close
 Slice (iterator of EventData: data(), offset())    events of one segment, from the group reader's buffer
 StreamCuts.get_segment_offset_map()                StreamCut.offsets (Rillet segment ids)
 ByteStream.write / flush / readinto / seek /       ByteStreamWriter.write / flush, ByteStreamReader.readinto /
   seekable / tell / truncate /                       seek / tell, truncate_data_before, head_offset /
   current_head_offset / current_tail_offset          tail_offset
-TxnFailedException                                 rillet.errors.TxnFailed (the same class)
+TxnFailedException(txn_id)                         a subclass of rillet.errors.TxnFailed
 =================================================  ==========================================================
 
 Errors: pravega_client raises ``ValueError`` from the manager, writers and transactions, ``OSError``
 from readers and byte streams, and ``TxnFailedException`` for a transaction that is no longer open.
 The facade raises Rillet's typed errors made to also be those: ``except ValueError`` (or ``OSError``)
-catches them as before, and ``except rillet.StreamNotFound`` still works. ``TxnFailedException`` is
-``rillet.TxnFailed`` itself.
+catches them as before, and ``except rillet.StreamNotFound`` still works. ``TxnFailedException`` is a
+``rillet.TxnFailed`` whose one argument, as in pravega_client, is the transaction's id.
+
+``auth_enabled=True`` (pravega_client's switch for credentials) signs every request with SigV4, the
+authentication of Rillet's Function URLs (which are signed even without it): credentials from the
+standard AWS chain, the region from a Function URL, else AWS_REGION / AWS_DEFAULT_REGION / the
+profile; with none, the constructor raises a ValueError that says so.
 
 What differs, and why:
 
@@ -72,8 +79,11 @@ What differs, and why:
   slice was dropped unfinished) supersedes the previous one, which then ends; its untaken events are
   in the new one. A segment taken away from the reader by the group (rebalancing at a checkpoint)
   ends its slice, like a superseded one.
-* ``get_segment_slice_async`` waits until a slice is available, like pravega_client. The blocking
-  ``get_segment_slice(timeout_ms=None)`` it runs in a thread is public; with a timeout it returns an
+* ``get_segment_slice_async`` returns a task that yields a slice, or, like pravega_client, an empty
+  slice when none is ready within about a second (ask again). Its look at the reader runs on the
+  reader's own thread, never the loop's default executor, and the wait between looks is an
+  ``asyncio.sleep``, so cancelling the task ends it; an idle reader holds no thread. The blocking
+  ``get_segment_slice(timeout_ms=None)`` is public too; with a timeout it returns an
   empty slice when nothing arrived in time (an extension).
 * Reader groups keep Rillet's (and Pravega Java's) defaults: automatic checkpoints every 30 s, at
   which segments are rebalanced between readers, and a 3 s refresh. The Rust client has no
@@ -89,7 +99,9 @@ What differs, and why:
 * The Rust client flushes a writer and takes a reader offline when they are dropped. A Python
   finalizer may run on any thread (inside a lock another request needs), so the facade does no
   network I/O in one: call ``flush()`` and ``reader_offline()`` (as pravega_client's README asks).
-  A dropped writer with nothing outstanding just stops its threads.
+  A dropped writer with nothing outstanding just stops its threads. Byte streams need no flush to
+  keep their bytes: as in Pravega, ``ByteStream.write`` sends them (a sender thread appends them in
+  order and outlives a dropped ByteStream); ``flush`` waits until they are durable.
 * Extension: ``ByteStream.read(size=-1)``.
 """
 
@@ -776,7 +788,7 @@ class StreamReader:
 
 
 class ByteStream:
-    """A single-segment stream as a binary file: write and flush at the end, read and seek anywhere."""
+    """A single-segment stream as a binary file: write (sent at once), flush (wait), read and seek anywhere."""
 
     def __init__(self, connection: Connection, scope: str, stream: str) -> None:
         self.scope, self.stream = scope, stream
@@ -784,7 +796,8 @@ class ByteStream:
         self.reader = ByteStreamReader(connection, scope, stream)
 
     def write(self, byte_array: bytes) -> int:
-        """Append (buffered: durable after ``flush``); returns the number of bytes taken."""
+        """Send ``byte_array`` (returning before its acknowledgement; ``flush`` waits for it); returns
+        the number of bytes taken."""
         with _raising(OSError):
             return self.writer.write(bytes(byte_array))
 
@@ -793,7 +806,11 @@ class ByteStream:
             self.writer.flush()
 
     def readinto(self, buf: bytearray) -> int:
-        """Read into ``buf`` (waiting for data at the tail); returns the number of bytes read."""
+        """Read into ``buf`` (waiting for data at the tail); returns the number of bytes read.
+
+        Like pravega_client, only a bytearray is taken (TypeError otherwise, before anything is read)."""
+        if not isinstance(buf, bytearray):
+            raise TypeError(f"readinto takes a bytearray, not {type(buf).__name__}")
         with _raising(OSError):
             return self.reader.readinto(buf)
 
