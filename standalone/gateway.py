@@ -26,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from standalone import faults
+
 MAX_PAYLOAD = 6 * 1024 * 1024
 # A client that stops sending in the middle of a body is answered (400) after this long, instead of
 # holding a server thread forever.
@@ -90,6 +92,7 @@ def _load_handler(path: str, env: dict[str, str]) -> None:
     global _handler
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the stack, which stops the workers
     os.environ.update(env)
+    faults.install_from_env()  # only when the stack injects faults into this function (history tests)
     module, function = path.rsplit(".", 1)
     _handler = getattr(importlib.import_module(module), function)
 
@@ -222,7 +225,7 @@ class FunctionUrl:
                         {"code": "TooLarge", "message": f"request payload exceeds {MAX_PAYLOAD} bytes"}).encode())
                 try:
                     status, out_headers, out_body = decode_result(function.invoke(event))
-                except Exception:  # noqa: BLE001 - the function crashed or timed out, as Lambda reports it
+                except (Exception, faults.InjectedCrash):  # noqa: BLE001 - crashed or timed out, as Lambda reports it
                     status, out_headers, out_body = 502, {"content-type": "application/json"}, json.dumps(
                         {"code": "InternalError", "message": "the function failed"}).encode()
                 self._send(status, out_headers, out_body)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from dataplane.deployment import Deployment
+from standalone.faults import FAULTS_ENV, FaultConfig
 from standalone.gateway import FunctionSpec, FunctionUrl, InvocationMeter
 from standalone.moto_server import MotoServer, RequestMeter
 from standalone.resources import create_resources
@@ -43,12 +44,14 @@ class StackConfig:
     # Settings for every component (handlers and Dagster), e.g. RILLET_RATE_WINDOWS_S for fast auto-scaling.
     env: dict[str, str] = field(default_factory=lambda: {
         "RILLET_RETENTION_CRON": "* * * * *", "RILLET_RETENTION_FREQUENCY_MS": "60000"})
+    # Faults injected into the AWS calls of the named functions' handlers (standalone/faults.py).
+    faults: FaultConfig | None = None
 
     @classmethod
-    def ephemeral(cls, with_dagster: bool = False, **env: str) -> StackConfig:
+    def ephemeral(cls, with_dagster: bool = False, faults: FaultConfig | None = None, **env: str) -> StackConfig:
         """Free ports everywhere: for tests and benchmarks that run beside a developer's stack."""
         config = cls(moto_port=0, controller_port=0, append_port=0, read_port=0, dagster_port=0,
-                     with_dagster=with_dagster)
+                     with_dagster=with_dagster, faults=faults)
         config.env.update(env)
         return config
 
@@ -83,13 +86,14 @@ class Stack:
         try:
             for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
                                         ("read", "lambdas.read.handler.handler", cfg.read_port)):
-                self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]), env,
-                                                   self.invocations, cfg.host, port)
+                self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]),
+                                                   self._function_env(name, env), self.invocations, cfg.host, port)
             env = {**env, "RILLET_APPEND_URL": self.functions["append"].url,
                    "RILLET_READ_URL": self.functions["read"].url}
             self.functions["controller"] = FunctionUrl(
                 FunctionSpec("controller", "lambdas.controller_api.handler.handler",
-                             workers=cfg.workers["controller"]), env, self.invocations, cfg.host, cfg.controller_port)
+                             workers=cfg.workers["controller"]), self._function_env("controller", env),
+                self.invocations, cfg.host, cfg.controller_port)
             for function in self.functions.values():
                 function.start()
             if cfg.with_dagster:
@@ -98,6 +102,13 @@ class Stack:
             self.stop()
             raise
         return self
+
+    def _function_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        """The environment of one function's workers: the fault configuration only where it applies."""
+        faults = self.config.faults
+        if faults is None or name not in faults.functions:
+            return env
+        return {**env, FAULTS_ENV: faults.for_function(name).to_env()}
 
     def _start_dagster(self, env: dict[str, str]) -> None:
         self.dagster_home = tempfile.mkdtemp(prefix="rillet-dagster-")
