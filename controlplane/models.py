@@ -181,7 +181,13 @@ class StreamRecord(MetadataItem, discriminator="stream"):
 class EpochRecord(MetadataItem, discriminator="epoch"):
     epoch = NumberAttribute()
     created_ms = NumberAttribute()
-    segments = JSONAttribute()  # [[segment id, low, high], ...] ordered by key range
+    # [[segment id, low, high], ...] ordered by key range: one epoch's segments, about 40 bytes each, so
+    # the item holds an epoch of up to some 9,000 segments; it never grows once written.
+    segments = JSONAttribute()
+    # The epoch whose key ranges this one duplicates (a rolling commit's two epochs, as Pravega's
+    # EpochRecord.referenceEpoch); none for an epoch a scale made. Transactions begun in epochs with
+    # the same reference commit in place.
+    reference_epoch = NumberAttribute(null=True)
 
 
 class SegmentRecord(MetadataItem, discriminator="segment"):
@@ -208,13 +214,14 @@ class TxnRecord(MetadataItem, discriminator="txn"):
     txn_id = UnicodeAttribute()
     state = UnicodeAttribute()
     epoch = NumberAttribute()
-    segments = JSONAttribute()  # [[segment id, low, high], ...] of the epoch it began in
+    segments = JSONAttribute()  # [[segment id, low, high], ...] of the epoch it began in (bounded as there)
     created_ms = NumberAttribute()
     lease_expiry_ms = NumberAttribute()
     max_expiry_ms = NumberAttribute()
     commit_ms = NumberAttribute(null=True)  # when commit was requested: commits apply in this order
     timestamp_ms = NumberAttribute(null=True)  # the writer's event time at commit, for watermarks
     writer_id = UnicodeAttribute(null=True)
+    batch = NumberAttribute(null=True)  # the commit batch it was stamped into (its id: a stream record version)
     version = VersionAttribute()
 
 

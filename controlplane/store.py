@@ -156,10 +156,10 @@ class MetadataStore:
     # -- epochs and segments ---------------------------------------------------------------------
 
     def put_epoch(self, scope: str, stream: str, epoch: int, created_ms: int,
-                  segments: list[list[float]]) -> None:
+                  segments: list[list[float]], reference_epoch: int | None = None) -> None:
         """Write an epoch record; rewriting it with the same content is harmless (idempotent)."""
         EpochRecord(stream_pk(scope, stream), epoch_sk(epoch), epoch=epoch, created_ms=created_ms,
-                    segments=segments).save()
+                    segments=segments, reference_epoch=reference_epoch).save()
 
     def get_epoch(self, scope: str, stream: str, epoch: int) -> EpochRecord:
         try:

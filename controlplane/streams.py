@@ -214,11 +214,7 @@ class StreamTasks:
     def finish_seal_stream(self, record: StreamRecord) -> None:
         """Seal: commits requested before the seal began are applied (an acknowledged commit stands),
         open transactions are aborted (as in Pravega), then every current segment is sealed."""
-        self.transactions.plan_for_seal(record)
-        epoch_number = self.transactions.apply_plan(record, record.workflow["plan"], int(record.workflow["created_ms"]))
-        if epoch_number != record.current_epoch:
-            self.store.update(record, [StreamRecord.current_epoch.set(epoch_number)],
-                              f"stream {record.scope}/{record.stream} changed concurrently")
+        self.transactions.commit_for_seal(record)
         self.transactions.abort_open(record.scope, record.stream)
         epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
         for sid, _, _ in epoch.segments:

@@ -7,21 +7,27 @@ Outcomes never change once acknowledged: OPEN moves to COMMITTING or ABORTING by
 conditional on the version read, so a commit racing an abort (or the timeout job) has exactly one
 winner, and COMMITTING/COMMITTED and ABORTING/ABORTED never turn into each other.
 
-Commits on one stream are serial and in the order they were requested. A commit marks its
-transaction COMMITTING, then drives the stream's commit workflow: the stream enters COMMITTING_TXN
-(the barrier that also excludes a concurrent scale) with a *plan* of every committing transaction,
-each transaction is applied, and the stream returns to ACTIVE. Applying a transaction:
+Commits on one stream are serial. A commit marks its transaction COMMITTING, then drives the
+stream's commit workflow, one *batch* at a time, as Pravega's controller does: the committing
+transactions of the oldest epoch, together with every committing transaction whose epoch has the same
+*reference epoch* (EpochRecord.reference_epoch: the epoch whose key ranges it duplicates; its own
+number for an epoch a scale made). The stream enters COMMITTING_TXN (the barrier that also excludes a
+concurrent scale) with the batch, the batch is applied, and the stream returns to ACTIVE. A batch:
 
-* if it began in the current epoch, each transaction segment is merged into its parent (one index
-  entry referring to it: no copy, contiguous, idempotent);
-* otherwise the stream scaled meanwhile and the transaction *rolls* (seed 003): a new epoch is made
-  of fresh segments holding the transaction segments' bytes (same key ranges as when it began),
-  sealed at once, and then another epoch duplicates the current key ranges; the current segments
-  are sealed with the first new epoch as successors. Per-key order holds because readers finish the
-  current segments before the transaction's, and those before the duplicates.
+* whose reference is the active epoch's is merged in place: each transaction segment into the active
+  segment of its key range (one index entry referring to it: no copy, contiguous, idempotent);
+* otherwise the stream scaled meanwhile and the whole batch *rolls*, once (seed 003; Pravega's
+  rolling transactions): a new epoch of fresh segments with the reference epoch's key ranges receives
+  every transaction's events and is sealed at once, and another epoch duplicates the active key
+  ranges, with the active epoch's reference; the active segments are sealed with the first new epoch
+  as successors. Transactions begun in the epoch the duplicates copy then commit in place, so one
+  scale costs one roll per older epoch, never a cascade.
 
-The plan is written with the COMMITTING_TXN state, new segment ids included, so a crash at any
-step leaves a workflow that the sweeper (or the next commit) finishes by repeating idempotent steps.
+The batch recorded on the stream is a handful of numbers (its id, the epochs, the first new segment
+number); its transactions carry its id (stamped before it is recorded, conditioned on the stream
+record's version, which recording it changes). So no item grows with segments x transactions, and
+a crash at any step leaves a workflow that the sweeper (or the next commit) finishes by repeating
+idempotent steps.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pynamodb.transactions import TransactWrite
 
 from controlplane.models import (
     PENDING,
+    EpochRecord,
     SegmentRecord,
     SinkRecord,
     StreamRecord,
@@ -61,6 +68,8 @@ from rillet.models import SegmentRange, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
 OPEN_SHARD = "open"
+_BATCHES_PER_DRIVE = 20  # a call that finds more batches due leaves the rest to the sweeper
+_STAMPS_PER_WRITE = 24  # transactions stamped per TransactWriteItems, with the stream's condition check
 _COMMIT_STATES = [s.value for s in StreamState if s not in (StreamState.SEALING, StreamState.SEALED)]
 _BEGIN_STATES = {StreamState.ACTIVE, StreamState.UPDATING, StreamState.SCALING, StreamState.COMMITTING_TXN,
                  StreamState.TRUNCATING}
@@ -305,92 +314,153 @@ class TransactionTasks:
     # -- the commit workflow ---------------------------------------------------------------------
 
     def drive_commits(self, scope: str, stream: str) -> None:
-        """Apply the stream's committing transactions, serially, oldest request first."""
-        for _ in range(20):
+        """Apply the stream's committing transactions, one batch per workflow, until none is left."""
+        for _ in range(_BATCHES_PER_DRIVE):
             record = self.store.get_stream(scope, stream)
             if StreamState(record.state) == StreamState.COMMITTING_TXN:
                 self.finish_commit_stream(record)
                 continue
-            committing = sorted(self._transactions(scope, stream, TxnState.COMMITTING), key=lambda t: t.commit_ms)
-            if not committing or StreamState(record.state) != StreamState.ACTIVE:
-                return  # nothing to do, or another workflow holds the stream: the sweeper comes back
-            plan, allocated = self._plan(record, committing)
+            if StreamState(record.state) != StreamState.ACTIVE:
+                return  # another workflow holds the stream: the sweeper comes back
             try:
-                self.streams._begin(record, StreamState.COMMITTING_TXN,
-                                    {"name": "commit", "plan": plan, "created_ms": now_ms()},
+                planned = self._plan_batch(record)
+                if planned is None:
+                    return
+                batch, allocated = planned
+                self.streams._begin(record, StreamState.COMMITTING_TXN, {"name": "commit", "batch": batch},
                                     StreamRecord.segment_count.add(allocated))
             except WriteConflict:
                 continue
             self.finish_commit_stream(record)
 
-    def _plan(self, record: StreamRecord, committing: list[TxnRecord]) -> tuple[list[dict], int]:
-        epoch = record.current_epoch
-        count = record.segment_count
-        current = self.store.get_epoch(record.scope, record.stream, epoch).segments
-        plan = []
-        for txn in committing:
-            if txn.epoch == epoch:
-                plan.append({"txn": txn.txn_id, "mode": "merge"})
-                continue
-            n1, n2 = epoch + 1, epoch + 2
-            rolled = []
-            for sid, low, high in txn.segments:
-                rolled.append([segment_id(n1, count), low, high, int(sid)])
-                count += 1
-            duplicates = []
-            for _, low, high in current:
-                duplicates.append([segment_id(n2, count), low, high])
-                count += 1
-            plan.append({"txn": txn.txn_id, "mode": "roll", "previous": epoch, "rolled_epoch": n1, "rolled": rolled,
-                         "epoch": n2, "duplicates": duplicates})
-            epoch, current = n2, duplicates
-        return plan, count - record.segment_count
-
     def finish_commit_stream(self, record: StreamRecord) -> None:
-        epoch = self.apply_plan(record, record.workflow["plan"], int(record.workflow["created_ms"]))
+        epoch = self._apply_batch(record, record.workflow["batch"])
         self.streams._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
 
-    def plan_for_seal(self, record: StreamRecord) -> None:
-        """Put the plan of the transactions committing when a seal began into the seal's workflow."""
-        if "plan" in record.workflow:
-            return
-        committing = sorted(self._transactions(record.scope, record.stream, TxnState.COMMITTING),
-                            key=lambda t: t.commit_ms)
-        plan, allocated = self._plan(record, committing)
-        self.store.update(record, [StreamRecord.workflow.set({**record.workflow, "plan": plan, "created_ms": now_ms()}),
-                                   StreamRecord.segment_count.add(allocated)],
-                          f"stream {record.scope}/{record.stream} changed concurrently")
+    def commit_for_seal(self, record: StreamRecord) -> None:
+        """Apply, within a seal, the transactions that were committing when it began (none can start
+        committing once the stream is SEALING): batch by batch, each recorded in the seal's workflow
+        before it is applied, so that a crash resumes it. ``record`` is kept up to date."""
+        while StreamState(record.state) == StreamState.SEALING:
+            try:
+                batch = record.workflow.get("batch")
+                if batch is not None:
+                    epoch = self._apply_batch(record, batch)
+                    rest = {k: v for k, v in record.workflow.items() if k != "batch"}
+                    self.store.update(record, [StreamRecord.workflow.set(rest), StreamRecord.current_epoch.set(epoch)],
+                                      f"stream {record.scope}/{record.stream} changed concurrently")
+                    continue
+                planned = self._plan_batch(record)
+                if planned is None:
+                    return
+                batch, allocated = planned
+                self.store.update(record, [StreamRecord.workflow.set({**record.workflow, "batch": batch}),
+                                           StreamRecord.segment_count.add(allocated)],
+                                  f"stream {record.scope}/{record.stream} changed concurrently")
+            except WriteConflict:
+                record.refresh(consistent_read=True)  # another finisher of the seal moved it on
 
-    def apply_plan(self, record: StreamRecord, plan: list[dict], created: int) -> int:
-        """Apply each planned transaction (idempotently); returns the epoch current afterwards."""
-        epoch = record.current_epoch
-        for step in plan:
-            txn = self._get(record.scope, record.stream, step["txn"])
-            if step["mode"] == "roll":
-                epoch = int(step["epoch"])
-            if txn.state == TxnState.COMMITTED.value:
-                continue
-            if step["mode"] == "merge":
-                for sid, _, _ in txn.segments:
-                    self._merge(segment_name(record.scope, record.stream, int(sid)),
-                                segment_name(record.scope, record.stream, txn_segment_token(int(sid), txn.txn_id)))
-            else:
-                self._roll(record, txn, step, created)
-            self._close(txn, TxnState.COMMITTED, TxnState.COMMITTING)
-        return epoch
+    def _plan_batch(self, record: StreamRecord) -> tuple[dict, int] | None:
+        """The next batch, with its transactions stamped: (the batch, how many segment numbers it takes).
 
-    def _roll(self, record: StreamRecord, txn: TxnRecord, step: dict, created: int) -> None:
+        As Pravega does, the oldest epoch's committing transactions go first, together with every
+        committing transaction whose epoch has the same reference epoch (the same key ranges): merged
+        in place if that is the active epoch's reference, else rolled, all in one roll. The stamps are
+        conditioned on the stream record's version, which recording the batch then changes: no
+        transaction joins a batch once it is recorded, so its membership is fixed before any merge.
+        The batch is a handful of numbers whatever the number of segments and transactions.
+        """
         scope, stream = record.scope, record.stream
-        previous = [_range_of(s) for s in self.store.get_epoch(scope, stream, int(step["previous"])).segments]
-        rolled = [SegmentRange(segment_id=int(n), low=lo, high=hi) for n, lo, hi, _ in step["rolled"]]
-        duplicates = [_range_of(s) for s in step["duplicates"]]
-        rolled_epoch, epoch = int(step["rolled_epoch"]), int(step["epoch"])
-        for (new, _, _, parent), segment in zip(step["rolled"], rolled):
-            name = segment_name(scope, stream, int(new))
-            self.segments.create(name)
-            self._merge(name, segment_name(scope, stream, txn_segment_token(int(parent), txn.txn_id)))
-        for segment in duplicates:
+        committing = self._transactions(scope, stream, TxnState.COMMITTING)
+        if not committing:
+            return None
+        references = self._references(scope, stream, committing)
+        reference = references[min(references)]
+        active = self.store.get_epoch(scope, stream, record.current_epoch)
+        batch = {"id": int(record.version), "reference": reference, "epoch": int(record.current_epoch),
+                 "active_reference": _reference_of(active), "created_ms": now_ms()}
+        allocated = 0
+        if reference != batch["active_reference"]:
+            width = len(self.store.get_epoch(scope, stream, reference).segments)
+            batch.update(rolled_epoch=batch["epoch"] + 1, duplicate_epoch=batch["epoch"] + 2,
+                         first_number=int(record.segment_count))
+            allocated = width + len(active.segments)
+        members = [t for t in committing if references[int(t.epoch)] == reference and t.batch != batch["id"]]
+        for start in range(0, len(members), _STAMPS_PER_WRITE):
+            self._stamp(record, members[start:start + _STAMPS_PER_WRITE], batch["id"])
+        return batch, allocated
+
+    def _stamp(self, record: StreamRecord, members: list[TxnRecord], batch_id: int) -> None:
+        """Mark transactions as members of a batch, provided the stream record (and each transaction)
+        is still as read."""
+        try:
+            with TransactWrite(connection=self.store.transaction_connection) as tx:
+                tx.condition_check(StreamRecord, scope_pk(record.scope), record.stream,
+                                   condition=StreamRecord.version == record.version)
+                for txn in members:
+                    tx.update(txn, actions=[TxnRecord.batch.set(batch_id)],
+                              condition=TxnRecord.state == TxnState.COMMITTING.value)
+        except TransactWriteError as e:
+            if any(r is not None and r.code == "ConditionalCheckFailed" for r in e.cancellation_reasons or []):
+                raise WriteConflict(f"stream {record.scope}/{record.stream} changed while a commit was planned") from e
+            raise
+
+    def _apply_batch(self, record: StreamRecord, batch: dict) -> int:
+        """Apply a batch (every step idempotent); returns the epoch current afterwards. Its transactions
+        are closed only once their events are readable in order: after the roll sealed the segments
+        current before it, a writer's next events can only land after the transaction's."""
+        scope, stream = record.scope, record.stream
+        members = self._members(scope, stream, batch)
+        if "rolled_epoch" not in batch:
+            targets = self.store.get_epoch(scope, stream, int(batch["epoch"])).segments
+            for txn in members:
+                for source, target in _same_ranges(txn.segments, targets):
+                    self._merge(segment_name(scope, stream, target),
+                                segment_name(scope, stream, txn_segment_token(source, txn.txn_id)))
+                self._close(txn, TxnState.COMMITTED, TxnState.COMMITTING)
+            return int(batch["epoch"])
+        self._roll(record, batch, members)
+        for txn in members:
+            self._close(txn, TxnState.COMMITTED, TxnState.COMMITTING)
+        return int(batch["duplicate_epoch"])
+
+    def _members(self, scope: str, stream: str, batch: dict) -> list[TxnRecord]:
+        """The batch's transactions still to close, in the order their commits were requested. A
+        transaction stamped by a planner that lost the race to record its batch may carry the id too;
+        one of another reference epoch is left for a later batch."""
+        stamped = list(TxnRecord.query(stream_pk(scope, stream), TxnRecord.sk.startswith("txn#"),
+                                       filter_condition=(TxnRecord.state == TxnState.COMMITTING.value)
+                                       & (TxnRecord.batch == int(batch["id"])), consistent_read=True))
+        references = self._references(scope, stream, stamped)
+        return sorted((t for t in stamped if references[int(t.epoch)] == int(batch["reference"])),
+                      key=lambda t: (t.commit_ms, t.txn_id))
+
+    def _references(self, scope: str, stream: str, txns: list[TxnRecord]) -> dict[int, int]:
+        """{epoch: its reference epoch} for the epochs the transactions began in (one read per epoch)."""
+        return {e: _reference_of(self.store.get_epoch(scope, stream, e)) for e in {int(t.epoch) for t in txns}}
+
+    def _roll(self, record: StreamRecord, batch: dict, members: list[TxnRecord]) -> None:
+        """Roll the batch (seed 003, Pravega's rolling transactions): a new epoch of fresh segments with
+        the reference epoch's key ranges receives every member's events and is sealed at once; another
+        epoch duplicates the active key ranges; the active segments are sealed with the first new epoch
+        as successors. Readers finish the active segments before the transactions', and those before
+        the duplicates, so per-key order holds."""
+        scope, stream = record.scope, record.stream
+        created = int(batch["created_ms"])
+        previous = [_range_of(s) for s in self.store.get_epoch(scope, stream, int(batch["epoch"])).segments]
+        reference = self.store.get_epoch(scope, stream, int(batch["reference"])).segments
+        rolled_epoch, epoch, first = int(batch["rolled_epoch"]), int(batch["duplicate_epoch"]), int(batch["first_number"])
+        rolled = [SegmentRange(segment_id=segment_id(rolled_epoch, first + i), low=lo, high=hi)
+                  for i, (_, lo, hi) in enumerate(reference)]
+        duplicates = [SegmentRange(segment_id=segment_id(epoch, first + len(rolled) + i), low=s.low, high=s.high)
+                      for i, s in enumerate(previous)]
+        for segment in rolled + duplicates:
             self.segments.create(segment_name(scope, stream, segment.segment_id))
+        rolled_ranges = [[s.segment_id, s.low, s.high] for s in rolled]
+        for txn in members:
+            for source, target in _same_ranges(txn.segments, rolled_ranges):
+                self._merge(segment_name(scope, stream, target),
+                            segment_name(scope, stream, txn_segment_token(source, txn.txn_id)))
         records = [SegmentRecord(segment_id=s.segment_id, low=s.low, high=s.high, created_ms=created,
                                  predecessors=_overlapping(s, previous), successors=_overlapping(s, duplicates))
                    for s in rolled]
@@ -402,8 +472,10 @@ class TransactionTasks:
         self.store.add_segments(scope, stream, records)
         for old in self.store.get_segments(scope, stream, [s.segment_id for s in previous]):
             self.store.set_successors(old, _overlapping(_range(old), rolled))
-        self.store.put_epoch(scope, stream, rolled_epoch, created, [[s.segment_id, s.low, s.high] for s in rolled])
-        self.store.put_epoch(scope, stream, epoch, created, [[s.segment_id, s.low, s.high] for s in duplicates])
+        self.store.put_epoch(scope, stream, rolled_epoch, created, rolled_ranges,
+                             reference_epoch=int(batch["reference"]))
+        self.store.put_epoch(scope, stream, epoch, created, [[s.segment_id, s.low, s.high] for s in duplicates],
+                             reference_epoch=int(batch["active_reference"]))
         for segment in rolled:
             self.streams._seal_segment(record, segment.segment_id, epoch)
         for segment in previous:
@@ -451,6 +523,18 @@ class TransactionTasks:
 
 def _range_of(segment: list) -> SegmentRange:
     return SegmentRange(segment_id=int(segment[0]), low=segment[1], high=segment[2])
+
+
+def _reference_of(epoch: EpochRecord) -> int:
+    """The epoch whose key ranges an epoch duplicates (a rolling commit's epochs), else its own number."""
+    return int(epoch.epoch if epoch.reference_epoch is None else epoch.reference_epoch)
+
+
+def _same_ranges(sources: list[list], targets: list[list]) -> list[tuple[int, int]]:
+    """Pair each source segment with the target of the same key range: epochs that share a reference
+    epoch have the same ranges, so a transaction's segments map one to one onto theirs."""
+    by_range = {(lo, hi): int(sid) for sid, lo, hi in targets}
+    return [(int(sid), by_range[(lo, hi)]) for sid, lo, hi in sources]
 
 
 def _overlapping(segment: SegmentRange, others: list[SegmentRange]) -> list[int]:

@@ -176,8 +176,10 @@ def test_commit_after_a_split_and_a_merge_rolls_the_transaction(controller: Cont
 
 
 def test_transactions_of_two_epochs_committed_in_one_workflow(controller: Controller, scope: str, monkeypatch):
-    """Both commit requests arrive while another workflow holds the stream; one plan then applies
-    both: the older transaction rolls, and so does the newer one (the first roll moved the epoch)."""
+    """Both commit requests arrive while another workflow holds the stream. As in Pravega, the older
+    epoch's transaction goes first and rolls (one duplicate of its epoch, one of the active epoch, whose
+    reference is the active epoch); the newer one, begun in the active epoch, then commits in place
+    into the duplicates: no second roll."""
     c = controller
     w = Keyed(c, scope)
     w.plain("b0")
@@ -204,7 +206,13 @@ def test_transactions_of_two_epochs_committed_in_one_workflow(controller: Contro
     w.committed(new)
     w.plain("a0")
     w.wrote_plain("a0")
-    assert c.store.get_stream(scope, STREAM).current_epoch == 1 + 2 + 2
+    record = c.store.get_stream(scope, STREAM)
+    assert (record.current_epoch, record.segment_count) == (1 + 2, 4 + 2 + 3)
+    assert c.store.get_epoch(scope, STREAM, 3).reference_epoch == 1
+    for segment in new.segments:  # merged into the duplicate of its parent, not rolled
+        (duplicate,) = [s for s in c.streams.current_segments(scope, STREAM) if s.low == segment.low]
+        merged = w.txn_events[new.txn_id][segment.segment_id]
+        assert segment_events(c.segments, segment_name(scope, STREAM, duplicate.segment_id))[:len(merged)] == merged
     assert_idle(c, scope)
     w.check(read_stream(c, scope))
 
@@ -213,7 +221,7 @@ def test_scale_waits_for_a_commit_workflow_and_a_transaction_begun_meanwhile_com
         controller: Controller, scope: str, monkeypatch):
     """The stream's COMMITTING_TXN state is a barrier for scaling; begin is still allowed, and a
     transaction begun while a roll is in flight (its epoch's segments are about to be sealed) commits
-    correctly afterwards."""
+    correctly afterwards, in place: the roll's duplicate epoch has its epoch as reference."""
     c = controller
     w = Keyed(c, scope)
     old = c.transactions.begin(scope, STREAM, lease_ms=60_000)
@@ -248,12 +256,12 @@ def test_scale_waits_for_a_commit_workflow_and_a_transaction_begun_meanwhile_com
     w.committed(meanwhile)
     w.plain("after")
     w.wrote_plain("after")
-    assert c.store.get_stream(scope, STREAM).current_epoch == 5
+    assert c.store.get_stream(scope, STREAM).current_epoch == 3
     assert_idle(c, scope)
     w.check(read_stream(c, scope))
     # and now the scale goes through
     current = [s.segment_id for s in c.streams.current_segments(scope, STREAM)]
-    assert c.streams.scale_stream(scope, STREAM, [current[0]], [(0.0, 0.1), (0.1, 0.25)]) == 6
+    assert c.streams.scale_stream(scope, STREAM, [current[0]], [(0.0, 0.1), (0.1, 0.25)]) == 4
 
 
 def test_a_slow_finisher_of_a_roll_does_not_overwrite_later_segment_metadata(
@@ -318,3 +326,82 @@ def test_a_slow_finisher_of_a_roll_does_not_overwrite_later_segment_metadata(
     except AssertionError as e:
         problems.append(f"readers no longer read the stream correctly: {e}")
     assert not problems, "\n".join(problems)
+
+
+def test_twenty_scales_with_commits_between_roll_each_older_epoch_once(controller: Controller, scope: str):
+    """No rolling cascade. Each round: a transaction begins in epoch E, the stream scales to E + 1, a
+    second transaction begins there, and both commit. The first rolls (E + 2 has E's ranges and
+    reference and holds its events, E + 3 duplicates E + 1 with E + 1 as reference); the second, begun
+    in the duplicated epoch, commits in place into E + 3. So each round takes 3 epochs, and 20 rounds end at
+    epoch 60 with 132 segments: 2 at first, then per split round 2 new + 2 rolled + 3 duplicates, per
+    merge round 1 + 3 + 2. (Rolling every transaction of a non-current epoch, the second one too,
+    ends at epoch 100 with 232 segments.)"""
+    c = controller
+    w = Keyed(c, scope)
+    epoch, reference, references = 0, 0, {}
+    for round_ in range(1, 21):
+        before = c.transactions.begin(scope, STREAM, lease_ms=60_000)
+        w.txn(before, f"before{round_}")
+        w.plain(f"p{round_}")
+        w.wrote_plain(f"p{round_}")
+        first, second, *_ = c.streams.current_segments(scope, STREAM)
+        if round_ % 2:  # split the first segment, then merge it back in the next round
+            mid = (first.low + first.high) / 2
+            scaled = c.streams.scale_stream(scope, STREAM, [first.segment_id], [(first.low, mid), (mid, first.high)])
+        else:
+            scaled = c.streams.scale_stream(scope, STREAM, [first.segment_id, second.segment_id],
+                                            [(first.low, second.high)])
+        assert scaled == epoch + 1
+        after = c.transactions.begin(scope, STREAM, lease_ms=60_000)
+        assert after.epoch == epoch + 1
+        w.txn(after, f"after{round_}")
+        for txn in (before, after):
+            assert c.transactions.commit(scope, STREAM, txn.txn_id).state == TxnState.COMMITTED
+            w.committed(txn)
+        w.plain(f"q{round_}")
+        w.wrote_plain(f"q{round_}")
+        references.update({epoch + 2: reference, epoch + 3: epoch + 1})
+        epoch, reference = epoch + 3, epoch + 1
+        assert c.store.get_stream(scope, STREAM).current_epoch == epoch
+
+    record = c.store.get_stream(scope, STREAM)
+    assert (record.current_epoch, record.segment_count) == (60, 132)
+    assert len(c.store.list_segments(scope, STREAM)) == 132
+    assert len(c.streams.current_segments(scope, STREAM)) == 2
+    # one roll per older epoch: the only duplicated epochs are each round's pair
+    epochs = c.store.list_epochs(scope, STREAM)
+    assert len(epochs) == 61
+    assert {e.epoch: e.reference_epoch for e in epochs if e.reference_epoch is not None} == references
+    assert_idle(c, scope)
+    w.check(read_stream(c, scope))
+
+
+def test_transactions_begun_in_a_duplicated_epoch_or_after_the_roll_commit_in_place(controller: Controller,
+                                                                                   scope: str):
+    """After a roll, the current epoch duplicates the one before it: a transaction begun in that older
+    epoch (before the roll) and one begun after the roll both merge into the current segments, with
+    no new epoch or segment."""
+    c = controller
+    w = Keyed(c, scope)
+    old = c.transactions.begin(scope, STREAM, lease_ms=60_000)
+    w.txn(old, "old")
+    c.streams.scale_stream(scope, STREAM, [0], [(0.0, 0.25), (0.25, 0.5)])
+    duplicated = c.transactions.begin(scope, STREAM, lease_ms=60_000)
+    w.txn(duplicated, "duplicated")
+    assert c.transactions.commit(scope, STREAM, old.txn_id).state == TxnState.COMMITTED
+    w.committed(old)
+    later = c.transactions.begin(scope, STREAM, lease_ms=60_000)
+    assert (duplicated.epoch, later.epoch) == (1, 3)
+    w.txn(later, "later")
+    w.plain("between")
+    w.wrote_plain("between")
+    counts = c.store.get_stream(scope, STREAM).segment_count
+    for txn in (later, duplicated):
+        assert c.transactions.commit(scope, STREAM, txn.txn_id).state == TxnState.COMMITTED
+        w.committed(txn)
+    w.plain("after")
+    w.wrote_plain("after")
+    record = c.store.get_stream(scope, STREAM)
+    assert (record.current_epoch, record.segment_count) == (3, counts)
+    assert_idle(c, scope)
+    w.check(read_stream(c, scope))
