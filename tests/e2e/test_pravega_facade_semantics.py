@@ -94,7 +94,8 @@ def test_cancelling_an_acquisition_stops_its_wait(manager, unique):
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-            await asyncio.sleep(0.3)  # lets a poll already under way finish
+            # a look already under way finishes: the reader's one thread runs this after it
+            await asyncio.get_running_loop().run_in_executor(reader._executor, lambda: None)
             after_cancel = len(polls)
             await asyncio.sleep(0.5)
             assert len(polls) == after_cancel, "the cancelled wait still polls the reader"
