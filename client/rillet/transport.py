@@ -75,7 +75,7 @@ class Transport:
                 json_body: Any = None, headers: dict[str, str] | None = None,
                 timeout_s: float | None = None) -> HttpResponse:
         """Send a request, retrying transient failures; raise the typed error of a failed answer."""
-        url = self.endpoint + quote(path, safe="/%")
+        url = self.endpoint + quote(path, safe="/%")  # segments come encoded; anything left raw is encoded here
         query = canonical_query({k: v for k, v in (params or {}).items() if v is not None})
         if query:
             url += "?" + query
@@ -88,6 +88,7 @@ class Transport:
         attempt = 0
         while True:
             attempt += 1
+            backoff_s = random.uniform(0, min(5.0, 0.05 * 2 ** attempt))
             try:
                 response = self._send(method, url, body, headers, timeout_s or self.timeout_s)
             except urllib3.exceptions.HTTPError as e:
@@ -100,9 +101,8 @@ class Transport:
                 if not (error.retryable or response.status >= 500) or attempt >= self.max_attempts:
                     raise error
                 if response.status in (429, 503):
-                    time.sleep(max(_retry_after_s(response), random.uniform(0, min(5.0, 0.05 * 2 ** attempt))))
-                    continue
-            time.sleep(random.uniform(0, min(5.0, 0.05 * 2 ** attempt)))
+                    backoff_s = max(backoff_s, _retry_after_s(response))
+            time.sleep(backoff_s)
 
     def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
               timeout_s: float) -> HttpResponse:
