@@ -117,7 +117,7 @@ class GroupState(BaseModel):
     (tests/integration/test_reader_group_bounds.py)."""
 
     config: ReaderGroupConfig
-    readers: dict[str, ReaderEntry] = {}  # online readers only: leaving removes one
+    readers: dict[str, ReaderEntry] = {}  # online readers only: leaving, or an expired lease, removes one
     unassigned: dict[str, Held] = {}  # at most the live segments
     future: dict[str, Waiting] = {}  # successors of completed segments: at most one scale's new segments each
     # the group's newest position where no successor started (see _forget_superseded_completions)

@@ -8,7 +8,11 @@
   nothing arrived within the timeout.
 
 The group's shared state lives on the controller; a reader talks to it when it joins, when it
-finishes a segment, when it passes a checkpoint and otherwise every ``group_refresh_time_ms``.
+finishes a segment, when it passes a checkpoint and otherwise every ``group_refresh_time_ms``. That
+is also its lease: a reader not heard from for ``reader_lease_ms`` (the application stopped calling
+``read_next_event``, or the process was killed) is taken offline and its segments go to the others;
+its next call raises :class:`~rillet.errors.ReaderNotInReaderGroup`, and the application creates a
+new reader (as with Pravega's ReaderNotInReaderGroupException).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from urllib.parse import quote
 
 from rillet import api
 from rillet.connection import Connection
-from rillet.errors import IllegalState, NotFound, SegmentNotFound, Truncated
+from rillet.errors import NotFound, ReaderNotInReaderGroup, SegmentNotFound, Truncated
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamDataRetention, StreamRange
 from rillet.names import mark_stream_name, split_scoped_name, validate_reader_group_name
 from rillet.reader import EventPointer, StreamReader
@@ -34,9 +38,12 @@ T = TypeVar("T")
 
 def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None = None,
                  automatic_checkpoint_interval_ms: int = 30_000, group_refresh_time_ms: int = 3_000,
-                 max_outstanding_checkpoint_request: int = 3,
+                 reader_lease_ms: int = 60_000, max_outstanding_checkpoint_request: int = 3,
                  retention_type: StreamDataRetention = StreamDataRetention.NONE) -> ReaderGroupConfig:
-    """Build a ReaderGroupConfig: each stream as "scope/stream" (from its head) or a start StreamCut."""
+    """Build a ReaderGroupConfig: each stream as "scope/stream" (from its head) or a start StreamCut.
+
+    ``reader_lease_ms``: how long a reader may go without calling ``read_next_event`` before the group
+    takes it offline (like Kafka's max.poll.interval.ms); it must exceed ``group_refresh_time_ms``."""
     ends = {(c.scope, c.stream): list(c.positions) for c in end or []}
     ranges = []
     for item in streams:
@@ -46,7 +53,7 @@ def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None 
             (scope, stream), start = split_scoped_name(item), None
         ranges.append(StreamRange(scope=scope, stream=stream, start=start, end=ends.get((scope, stream))))
     return ReaderGroupConfig(streams=ranges, automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms,
-                             group_refresh_time_ms=group_refresh_time_ms,
+                             group_refresh_time_ms=group_refresh_time_ms, reader_lease_ms=reader_lease_ms,
                              max_outstanding_checkpoint_request=max_outstanding_checkpoint_request,
                              retention_type=retention_type)
 
@@ -216,12 +223,20 @@ class EventStreamReader(Generic[T]):
         self._last_sync = time.monotonic()
         self._next = 0
         self._closed = False
+        self._lost: ReaderNotInReaderGroup | None = None  # taken offline by the group: this reader is done
         self._watermarks: dict[str, tuple[StreamReader, list[dict]]] = {}
 
     # -- public API ------------------------------------------------------------------------------
 
     def read_next_event(self, timeout_ms: int = 1000) -> GroupEventRead[T] | None:
-        """The next event, a checkpoint marker, or None when nothing arrived within ``timeout_ms``."""
+        """The next event, a checkpoint marker, or None when nothing arrived within ``timeout_ms``.
+
+        Raises ReaderNotInReaderGroup once the group has taken this reader offline (its lease expired,
+        or ``reader_offline`` named it): its segments are another reader's now. Close it and create a
+        new reader.
+        """
+        if self._lost is not None:
+            raise self._lost
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             if self._to_pass is not None:
@@ -283,8 +298,9 @@ class EventStreamReader(Generic[T]):
         return Position(held + tuple(self._completed))
 
     def close(self) -> None:
-        """Leave the group, handing the segments back at this reader's position."""
-        if not self._closed:
+        """Leave the group, handing the segments back at this reader's position (nothing to hand back
+        once the group took it offline: a new reader of the same id may hold them by now)."""
+        if not self._closed and self._lost is None:
             self._closed = True
             self.group.reader_offline(self.reader_id, self.get_position())
 
@@ -310,9 +326,12 @@ class EventStreamReader(Generic[T]):
                                               json_body=request.model_dump())
             assignment = api.Assignment.model_validate(data)
             self._apply(assignment)
-        except IllegalState:  # taken offline, or the group was reset: join again from scratch
-            self._held.clear()
-            assignment = self._join()
+        except ReaderNotInReaderGroup as e:
+            self._held.clear()  # another reader's now: not one more event from them
+            if e.details.get("generation") == self._assignment.generation:
+                self._lost = e
+                raise
+            assignment = self._join()  # the group was reset (a new generation): start over in it
         self._completed = []
         self._assignment = assignment
         self._last_sync = time.monotonic()

@@ -296,7 +296,11 @@ def add_reader(scope: str, group: str, reader: ReaderName) -> Assignment:
 
 
 @app.post(GROUP + "/readers/<reader>/sync",
-          summary="A reader reports positions, completed segments and passed checkpoints; gets its segments")
+          summary="A reader reports positions, completed segments and passed checkpoints; gets its segments",
+          description="Also the reader's lease: readers not heard from for the group's reader_lease_ms are "
+                      "taken offline at their last reported positions. A reader taken offline gets 409 "
+                      "ReaderNotInReaderGroup (details.generation is the group's; a new one means the group "
+                      "was reset).")
 def sync_reader(scope: str, group: str, reader: ReaderName, request: SyncRequest) -> Assignment:
     return groups.sync(scope, group, reader, request)
 

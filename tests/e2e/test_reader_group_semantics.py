@@ -7,6 +7,7 @@ acknowledgements, so it knows exactly which events are in the stream and where t
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -274,3 +275,82 @@ def test_truncation_moves_a_lagging_group_reader_to_the_new_head(setup_factory):
     assert sorted(reads) == sorted(fresh)
     per_key_in_order(reads)
     reader.close()
+
+
+# -- reader leases ------------------------------------------------------------------------------------
+
+LEASE_MS = 1_000
+
+
+def read_together_until_idle(readers, idle_s: float = 0.5, limit_s: float = 30.0) -> list[list[str]]:
+    """Each reader's events, calling the readers in turn (so each keeps its lease) until none has
+    read anything for ``idle_s``."""
+    events: list[list[str]] = [[] for _ in readers]
+    deadline, last = time.monotonic() + limit_s, time.monotonic()
+    while time.monotonic() - last < idle_s:
+        assert time.monotonic() < deadline, f"still reading after {limit_s} s"
+        for i, reader in enumerate(readers):
+            read = reader.read_next_event(timeout_ms=50)
+            if read is not None:
+                last = time.monotonic()
+                if not read.is_checkpoint:
+                    events[i].append(read.event)
+    return events
+
+
+def test_a_reader_killed_without_goodbye_loses_its_segments_to_the_others_and_cannot_come_back(setup_factory):
+    """r1 is killed (the application just stops; no close, no reader_offline). Within its lease plus a
+    refresh, r2's syncs take it offline at its last reported position and r2 reads its segment on from
+    there: nothing lost, nothing twice. When r1's process "comes back", it gets ReaderNotInReaderGroup
+    and not one more event; closing it does not disturb a new reader that took its id."""
+    s = setup_factory(segments=2)
+    first = s.write("a", 40)
+    s.group("g", reader_lease_ms=LEASE_MS)
+    r1, r2 = s.reader("r1", "g"), s.reader("r2", "g")
+    reads_r1, reads_r2 = read_together_until_idle([r1, r2])  # to the tails; their positions are reported
+    assert reads_r1 and reads_r2
+    assert_exactly_once(reads_r1 + reads_r2, first)
+
+    later = s.write("b", 40)  # r1 is dead now: half of these are in the segment it held
+    reads_r2 += read_until_idle(r2, idle_s=LEASE_MS / 1000 + 1.5, limit_s=15)
+    assert_exactly_once(reads_r1 + reads_r2, first + later)
+    per_key_in_order(reads_r2)
+    assert s.groups.get_reader_group("g").get_online_readers() == ["r2"]
+
+    with pytest.raises(rillet.ReaderNotInReaderGroup):
+        r1.read_next_event(timeout_ms=100)
+    with pytest.raises(rillet.ReaderNotInReaderGroup):  # and on every later call: it must be recreated
+        r1.read_next_event(timeout_ms=100)
+    replacement = s.reader("r1", "g")
+    r1.close()  # the dead reader's close must not take the replacement offline
+    assert "r1" in s.groups.get_reader_group("g").get_online_readers()
+    replacement.close()
+    r2.close()
+
+
+def test_a_checkpoint_completes_once_a_killed_reader_is_taken_offline(setup_factory):
+    s = setup_factory(segments=2)
+    written = s.write("a", 20)
+    group = s.group("g", reader_lease_ms=LEASE_MS)
+    r1, r2 = s.reader("r1", "g"), s.reader("r2", "g")
+    reads_r1, reads_r2 = read_together_until_idle([r1, r2])
+    assert_exactly_once(reads_r1 + reads_r2, written)
+    # r1 is killed; a checkpoint begins and waits for it until its lease ends
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(cp=group.initiate_checkpoint("cp", timeout_s=20)))
+    thread.start()
+    seen_checkpoint = False
+    deadline = time.monotonic() + 20
+    while thread.is_alive():
+        assert time.monotonic() < deadline, "the checkpoint never completed"
+        read = r2.read_next_event(timeout_ms=200)
+        seen_checkpoint |= read is not None and read.is_checkpoint
+    thread.join()
+    assert seen_checkpoint
+    cuts = outcome["cp"].cuts
+    assert set(cuts) == {f"{s.scope}/{s.stream}"}
+    # the cut is where the two readers had got to: the tail of both segments
+    tail = s.manager.get_tail(s.scope, s.stream)
+    assert {p.segment.segment_id: p.offset for p in cuts[f"{s.scope}/{s.stream}"].positions} == {
+        p.segment.segment_id: p.offset for p in tail.positions}
+    r2.close()
