@@ -150,6 +150,14 @@ def build_resolver(logger: Logger) -> LambdaFunctionUrlResolver:
     def _invalid(error: RequestValidationError | ValidationError) -> Response:
         return error_response(InvalidArgument(_validation_message(list(error.errors()))))
 
+    @app.exception_handler(UnicodeDecodeError)
+    def _not_text(error: UnicodeDecodeError) -> Response:
+        try:  # a JSON route decodes the body as UTF-8 text before validating it
+            raw_body(app).decode()
+        except UnicodeDecodeError:
+            return error_response(InvalidArgument("the request body is not UTF-8 text"))
+        return _unexpected(error)
+
     @app.not_found
     def _no_route(_error: Exception) -> Response:
         path = app.current_event.path

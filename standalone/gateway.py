@@ -111,8 +111,7 @@ def build_event(method: str, target: str, headers: dict[str, str], body: bytes, 
     params: dict[str, str] = {}
     for key, value in query:
         params[key] = f"{params[key]},{value}" if key in params else value
-    content_type = headers.get("content-type", "")
-    is_text = any(content_type.startswith(t) for t in _TEXT_TYPES)
+    text = _text_body(body, headers.get("content-type", ""))
     now = datetime.now(UTC)
     event = {
         "version": "2.0",
@@ -133,13 +132,24 @@ def build_event(method: str, target: str, headers: dict[str, str], body: bytes, 
             "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
             "timeEpoch": int(now.timestamp() * 1000),
         },
-        "isBase64Encoded": bool(body) and not is_text,
+        "isBase64Encoded": bool(body) and text is None,
     }
     if params:
         event["queryStringParameters"] = params
     if body:
-        event["body"] = body.decode() if is_text else base64.b64encode(body).decode()
+        event["body"] = text if text is not None else base64.b64encode(body).decode()
     return event
+
+
+def _text_body(body: bytes, content_type: str) -> str | None:
+    """The body as the event's string for a text content type, or None to send it base64-encoded: binary
+    types, and "text" that is not UTF-8 (the handler then refuses it as malformed, with a typed 400)."""
+    if not any(content_type.startswith(t) for t in _TEXT_TYPES):
+        return None
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _payload_size(event: dict) -> int:

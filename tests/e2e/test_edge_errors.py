@@ -116,6 +116,14 @@ def test_a_body_that_matches_its_content_length_is_appended(data):
     assert segment_length(data) == before + len(block)
 
 
+def test_a_json_body_that_is_not_utf8_gets_a_typed_answer_not_a_dropped_connection(data):
+    body = b'{"scope": "\xff"}'
+    request = (b"POST /v1/scopes HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+               b"content-length: %d\r\n\r\n" % len(body)) + body
+    status, headers, answer = raw_request(data["controller"], request)
+    assert_error(status, headers, answer, 400, "InvalidArgument")
+
+
 # -- 63-bit bounds ------------------------------------------------------------------------------------
 
 
