@@ -431,7 +431,7 @@ class StreamWriter:
         self._async.add(future)
         future.add_done_callback(self._async.discard)
         acknowledged = loop.create_future()
-        future.add_done_callback(lambda done: loop.call_soon_threadsafe(_settle, acknowledged, done))
+        future.add_done_callback(lambda done: _settle_from_any_thread(loop, acknowledged, done))
         return acknowledged
 
     def flush(self) -> None:
@@ -452,6 +452,13 @@ class StreamWriter:
 
     def __repr__(self) -> str:
         return f"StreamWriter(Stream: {self.writer.scope}/{self.writer.stream})"
+
+
+def _settle_from_any_thread(loop: asyncio.AbstractEventLoop, acknowledged: asyncio.Future[None],
+                            done: Future) -> None:
+    """Hand the writer's outcome to the loop, unless the loop is gone (then nobody can await it)."""
+    with suppress(RuntimeError):  # the loop closed
+        loop.call_soon_threadsafe(_settle, acknowledged, done)
 
 
 def _settle(acknowledged: asyncio.Future[None], done: Future) -> None:

@@ -142,11 +142,13 @@ def test_write_event_async_is_a_running_future(manager, unique):
         assert asyncio.isfuture(awaited)
         await asyncio.wait_for(awaited, WAIT_S)
         await asyncio.wait_for(asyncio.shield(unawaited), WAIT_S)
+        writer.write_event_async("left behind by a loop that closes now")
 
     asyncio.run(run())
+    writer.flush()
     events = rillet.EventStreamClientFactory(unique, manager.endpoint).create_stream_reader(
         stream, rillet.UTF8StringSerializer())
-    assert [e.event for e in events] == ["not awaited", "awaited"]
+    assert [e.event for e in events] == ["not awaited", "awaited", "left behind by a loop that closes now"]
 
 
 def test_txn_failed_exception_carries_the_transaction_id(manager, unique):
