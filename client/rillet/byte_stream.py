@@ -149,7 +149,9 @@ class ByteStreamWriter(io.RawIOBase):
         return True
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
-        """Send ``data`` (returning before it is acknowledged: ``flush`` waits for that)."""
+        """Send ``data`` (returning before it is acknowledged: ``flush`` waits for that).
+
+        Raises the failure of an earlier block, if one stopped the sender; ``data`` is then not taken."""
         self._sender.put(bytes(data))
         return len(data)
 
