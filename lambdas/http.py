@@ -104,7 +104,10 @@ def _client_error_codes(error: botocore.exceptions.ClientError) -> list[str]:
 
 def transient_error(error: BaseException) -> Throttled | ServiceUnavailable | None:
     """The typed answer to an AWS call that was throttled or failed transiently, or None for anything
-    else (a genuine bug, or an AWS error that repeating the request would not cure)."""
+    else (a genuine bug, or an AWS error that repeating the request would not cure).
+
+    The whole chain counts: an error raised while handling such a failure (PynamoDB's
+    ``cause_response_code`` fails on a timeout, say) leaves the outcome just as unknown."""
     for cause in _causes(error):
         if isinstance(cause, botocore.exceptions.ClientError):
             codes = _client_error_codes(cause)
