@@ -5,9 +5,13 @@ Items of a segment's partition (hash key ``pk`` = the segment's name):
 * ``sk = "m"`` -- the :class:`SegmentMeta` head record: committed length, start offset (after
   truncation), sealed flag, the last block of every writer (for de-duplication), traffic rates and
   tiering bookkeeping. Every append ends with one conditional update of this item.
-* ``sk = "e#<offset>"`` -- :class:`IndexEntry` items, one per contiguous byte range, saying where the
-  bytes are: inline in the item (small appends), in an S3 object (a large append block or a tiered
-  chunk), or in another segment (a merged transaction segment, so merges copy no payload).
+* ``sk = "e#<offset>"`` -- :class:`IndexEntry` items, one per append block (a claim until the head
+  record's length passes it), saying where the bytes are: inline in the item (small appends), in an S3
+  object (a large append block), or in another segment (a merged transaction segment, so merges copy
+  no payload).
+* ``sk = "c#<offset>"`` -- :class:`IndexEntry` items for chunks: a run of inline entries that tiering
+  packed into one S3 object. They have their own key range so that no claim can ever land on one, and
+  an ``e#`` entry that starts inside a chunk is known to be garbage (see docs/dataplane.md).
 
 Attribute names are one or two letters because every append writes an index entry and DynamoDB
 charges for names as well as values.
@@ -30,11 +34,17 @@ from dataplane.deployment import Deployment
 
 META_KEY = "m"
 ENTRY_PREFIX = "e#"
+CHUNK_PREFIX = "c#"
 OFFSET_DIGITS = 20
+EVENTS, BYTES = "e", "b"  # what a segment holds: framed events, or raw bytes (a byte stream)
 
 
 def entry_key(offset: int) -> str:
     return f"{ENTRY_PREFIX}{offset:0{OFFSET_DIGITS}d}"
+
+
+def chunk_key(offset: int) -> str:
+    return f"{CHUNK_PREFIX}{offset:0{OFFSET_DIGITS}d}"
 
 
 class TieringIndex(GlobalSecondaryIndex):
@@ -74,6 +84,15 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     tier_at = NumberAttribute(null=True, attr_name="ta")
     merged_into = UnicodeAttribute(null=True, attr_name="mi")
     merged_offset = NumberAttribute(null=True, attr_name="mo")
+    # EVENTS or BYTES, pinned by the first append (no attribute: nothing appended yet).
+    content = UnicodeAttribute(null=True, attr_name="kd")
+    # Bumped by every tiering pass before it scans; a chunk is saved only while it is still the pass's
+    # number, so two passes never save overlapping chunks.
+    tier_epoch = NumberAttribute(default=0, attr_name="te")
+    chunk_end = NumberAttribute(null=True, attr_name="ce")  # the end of the highest chunk ever saved
+    # Objects and merged segments of the committed entries below this offset are deleted; entries
+    # below it are only index items still to remove (see SegmentStore._release_below).
+    released = NumberAttribute(default=0, attr_name="rl")
     tiering = TieringIndex()
 
 
@@ -88,6 +107,7 @@ class IndexEntry(SegmentItem, discriminator="e"):
     first = NumberAttribute(null=True, attr_name="f")
     last = NumberAttribute(null=True, attr_name="l")
     created_ms = NumberAttribute(attr_name="c")
+    raw = BooleanAttribute(null=True, attr_name="b")  # a claim of raw bytes (set only then: it pins BYTES)
 
     @property
     def end(self) -> int:

@@ -35,10 +35,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from botocore.exceptions import ClientError
-from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, UpdateError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.expressions.condition import Condition
+from pynamodb.transactions import TransactWrite
 
 from dataplane.deployment import Deployment
-from dataplane.models import ENTRY_PREFIX, META_KEY, IndexEntry, SegmentMeta, entry_key
+from dataplane.models import (
+    BYTES,
+    CHUNK_PREFIX,
+    ENTRY_PREFIX,
+    EVENTS,
+    META_KEY,
+    IndexEntry,
+    SegmentMeta,
+    chunk_key,
+    entry_key,
+)
 from dataplane.rates import Rates
 from rillet.errors import (
     InvalidArgument,
@@ -46,6 +58,7 @@ from rillet.errors import (
     OutOfOrder,
     SegmentNotFound,
     SegmentSealed,
+    StreamKindMismatch,
     TooLarge,
     Truncated,
 )
@@ -128,16 +141,35 @@ class _Block:
     data: bytes | None = None
     object_key: str | None = None
     source: str | None = None
+    raw: bool = False  # bytes of a byte stream, not framed events
+
+    @property
+    def content(self) -> str:
+        return BYTES if self.raw else EVENTS
 
     def to_entry(self, segment: str, offset: int) -> IndexEntry:
         return IndexEntry(segment, entry_key(offset), offset=offset, size=self.size, data=self.data,
                           object_key=self.object_key, source=self.source, writer=self.writer,
-                          first=self.first, last=self.last, created_ms=now_ms())
+                          first=self.first, last=self.last, created_ms=now_ms(), raw=self.raw or None)
 
 
 def _block_of(entry: IndexEntry) -> _Block:
     return _Block(size=entry.size, writer=entry.writer, first=entry.first or 0, last=entry.last or 0,
-                  data=entry.data, object_key=entry.object_key, source=entry.source)
+                  data=entry.data, object_key=entry.object_key, source=entry.source, raw=bool(entry.raw))
+
+
+def _holds(size: int, data: bytes | None, object_key: str | None, source: str | None) -> Condition:
+    """A condition true only while the item still holds exactly these bytes (inline, object or segment):
+    deletes are conditioned on it, so none removes an entry that changed since it was read."""
+    condition = IndexEntry.size == size
+    for attribute, value in ((IndexEntry.data, data), (IndexEntry.object_key, object_key),
+                             (IndexEntry.source, source)):
+        condition &= attribute.does_not_exist() if value is None else attribute == value
+    return condition
+
+
+def _is_chunk(entry: IndexEntry) -> bool:
+    return entry.sk.startswith(CHUNK_PREFIX)
 
 
 class _IndexGap(RuntimeError):
@@ -194,7 +226,7 @@ class SegmentStore:
 
         Only moves forward and never past the tail. Bytes below the new start are released right
         away; a crash part-way leaves index entries below the start that the next truncation or
-        tiering pass releases.
+        tiering pass releases (see ``_release_below``).
         """
         meta = self._meta(segment)
         if offset < meta.start:
@@ -207,7 +239,7 @@ class SegmentStore:
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
-        self._release_below(segment, self._meta(segment).start)
+        self._release_below(segment)
 
     def delete(self, segment: str) -> None:
         """Delete the segment, its index, its objects and the segments merged into it (idempotent).
@@ -218,18 +250,25 @@ class SegmentStore:
             self.seal(segment)
         except SegmentNotFound:
             pass  # an earlier attempt got as far as deleting the head record
-        for entry in self._entries_from(segment, 0):
-            if entry.source:
-                self.delete(entry.source)
-            entry.delete()
+        for item in self._index_items(segment, ENTRY_PREFIX) + self._index_items(segment, CHUNK_PREFIX):
+            if item.source:
+                self.delete(item.source)
+            self._delete_unchanged(item)
         self._delete_objects(self._object_prefix(segment))
-        SegmentMeta(segment, META_KEY).delete()
+        try:
+            SegmentMeta(segment, META_KEY).delete(condition=SegmentMeta.sealed == True)
+        except DeleteError as e:
+            if not _failed_condition(e):
+                raise  # else an earlier attempt deleted it
 
     # -- append ------------------------------------------------------------------------------
 
     def append(self, segment: str, writer: str, first_event: int, event_count: int, data: bytes,
-               expected_offset: int | None = None, after: int | None = None) -> AppendResult:
+               expected_offset: int | None = None, after: int | None = None, raw: bool = False) -> AppendResult:
         """Append a block of events atomically; see the module docstring for the protocol.
+
+        ``raw`` says the block is bytes of a byte stream rather than framed events. A segment's first
+        append pins which of the two it holds; a block of the other kind gets StreamKindMismatch.
 
         ``after`` is the writer's event number that must be appended before this block (-1: this is
         the writer's first block here). A block whose predecessor has not committed yet waits for it
@@ -243,7 +282,8 @@ class SegmentStore:
         if first_event < 0 or event_count < 1:
             raise InvalidArgument("event numbers are >= 0 and a block holds at least one event")
         validate_writer_id(writer)
-        block = _Block(size=len(data), writer=writer, first=first_event, last=first_event + event_count - 1)
+        block = _Block(size=len(data), writer=writer, first=first_event, last=first_event + event_count - 1,
+                       raw=raw)
         if after is not None and after != first_event - 1:
             raise InvalidArgument(f"the block after event {after} must start at event {after + 1}")
         meta = None
@@ -306,6 +346,9 @@ class SegmentStore:
                 if owned_at is not None and done.offset == owned_at:
                     # Our claim, which another appender helped through: appended by this request.
                     return replace(done, duplicate=False)
+                if owned_at is not None:
+                    # Another request of the same block committed it elsewhere: our claim is garbage.
+                    self._release_claim(segment, owned_at, block)
                 return done
             if owned_at is not None and meta.length > owned_at:
                 # The tail moved past our claim without committing it: the claim was made from a stale
@@ -315,6 +358,10 @@ class SegmentStore:
                 owned_at = None
             if meta.sealed:
                 raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
+            if meta.content is not None and meta.content != block.content:
+                held, sent = ("raw bytes", "framed events") if meta.content == BYTES else ("framed events", "raw bytes")
+                raise StreamKindMismatch(f"segment {segment} holds {held}; this append sends {sent}",
+                                         segment_kind="bytes" if meta.content == BYTES else "events")
             if after is not None and self._last_event(meta, block.writer) < after:
                 # The writer's previous block is still on its way (a pipelined writer): wait for it.
                 waiting_since = waiting_since or time.monotonic()
@@ -364,6 +411,8 @@ class SegmentStore:
                                    scan_index_forward=False, limit=depth, consistent_read=True)
         for entry in entries:
             if (entry.writer, entry.first, entry.last) == (block.writer, block.first, block.last):
+                if self._chunks_over(meta.pk, entry.offset, entry.offset + 1):
+                    continue  # a stale claim inside a chunk, not where the block was committed
                 return int(entry.offset)
         return None
 
@@ -411,28 +460,33 @@ class SegmentStore:
             SegmentMeta.writers[block.writer].set(writer_state),
             SegmentMeta.rates.set(rates.to_item()),
         ]
+        if meta.content is None:
+            actions.append(SegmentMeta.content.set(block.content))  # the first append pins the kind
+        # Part of the advance's one condition, so pinning and checking the kind costs no request.
+        same_kind = SegmentMeta.content.does_not_exist() | (SegmentMeta.content == block.content)
         if block.data is not None:
             due = now if meta.inline_bytes + block.size >= self.settings.chunk_target else now + self.settings.tier_max_age_ms
             actions += [SegmentMeta.inline_bytes.add(block.size), SegmentMeta.tier_shard.set(TIER_SHARD),
                         SegmentMeta.tier_at.set(due if meta.tier_at is None else min(due, meta.tier_at))]
         try:
             meta.update(actions=actions,
-                        condition=(SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order)
+                        condition=(SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind)
             return True
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
         fresh = self._meta(meta.pk)
         if fresh.length == tail and not fresh.sealed:
-            # The claim breaks the writer's event order, which only a misbehaving writer can cause:
-            # release it so the tail is free again.
+            # The claim breaks the writer's event order (only a misbehaving writer causes that) or is of
+            # the other kind: release it so the tail is free again.
             self._release_claim(meta.pk, tail, block)
         return False
 
     def _release_claim(self, segment: str, offset: int, block: _Block) -> None:
         try:
             IndexEntry(segment, entry_key(offset)).delete(
-                condition=(IndexEntry.writer == block.writer) & (IndexEntry.size == block.size))
+                condition=(IndexEntry.writer == block.writer) & (IndexEntry.first == block.first)
+                & _holds(block.size, block.data, block.object_key, block.source))
         except DeleteError as e:
             if not _failed_condition(e):
                 raise
@@ -457,7 +511,7 @@ class SegmentStore:
                                   length=meta.length)
         end = min(meta.length, offset + max_bytes)
         try:
-            data = self._read_range(segment, offset, end) if end > offset else b""
+            data = self._read_range(segment, offset, end, self._may_have_chunks(meta, offset)) if end > offset else b""
         except _IndexGap:
             # A truncation released the range after the head record was read: say so, typed.
             start = self._meta(segment).start
@@ -480,11 +534,11 @@ class SegmentStore:
                             start_offset=meta.start)
         if end > meta.length or start > end:
             raise InvalidArgument(f"range [{start}, {end}) is not within the length {meta.length} of {segment}")
-        return self._plan(segment, start, end, 0)
+        return self._plan(segment, start, end, 0, self._may_have_chunks(meta, start))
 
-    def _plan(self, segment: str, start: int, end: int, shift: int) -> list[PlanPart]:
+    def _plan(self, segment: str, start: int, end: int, shift: int, chunked: bool = True) -> list[PlanPart]:
         parts: list[PlanPart] = []
-        for entry, lo, hi in self._covering(segment, start, end):
+        for entry, lo, hi in self._covering(segment, start, end, chunked):
             if entry.source is not None:
                 parts += self._plan(entry.source, lo - entry.offset, hi - entry.offset, shift + entry.offset)
             elif entry.object_key is not None:
@@ -493,7 +547,7 @@ class SegmentStore:
                 parts.append(PlanPart(lo + shift, hi - lo))
         return parts
 
-    def _read_range(self, segment: str, start: int, end: int) -> bytes:
+    def _read_range(self, segment: str, start: int, end: int, chunked: bool = True) -> bytes:
         parts: list[bytes] = []
         pending: list[tuple[str, int, int]] = []  # adjacent ranges of one S3 object, fetched in one GET
 
@@ -503,7 +557,7 @@ class SegmentStore:
                 parts.append(self._get_object_range(key, lo, hi))
                 pending.clear()
 
-        for entry, lo, hi in self._covering(segment, start, end):
+        for entry, lo, hi in self._covering(segment, start, end, chunked):
             if entry.data is not None:
                 flush()
                 parts.append(entry.data[lo - entry.offset:hi - entry.offset])
@@ -519,28 +573,81 @@ class SegmentStore:
         flush()
         return b"".join(parts)
 
-    def _covering(self, segment: str, start: int, end: int) -> Iterator[tuple[IndexEntry, int, int]]:
-        """The entries covering [start, end) in order, each with the sub-range it contributes.
+    @staticmethod
+    def _may_have_chunks(meta: SegmentMeta, offset: int) -> bool:
+        """Whether a chunk may cover bytes at or above ``offset`` below the length read with ``meta``:
+        not if no chunk reaches that far and no inline entry is left that tiering could pack meanwhile.
+        Reads of segments written in large blocks skip the chunk query that way."""
+        return meta.inline_bytes > 0 or (meta.chunk_end or 0) > offset
 
-        Stale entries (inside a larger entry that replaced them) are skipped. If the index changes
-        under the scan (tiering replaced a run of entries), a gap appears; the scan then looks the
-        missing offset up again, which finds the replacing entry.
+    def _covering(self, segment: str, start: int, end: int, chunked: bool = True) -> list[tuple[IndexEntry, int, int]]:
+        """The entries holding [start, end) in order, each with the sub-range it contributes."""
+        return self._scan(segment, start, end, chunked)[0]
+
+    def _scan(self, segment: str, start: int, end: int,
+              chunked: bool = True) -> tuple[list[tuple[IndexEntry, int, int]], list[IndexEntry]]:
+        """The chain of entries holding [start, end) (as ``_covering``), and the garbage met on the way:
+        ``e#`` entries that start inside a chunk (stale claims, or entries a tiering pass has not
+        deleted yet). ``chunked=False`` skips the chunk query where ``_may_have_chunks`` says none can be.
+
+        The ``e#`` entries are read before the chunks. A stale claim can only land on a key that tiering
+        freed after saving the chunk around it, so the chunk query, made later, sees that chunk; and a
+        chunk saved meanwhile holds the same bytes as the entries it replaces, which are deleted only
+        after it is saved, so tiering never opens a gap under a scan. A gap means a truncation
+        released the range meanwhile.
         """
         expected = start
+        garbage: dict[str, IndexEntry] = {}
+        parts: list[tuple[IndexEntry, int, int]] = []
         for _attempt in range(8):
-            for entry in self._entries_from(segment, expected, end):
+            entries = list(self._entries_from(segment, expected, end))
+            chunks = self._chunks_over(segment, expected, end) if chunked else []
+
+            def in_chunk(entry: IndexEntry) -> bool:
+                return any(c.offset <= entry.offset < c.end for c in chunks)  # noqa: B023 - used at once
+
+            garbage.update((e.sk, e) for e in entries if in_chunk(e))
+            live = sorted([e for e in entries if not in_chunk(e)] + chunks, key=lambda e: e.offset)
+            for entry in live:
                 if entry.end <= expected:
                     continue
                 if entry.offset > expected:
                     break  # a gap: look it up again
                 hi = min(entry.end, end)
-                yield entry, expected, hi
+                parts.append((entry, expected, hi))
                 expected = hi
                 if expected >= end:
-                    return
-            if expected >= end:
-                return
+                    return parts, list(garbage.values())
         raise _IndexGap(f"index of {segment} has no entry covering offset {expected}")
+
+    def _chunks_over(self, segment: str, start: int, end: int) -> list[IndexEntry]:
+        """The chunks overlapping [start, end), in offset order. Chunks never overlap each other (the
+        tiering fence), so the backward scan stops at the first one that ends at or below ``start``."""
+        found = []
+        for chunk in IndexEntry.query(segment, IndexEntry.sk.between(CHUNK_PREFIX, chunk_key(end - 1)),
+                                      scan_index_forward=False, consistent_read=True, page_size=8):
+            if chunk.end <= start:
+                break
+            found.append(chunk)
+        return found[::-1]
+
+    def _index_items(self, segment: str, prefix: str, below: int | None = None) -> list[IndexEntry]:
+        """Every ``e#`` or ``c#`` item of the segment (only those whose offset is below ``below``)."""
+        upper = (entry_key if prefix == ENTRY_PREFIX else chunk_key)(below - 1) if below is not None else prefix + "~"
+        if below is not None and below <= 0:
+            return []
+        return list(IndexEntry.query(segment, IndexEntry.sk.between(prefix, upper), consistent_read=True))
+
+    def _delete_unchanged(self, entry: IndexEntry) -> bool:
+        """Delete the item only if it is still exactly ``entry``; False if it changed or is gone."""
+        try:
+            entry.delete(condition=_holds(entry.size, entry.data, entry.object_key, entry.source)
+                         & (IndexEntry.offset == entry.offset) & (IndexEntry.created_ms == entry.created_ms))
+            return True
+        except DeleteError as e:
+            if _failed_condition(e):
+                return False
+            raise
 
     def _entries_from(self, segment: str, offset: int, end: int | None = None) -> Iterator[IndexEntry]:
         """Entries in offset order from the one covering ``offset`` (if any), stopping before ``end``.
@@ -577,21 +684,37 @@ class SegmentStore:
     def tier(self, segment: str) -> int:
         """Move committed inline entries into S3 chunks of about ``chunk_target`` bytes.
 
-        Steps, each safe to repeat: put the chunk object (deterministic key), replace the first entry
-        of the run by one entry for the whole chunk (conditional on it still being inline), delete the
-        run's other entries, then adjust the head record's inline byte count. A crash between steps
-        leaves stale entries inside the chunk's range, which readers skip and the next pass deletes.
-        Returns the number of bytes moved.
+        The pass first bumps the head record's tiering epoch, then scans; it saves each chunk (at
+        ``c#<offset>``) in one transaction with a check that the epoch is still its own, so a pass
+        that a newer one overtook saves nothing more and chunks never overlap. Each step is safe to
+        repeat: put the chunk object (deterministic key), save the chunk entry, delete the run's
+        entries (each only if unchanged), then adjust the head record's inline byte count. A crash
+        between steps leaves entries inside the chunk, which readers skip and the next pass deletes,
+        like stale claims. Returns the number of bytes moved.
         """
         try:
             meta = self._meta(segment)
-        except SegmentNotFound:
-            return 0
+            meta.update(actions=[SegmentMeta.tier_epoch.add(1)], condition=SegmentMeta.pk.exists())
+        except (SegmentNotFound, UpdateError) as e:
+            if isinstance(e, UpdateError) and not _failed_condition(e):
+                raise
+            return 0  # deleted
+        epoch = meta.tier_epoch
+        parts, garbage = self._scan(segment, meta.start, meta.length) if meta.length > meta.start else ([], [])
+        for entry in garbage:
+            self._delete_unchanged(entry)  # only the item: its object may be another entry's too
+        entries = [entry for entry, _, _ in parts]
         horizon = now_ms() - self.settings.tier_min_age_ms
         moved = 0
-        for run in self._inline_runs(segment, meta, horizon):
-            moved += self._tier_run(segment, run)
-        remaining = [e for e in self._entries_from(segment, meta.start, meta.length) if e.data is not None]
+        chunk_end = meta.chunk_end or 0
+        tiered: set[str] = set()
+        for run in self._inline_runs(entries, meta, horizon):
+            if not self._tier_run(segment, run, epoch, chunk_end):
+                return moved  # a newer pass took over; it finishes the job
+            moved += run[-1].end - run[0].offset
+            chunk_end = max(chunk_end, run[-1].end)
+            tiered.update(e.sk for e in run)
+        remaining = [e for e in entries if e.data is not None and e.sk not in tiered]
         actions = [SegmentMeta.inline_bytes.set(sum(e.size for e in remaining))]
         if remaining:
             oldest = min(e.created_ms for e in remaining)
@@ -603,24 +726,20 @@ class SegmentStore:
         try:
             # Only if no append committed since the scan: an inline append meanwhile has added its bytes
             # and kept the segment due; overwriting that would drop it from the tiering index for good.
-            meta.update(actions=actions, condition=SegmentMeta.length == meta.length)
+            # And only if no newer pass began, whose count this one would overwrite.
+            meta.update(actions=actions,
+                        condition=(SegmentMeta.length == meta.length) & (SegmentMeta.tier_epoch == epoch))
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
-        self._release_below(segment, meta.start)
+        self._release_below(segment)
         return moved
 
-    def _inline_runs(self, segment: str, meta: SegmentMeta, horizon: int) -> Iterator[list[IndexEntry]]:
+    def _inline_runs(self, entries: list[IndexEntry], meta: SegmentMeta, horizon: int) -> Iterator[list[IndexEntry]]:
         """Maximal runs of adjacent inline entries old enough to tier, each at most ``chunk_target``."""
         run: list[IndexEntry] = []
         size = 0
-        expected = None
-        for entry in self._entries_from(segment, meta.start, meta.length):
-            if expected is not None and entry.offset < expected:
-                if entry.data is not None:
-                    entry.delete()  # stale: inside a chunk written by an interrupted earlier pass
-                continue
-            expected = entry.end
+        for entry in entries:
             eligible = entry.data is not None and (meta.sealed or entry.created_ms <= horizon)
             if run and (not eligible or size + entry.size > self.settings.chunk_target):
                 yield run
@@ -631,37 +750,74 @@ class SegmentStore:
         if run:
             yield run
 
-    def _tier_run(self, segment: str, run: list[IndexEntry]) -> int:
+    def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int) -> bool:
+        """Pack one run into a chunk; False if a newer tiering pass began (nothing was saved)."""
         first, last = run[0], run[-1]
         key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}"
         self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=b"".join(e.data for e in run))
-        chunk = IndexEntry(segment, entry_key(first.offset), offset=first.offset, size=last.end - first.offset,
-                           object_key=key, writer=first.writer, first=first.first, last=last.last,
-                           created_ms=first.created_ms)
+        chunk = IndexEntry(segment, chunk_key(first.offset), offset=first.offset, size=last.end - first.offset,
+                           object_key=key, created_ms=now_ms())
+        fenced = SegmentMeta.tier_epoch == epoch
         try:
-            chunk.save(condition=IndexEntry.data.exists() & (IndexEntry.size == first.size))
-        except PutError as e:
-            if _failed_condition(e):
-                return 0  # another pass already replaced it
+            with TransactWrite(connection=IndexEntry._get_connection().connection) as transaction:
+                if chunk.end > chunk_end:
+                    transaction.update(SegmentMeta(segment, META_KEY), actions=[SegmentMeta.chunk_end.set(chunk.end)],
+                                       condition=fenced)
+                else:
+                    transaction.condition_check(SegmentMeta, segment, META_KEY, condition=fenced)
+                transaction.save(chunk, condition=IndexEntry.pk.does_not_exist())
+        except TransactWriteError as e:
+            if any(r is not None and r.code == "ConditionalCheckFailed" for r in e.cancellation_reasons):
+                return False
             raise
-        with IndexEntry.batch_write() as batch:
-            for entry in run[1:]:
-                batch.delete(entry)
-        return chunk.size
+        for entry in run:
+            self._delete_unchanged(entry)
+        return True
 
-    def _release_below(self, segment: str, start: int) -> None:
-        """Delete entries (and their objects and merged segments) lying wholly below ``start``."""
-        if start <= 0:
+    def _release_below(self, segment: str) -> None:
+        """Release what lies wholly below the start offset: objects, merged segments, index items.
+
+        Payload goes first, and only that of committed entries, found by following the chain up from
+        the head record's ``released`` offset (below it, payload is already gone). Then ``released``
+        moves up, and only then are the index items below it deleted, each only if unchanged. So a
+        key below the start is free only below ``released``, and a stale claim that lands there
+        later is deleted without its object, which the block's committed copy may still need.
+        A crash anywhere leaves work that the next truncation or tiering pass finishes.
+        """
+        try:
+            meta = self._meta(segment)
+        except SegmentNotFound:
             return
-        for entry in IndexEntry.query(segment, IndexEntry.sk.between(ENTRY_PREFIX, entry_key(start - 1)),
-                                      consistent_read=True):
-            if entry.end > start:
-                break
-            if entry.source:
-                self.delete(entry.source)
-            elif entry.object_key:
-                self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=entry.object_key)
-            entry.delete()
+        start, released = meta.start, meta.released
+        chunks = self._index_items(segment, CHUNK_PREFIX, below=start)
+        entries = self._index_items(segment, ENTRY_PREFIX, below=start)
+        if start > released:
+            def in_chunk(entry: IndexEntry) -> bool:
+                return any(c.offset <= entry.offset < c.end for c in chunks)
+
+            chain = sorted([e for e in entries if e.offset >= released and not in_chunk(e)] + chunks,
+                           key=lambda e: e.offset)
+            reached = released
+            for entry in chain:
+                if entry.end <= reached:
+                    continue
+                if entry.offset > reached or entry.end > start:
+                    break
+                if entry.source:
+                    self.delete(entry.source)
+                elif entry.object_key:
+                    self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=entry.object_key)
+                reached = entry.end
+            if reached > released:
+                try:
+                    meta.update(actions=[SegmentMeta.released.set(reached)], condition=SegmentMeta.released.does_not_exist() | (SegmentMeta.released < reached))
+                except UpdateError as e:
+                    if not _failed_condition(e):
+                        raise
+                released = reached
+        for item in entries + chunks:
+            if (item.offset < released) if not _is_chunk(item) else (item.end <= released):
+                self._delete_unchanged(item)
 
     # -- helpers -------------------------------------------------------------------------------
 

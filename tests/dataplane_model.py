@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import botocore.client
 
-from dataplane.models import ENTRY_PREFIX, META_KEY, IndexEntry, SegmentMeta
+from dataplane.models import CHUNK_PREFIX, ENTRY_PREFIX, META_KEY, IndexEntry, SegmentMeta
 from dataplane.segment_store import SegmentStore
 from rillet.errors import Truncated
 from rillet.framing import frame, unframe
@@ -140,8 +140,10 @@ def segment_events(store: SegmentStore, segment: str) -> list[bytes]:
 
 
 def index_entries(segment: str) -> list[IndexEntry]:
-    """The segment's raw index entries (stale ones included), in offset order."""
-    return list(IndexEntry.query(segment, IndexEntry.sk.startswith(ENTRY_PREFIX), consistent_read=True))
+    """The segment's raw index entries and chunks (stale ones included), in offset order."""
+    return sorted((e for prefix in (ENTRY_PREFIX, CHUNK_PREFIX)
+                   for e in IndexEntry.query(segment, IndexEntry.sk.startswith(prefix), consistent_read=True)),
+                  key=lambda e: e.offset)
 
 
 def head(segment: str) -> SegmentMeta:
