@@ -31,9 +31,9 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   connection, throttling) leaves the block unresolved, and it is sent again, same writer id, same
   event numbers, until an answer proves its outcome.
 * Its events fail only when an answer proves they are not stored (a 4xx such as InvalidArgument,
-  TooLarge, SegmentNotFound, or OutOfOrder once nothing before it is unresolved), or once
-  ``retry_timeout_s`` has passed since the block was first sent, with :class:`OutcomeUnknown`: they
-  may or may not be stored. A refusal that follows an unproven attempt proves nothing about that
+  TooLarge, SegmentNotFound, or OutOfOrder for an attempt sent when every block before it was
+  acknowledged), or once ``retry_timeout_s`` has passed since the block was first sent, with
+  :class:`OutcomeUnknown`: they may or may not be stored. A refusal that follows an unproven attempt proves nothing about that
   attempt, which may still be applied; so it fails the events with OutcomeUnknown too, unless it
   depends on the block's content alone (InvalidArgument, TooLarge: every attempt was refused).
 
