@@ -27,6 +27,7 @@ The rules, as in Pravega:
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -69,6 +70,8 @@ from rillet.stream_cut import segment_is_after, segment_is_before, validity_prob
 GROUP_KEY = "rg"
 LEASE_KEY = "lease"
 LEASE_SHARD = "reader-lease"  # the lease records' partition of the deadlines index
+# DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
+MAX_STATE_BYTES = 250_000
 
 
 class Held(BaseModel):
@@ -114,7 +117,12 @@ class GroupState(BaseModel):
     """The group's shared state: one DynamoDB item, so every collection in it is bounded by the group's
     present (its online readers and the segments of its streams' current epochs), never by its past:
     about 17 KB for 100 readers over a stream of 24 segments that completed 10,000 segments
-    (tests/integration/test_reader_group_bounds.py)."""
+    (tests/integration/test_reader_group_bounds.py). The ceiling, as JSON: about 250 bytes per live
+    segment (twice that while a checkpoint is outstanding, plus 100 in the last checkpoint's cut) and
+    100 per online reader (a 31-character stream name, 39-character reader ids): 1,000 readers on a
+    1,000-segment stream take
+    355 KB, 565 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
+    (a group of some 600 live segments), rather than failing in DynamoDB."""
 
     config: ReaderGroupConfig
     readers: dict[str, ReaderEntry] = {}  # online readers only: leaving, or an expired lease, removes one
@@ -480,9 +488,9 @@ class ReaderGroups:
             return False  # it exists: creating is idempotent, and its subscriptions stay as they are
         except ReaderGroupNotFound:
             pass
+        state = _storable(new_state(config, starts), f"reader group {scope}/{group}")
         self._subscribe(scope, group, config, starts, replace=False)
-        record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group,
-                                   state=new_state(config, starts).model_dump(mode="json"))
+        record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group, state=state)
         try:
             record.save(condition=ReaderGroupRecord.pk.does_not_exist())
             return True
@@ -658,7 +666,8 @@ class ReaderGroups:
             deadline = schedule_lease_check(new, _now())
             try:
                 with conditional("reader group state changed concurrently"):
-                    record.update(actions=[ReaderGroupRecord.state.set(new.model_dump(mode="json"))])
+                    record.update(actions=[ReaderGroupRecord.state.set(
+                        _storable(new, f"reader group {scope}/{group}"))])
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
@@ -692,4 +701,15 @@ class ReaderGroups:
 
 def _now() -> int:
     return int(time.time() * 1000)
+
+
+def _storable(state: GroupState, group: str) -> dict[str, Any]:
+    """The state as stored, or a typed refusal when it would not fit in its DynamoDB item."""
+    body = state.model_dump(mode="json")
+    size = len(json.dumps(body))
+    if size > MAX_STATE_BYTES:
+        raise IllegalState(f"{group} cannot take this change: its state would be {size} bytes, more than "
+                           f"{MAX_STATE_BYTES} (it grows with its online readers and its streams' live segments)",
+                           size=size)
+    return body
 

@@ -13,10 +13,12 @@ import time
 import uuid
 
 import boto3
+import pytest
 
 from controlplane.models import ReaderGroupRecord, reader_group_pk
 from controlplane.reader_groups import (
     GROUP_KEY,
+    MAX_STATE_BYTES,
     GroupState,
     ReaderGroups,
     add_reader,
@@ -25,6 +27,7 @@ from controlplane.reader_groups import (
     sync,
 )
 from rillet.api import SegmentOffset, SyncRequest
+from rillet.errors import IllegalState, ReaderGroupNotFound
 from rillet.models import ReaderGroupConfig, SegmentPosition, StreamRange, SuccessorInfo
 
 try:
@@ -161,3 +164,17 @@ def test_a_group_that_completed_10000_segments_with_100_readers_stays_under_64_k
     print(f"group record after {COMPLETED} completed segments, {READERS} readers: {size} bytes")
     assert size < ITEM_LIMIT, f"the group's record is {size} bytes"
     assert len(groups.state(unique, "g").readers) == READERS
+
+
+def test_a_group_too_large_for_its_item_is_refused_with_a_typed_error(deployment, unique):
+    """A group over a stream of 3,000 live segments does not fit in a DynamoDB item: creating it answers
+    IllegalState (409) saying so, not DynamoDB's validation failure (an opaque 500), and leaves nothing."""
+    scaling = Scaling(unique)
+    scaling.history = ScalingHistory.start([i / 3000 for i in range(3000)] + [1.0])
+    groups = ReaderGroups(_Streams(scaling), retention=None)
+    config = ReaderGroupConfig(streams=[StreamRange(scope=unique, stream="s")])
+    with pytest.raises(IllegalState) as refused:
+        groups.create(unique, "huge", config)
+    assert refused.value.details["size"] > MAX_STATE_BYTES
+    with pytest.raises(ReaderGroupNotFound):
+        groups.info(unique, "huge")
