@@ -14,7 +14,11 @@ import urllib3
 
 import rillet
 from rillet import api
+from rillet.errors import ERRORS_BY_CODE
 from rillet.framing import frame
+from rillet.transport import Transport
+from standalone.faults import FaultConfig, FaultRates
+from standalone.stack import Stack, StackConfig
 
 http = urllib3.PoolManager(retries=False, timeout=60)
 
@@ -214,3 +218,27 @@ def test_out_of_range_integers_in_json_bodies_are_typed_400s(data, path, body):
     url = f"{data['controller']}/v1/scopes/{data['scope']}/streams/s{path}"
     response = http.request("POST", url, body=json.dumps(body), headers={"content-type": "application/json"})
     assert_error(response.status, response.headers, response.data, 400, "InvalidArgument")
+
+
+# -- AWS trouble over the wire ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rates", "status", "code"), [
+    (FaultRates(throttle=1.0), 429, "Throttled"),
+    (FaultRates(server_error=1.0), 503, "ServiceUnavailable"),
+], ids=["throttled", "server-error"])
+def test_aws_trouble_reaches_the_client_as_a_typed_status_with_retry_after(rates, status, code):
+    """A stack whose read function sees every AWS request fail (standalone/faults.py): the gateway
+    carries the handler's typed answer and its Retry-After to the client, and the SDK raises the type."""
+    config = StackConfig.ephemeral(faults=FaultConfig(rates=rates, functions=("read",)))
+    config.workers = {"controller": 1, "append": 1, "read": 1}
+    with Stack(config) as stack:
+        manager = rillet.StreamManager(stack.controller_url)
+        manager.create_scope("faulty")
+        manager.create_stream("faulty", "s", rillet.StreamConfiguration())
+        read_url = rillet.Connection(stack.controller_url).controller.endpoints.read_url
+        response = http.request("GET", f"{read_url}/v1/segments/faulty/s/0/info")
+        assert_error(response.status, response.headers, response.data, status, code)
+        assert int(response.headers["retry-after"]) >= 1
+        with pytest.raises(ERRORS_BY_CODE[code]):
+            Transport(read_url, max_attempts=1).request("GET", "/v1/segments/faulty/s/0/info")
