@@ -142,17 +142,18 @@ def test_a_genuine_bug_is_still_a_bare_500(handlers, monkeypatch):
     assert "retry-after" not in headers
 
 
+@pytest.mark.parametrize("payload_size", [10, 10_000], ids=["inline-block", "s3-block"])
 @pytest.mark.parametrize(("lost", "status", "code"), [(False, 429, "Throttled"), (True, 503, "ServiceUnavailable")],
                          ids=["throttled-before-applied", "applied-then-answer-lost"])
 def test_an_append_failing_at_any_aws_step_then_repeated_is_stored_exactly_once(deployment, handlers, monkeypatch,
-                                                                                lost, status, code):
+                                                                                lost, status, code, payload_size):
     """Whichever AWS call of an append fails (throttled before it is applied, or applied and then its
     answer lost to a read timeout), the answer is a typed retryable status, and repeating the same request
     (same writer id and event numbers, as the writer does on an unknown outcome) stores the block once."""
     store = SegmentStore(deployment)
     monkeypatch.setattr(handlers["append"], "store", store)
     original = botocore.client.BaseClient._make_api_call
-    block = frame(b"one") + frame(b"two")
+    block = frame(b"1" * payload_size) + frame(b"2" * payload_size)
     headers = {api.WRITER_ID: "w", api.EVENT_NUMBER: "0", api.EVENT_COUNT: "2"}
     for failing_call in range(1, 30):
         segment = f"sc{uuid.uuid4().hex[:8]}/st/0"
@@ -181,4 +182,4 @@ def test_an_append_failing_at_any_aws_step_then_repeated_is_stored_exactly_once(
         assert store.read(segment, 0).data == block, f"AWS call {failing_call} failed"
     else:
         pytest.fail("an append made more than 29 AWS calls")
-    assert failing_call > 2  # the loop really failed several distinct steps
+    assert failing_call > 3  # the loop really failed every step: read, claim, commit (and the S3 put)
