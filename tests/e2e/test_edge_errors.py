@@ -1,6 +1,8 @@
 """The server's edges over real HTTP (standalone stack): a request whose body does not match its
-Content-Length never reaches a handler, and integers in headers, query strings and paths are bounded
-to what the store keeps (63 bits), so an out-of-range one is a typed 400, never a 500."""
+Content-Length never reaches a handler; integers in headers, query strings, paths and JSON bodies are
+bounded to 63 bits, so an out-of-range one is a typed 400, never a 500; a bad routing key is a typed
+error in the SDK; and AWS throttling or a transient failure reaches the client as 429/503 with
+Retry-After."""
 
 from __future__ import annotations
 
