@@ -1,6 +1,6 @@
 """``make bench``: run every benchmark and print its figures (docs/benchmarks.md records the latest)."""
 
-from bench import append_breakdown, control_ops, data_path, retention_cycle, spark_read
+from bench import append_breakdown, control_ops, data_path, fault_history, retention_cycle, spark_read
 
 
 def main() -> None:
@@ -15,6 +15,8 @@ def main() -> None:
     print(retention_cycle.report(retention_cycle.run(streams=1000)))
     print()
     print(control_ops.report(control_ops.run()))
+    print()
+    print(fault_history.report(fault_history.run()))
 
 
 if __name__ == "__main__":

@@ -95,7 +95,9 @@ def read_records(record_dir: str) -> Counter:
     return counts
 
 
-class _Injector:
+class FaultInjector:
+    """Draws and injects the faults of one process (its botocore clients share it)."""
+
     def __init__(self, config: FaultConfig) -> None:
         self.config = config
         # The seed fixes each worker's sequence of draws; which request gets which draw still depends
@@ -105,6 +107,11 @@ class _Injector:
         self.http = URLLib3Session(timeout=30)
         self.record = (Path(config.record_dir) / f"{config.function}-{os.getpid()}.faults"
                        if config.record_dir else None)
+
+    def attach(self, client) -> None:
+        """Inject into every request attempt of ``client`` (DynamoDB and S3 clients; others untouched)."""
+        if client.meta.service_model.service_name in ("dynamodb", "s3"):
+            client.meta.events.register("before-send", self.before_send)
 
     def draw(self, operation: str) -> str | None:
         r = self.config.rates
@@ -165,7 +172,7 @@ def _error_response(url: str, service: str, throttle: bool) -> AWSResponse:
     return AWSResponse(url, status, {"content-type": "application/x-amz-json-1.0"}, _Body(body))
 
 
-_installed: _Injector | None = None
+_installed: FaultInjector | None = None
 
 
 def install(config: FaultConfig) -> None:
@@ -173,7 +180,7 @@ def install(config: FaultConfig) -> None:
     global _installed
     if _installed is not None:
         raise RuntimeError("fault injection is already installed in this process")
-    _installed = injector = _Injector(config)
+    _installed = injector = FaultInjector(config)
     original = botocore.session.Session.create_client
     signature = inspect.signature(original)
     retries = Config(retries={"mode": "standard", "total_max_attempts": config.max_attempts})
@@ -183,8 +190,7 @@ def install(config: FaultConfig) -> None:
         given = bound.arguments.get("config")
         bound.arguments["config"] = given.merge(retries) if given is not None else retries
         client = original(*bound.args, **bound.kwargs)
-        if client.meta.service_model.service_name in ("dynamodb", "s3"):
-            client.meta.events.register("before-send", injector.before_send)
+        injector.attach(client)
         return client
 
     botocore.session.Session.create_client = create_client

@@ -9,7 +9,10 @@ Two independent parts:
 * :class:`History`: a recorder of acknowledged writes and of reads (with a global sequence number
   taken right after a read returns) and the checker of the reader-group guarantees over it: every
   acknowledged event read exactly once, nothing read that was not written, and per (writer, key) the
-  read order equals the write order.
+  read order equals the write order. With faults injected it also records failed writes: an event
+  whose future failed with anything but ``OutcomeUnknown`` claims to be not stored, so reading it is a
+  violation; an outcome-unknown event may or may not be read (at most once). :class:`Anomalies` counts
+  each kind of violation for the fault benchmark's report.
 """
 
 from __future__ import annotations
@@ -189,6 +192,29 @@ class Read:
     event: str
 
 
+@dataclass
+class Anomalies:
+    """What a history shows, by kind (event lists sorted; ``reordered_keys`` are "w<writer>:k<key>")."""
+
+    attempted: int
+    acknowledged: int
+    failed_not_stored: int  # futures failed with an error that claims the event is not stored
+    outcome_unknown: int  # futures failed with OutcomeUnknown
+    outcome_unknown_read: int  # ... of which the readers saw the event (allowed)
+    unresolved: list[str]  # futures that neither succeeded nor failed by the end of the run
+    lost: list[str]  # acknowledged, never read
+    duplicated: list[str]  # read more than once
+    reordered_keys: list[str]  # a (writer, key) whose events were read out of write order
+    failed_but_stored: list[str]  # failed as not stored, yet read
+    phantoms: list[str]  # read, never written
+    failure_types: dict[str, int]  # failed futures per error type
+
+    @property
+    def violations(self) -> int:
+        return (len(self.lost) + len(self.duplicated) + len(self.reordered_keys) + len(self.failed_but_stored)
+                + len(self.phantoms) + len(self.unresolved))
+
+
 class History:
     """Writes and reads of a concurrent run, recorded under one lock; ``check`` lists the violations."""
 
@@ -196,6 +222,7 @@ class History:
         self.lock = threading.Lock()
         self.attempted: set[str] = set()
         self.acknowledged: set[str] = set()
+        self.failed: dict[str, tuple[str, bool]] = {}  # event -> (error type, outcome unknown)
         self.write_order: dict[tuple[str, str], list[int]] = defaultdict(list)
         self.reads: list[Read] = []
         self.checkpoints: list[tuple[int, str, str]] = []  # (global seq, reader, checkpoint name)
@@ -210,6 +237,11 @@ class History:
     def acknowledge(self, event: str) -> None:
         with self.lock:
             self.acknowledged.add(event)
+
+    def fail(self, event: str, error_type: str, outcome_unknown: bool) -> None:
+        """The event's future failed: with ``outcome_unknown`` it may be stored, otherwise it must not be."""
+        with self.lock:
+            self.failed[event] = (error_type, outcome_unknown)
 
     def read(self, reader: str, event: str) -> int:
         with self.lock:
@@ -245,6 +277,9 @@ class History:
                     problems.append(f"{event} read but never written")
             for event in sorted(self.acknowledged - set(counts)):
                 problems.append(f"acknowledged {event} never read")
+            for event, (error_type, unknown) in sorted(self.failed.items()):
+                if not unknown and event in counts:
+                    problems.append(f"{event} failed with {error_type} (so not stored) but was read")
             last: dict[tuple[str, str], tuple[int, Read]] = {}
             for r in reads:
                 writer, key, seq = parse_event(r.event)
@@ -258,3 +293,31 @@ class History:
                 if seqs != sorted(seqs):
                     problems.append(f"{writer}:{key} written out of order by the test itself: {seqs}")
         return problems
+
+    def anomalies(self) -> Anomalies:
+        """The history's violations counted by kind (``check`` lists the same ones, one line each)."""
+        with self.lock:
+            reads = sorted(self.reads, key=lambda r: r.gseq)
+            counts = Counter(r.event for r in reads)
+            highest: dict[tuple[str, str], int] = {}
+            reordered: set[str] = set()
+            for r in reads:
+                writer, key, seq = parse_event(r.event)
+                if seq < highest.get((writer, key), -1):
+                    reordered.add(f"{writer}:{key}")
+                highest[(writer, key)] = max(seq, highest.get((writer, key), -1))
+            unknown = [e for e, (_, u) in self.failed.items() if u]
+            return Anomalies(
+                attempted=len(self.attempted),
+                acknowledged=len(self.acknowledged),
+                failed_not_stored=len(self.failed) - len(unknown),
+                outcome_unknown=len(unknown),
+                outcome_unknown_read=sum(1 for e in unknown if e in counts),
+                unresolved=sorted(self.attempted - self.acknowledged - set(self.failed)),
+                lost=sorted(self.acknowledged - set(counts)),
+                duplicated=sorted(e for e, n in counts.items() if n > 1),
+                reordered_keys=sorted(reordered),
+                failed_but_stored=sorted(e for e, (_, u) in self.failed.items() if not u and e in counts),
+                phantoms=sorted(e for e in counts if e not in self.attempted),
+                failure_types=dict(Counter(t for t, _ in self.failed.values())),
+            )

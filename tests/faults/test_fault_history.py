@@ -1,0 +1,154 @@
+"""Never lose, change, duplicate or reorder an event, with the AWS calls of every handler failing.
+
+The history run (bench/fault_history.py, small here, with a fixed seed) writes through the SDK into a
+standalone stack whose append, read and controller handlers see throttling, 5xx, resets, answers lost
+after the request was applied and crashes, while the stream scales twice and a reader group's members
+join, leave and rejoin; the History checker (tests/history.py) then requires every acknowledged
+event read exactly once, no event reported as not stored to be read, per-key write order, nothing
+read that was not written, and every future resolved. Before it, the injector's faults and the
+checker's verdicts are each pinned down on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+from standalone.faults import KINDS, FaultConfig, FaultInjector, FaultRates, InjectedCrash
+
+try:
+    from history import History, event_text
+except ModuleNotFoundError:  # tests/ is a package
+    from tests.history import History, event_text
+
+# -- the injector ------------------------------------------------------------------------------------
+
+
+def _client(deployment, service: str, rates: FaultRates | None = None):
+    client = boto3.session.Session().client(service, region_name=deployment.region,
+                                            endpoint_url=deployment.endpoint_url,
+                                            config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+    if rates is not None:
+        FaultInjector(FaultConfig(rates=rates)).attach(client)
+    return client
+
+
+def _stored(deployment, key: str) -> bool:
+    try:
+        _client(deployment, "s3").head_object(Bucket=deployment.bucket, Key=key)
+        return True
+    except ClientError:
+        return False
+
+
+@pytest.mark.parametrize(("service", "code"), [("s3", "SlowDown"), ("dynamodb", "ProvisionedThroughputExceededException")])
+def test_a_throttled_request_is_refused_as_aws_refuses_it(deployment, service, code):
+    client = _client(deployment, service, FaultRates(throttle=1.0))
+    with pytest.raises(ClientError) as refused:
+        if service == "s3":
+            client.put_object(Bucket=deployment.bucket, Key=f"faults/{uuid.uuid4()}", Body=b"x")
+        else:
+            client.describe_table(TableName=deployment.metadata_table)
+    assert refused.value.response["Error"]["Code"] == code
+
+
+def test_a_reset_is_not_applied_and_a_lost_answer_is(deployment):
+    not_sent, applied = f"faults/{uuid.uuid4()}", f"faults/{uuid.uuid4()}"
+    with pytest.raises(ConnectionClosedError):
+        _client(deployment, "s3", FaultRates(reset=1.0)).put_object(Bucket=deployment.bucket, Key=not_sent, Body=b"x")
+    with pytest.raises(ReadTimeoutError):
+        _client(deployment, "s3", FaultRates(answer_lost=1.0)).put_object(Bucket=deployment.bucket, Key=applied,
+                                                                          Body=b"x")
+    assert not _stored(deployment, not_sent)
+    assert _stored(deployment, applied)
+
+
+def test_a_crash_escapes_any_except_exception_and_hits_only_mutating_requests(deployment):
+    client = _client(deployment, "s3", FaultRates(crash=1.0))
+    client.list_objects_v2(Bucket=deployment.bucket, Prefix="faults/")  # a read: never crashes
+    keys = [f"faults/{uuid.uuid4()}" for _ in range(12)]
+    for key in keys:
+        with pytest.raises(InjectedCrash):
+            try:
+                client.put_object(Bucket=deployment.bucket, Key=key, Body=b"x")
+            except Exception:  # noqa: BLE001 - what handler code would write
+                pytest.fail("an injected crash was caught as an Exception")
+    stored = [_stored(deployment, key) for key in keys]
+    assert any(stored) and not all(stored)  # crashes both before and after the request was applied
+
+
+# -- the checker -------------------------------------------------------------------------------------
+
+
+def test_the_checker_counts_each_kind_of_anomaly():
+    h = History()
+    events = [event_text(0, 0, seq) for seq in range(6)]
+    for e in events:
+        h.attempt(e)
+    h.acknowledge(events[0])
+    h.acknowledge(events[1])
+    h.acknowledge(events[2])  # lost: never read
+    h.fail(events[3], "ServiceUnavailable", outcome_unknown=False)  # claims not stored, yet read
+    h.fail(events[4], "OutcomeUnknown", outcome_unknown=True)  # read: allowed
+    # events[5] never resolves
+    for e in (events[1], events[0], events[1], events[3], events[4], "w9:k0:0"):
+        h.read("r", e)
+    a = h.anomalies()
+    assert (a.lost, a.duplicated, a.reordered_keys) == ([events[2]], [events[1]], ["w0:k0"])
+    assert (a.failed_but_stored, a.phantoms, a.unresolved) == ([events[3]], ["w9:k0:0"], [events[5]])
+    assert (a.failed_not_stored, a.outcome_unknown, a.outcome_unknown_read) == (1, 1, 1)
+    assert a.violations == 6
+    assert any("failed with ServiceUnavailable (so not stored) but was read" in p for p in h.check())
+
+
+def test_an_unknown_outcome_may_be_missing_and_a_known_failure_must_be():
+    h = History()
+    stored, missing, refused = event_text(0, 0, 0), event_text(0, 0, 1), event_text(0, 0, 2)
+    for e in (stored, missing, refused):
+        h.attempt(e)
+    h.acknowledge(stored)
+    h.fail(missing, "OutcomeUnknown", outcome_unknown=True)
+    h.fail(refused, "SegmentNotFound", outcome_unknown=False)
+    h.read("r", stored)
+    assert h.check() == [] and h.anomalies().violations == 0
+
+
+# -- the whole history -------------------------------------------------------------------------------
+
+SMALL = {"writers": 3, "events_per_writer": 60, "keys_per_writer": 3, "scales": 2, "seed": 7,
+         "writer_retry_timeout_s": 10.0, "deadline_s": 150.0}
+
+
+def _run_history() -> tuple[dict, str]:
+    """The small run in its own interpreter (it binds the models to its stack, as ``python -m`` would):
+    the result as JSON, and the printed figures for the failure messages."""
+    code = ("import dataclasses, json; from bench import fault_history as f; "
+            f"r = f.run(f.Settings(**{SMALL!r})); print(f.report(r)); print(json.dumps(dataclasses.asdict(r)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=False,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    *figures, result = done.stdout.strip().splitlines()
+    return json.loads(result), "\n".join(figures)
+
+
+@pytest.mark.timeout(420)
+def test_no_event_is_lost_duplicated_reordered_or_misreported_under_injected_faults():
+    result, figures = _run_history()
+    a = result["anomalies"]
+    assert not result["notes"], figures
+    for kind in ("unresolved", "lost", "duplicated", "reordered_keys", "failed_but_stored", "phantoms"):
+        assert a[kind] == [], f"{kind}:\n{figures}"
+    assert a["attempted"] == SMALL["writers"] * SMALL["events_per_writer"], figures
+    assert a["acknowledged"] > 0, figures
+    assert len(result["scales"]) == SMALL["scales"], figures
+    assert all(result["faults"].get(kind, 0) > 0 for kind in KINDS), figures
+    assert [m.split()[:2] for m in result["membership"] if m.startswith("r1")] == [
+        ["r1", "joined"], ["r1", "left"], ["r1", "joined"], ["r1", "left"]], figures
