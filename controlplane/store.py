@@ -44,8 +44,11 @@ _CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
 def failed_condition(error: PutError | UpdateError) -> bool:
-    """Whether a write was refused only because its condition did not hold (a race, not a fault)."""
-    return error.cause_response_code == _CONDITION_FAILED
+    """Whether a write was refused only because its condition did not hold (a race, not a fault).
+
+    PynamoDB's ``cause_response_code`` raises AttributeError when the cause carries no response (a
+    read timeout, a reset connection); ``getattr`` turns that into "not a failed condition"."""
+    return getattr(error, "cause_response_code", None) == _CONDITION_FAILED
 
 
 @contextmanager
