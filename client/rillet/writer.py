@@ -35,7 +35,9 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   acknowledged), or once ``retry_timeout_s`` has passed since the block was first sent, with
   :class:`OutcomeUnknown`: they may or may not be stored. A refusal that follows an unproven attempt proves nothing about that
   attempt, which may still be applied; so it fails the events with OutcomeUnknown too, unless it
-  depends on the block's content alone (InvalidArgument, TooLarge: every attempt was refused).
+  depends on the block's content alone (InvalidArgument, TooLarge: every attempt was refused). An
+  exception that is no answer at all (a fault in the SDK itself) ends the block at once, as
+  OutcomeUnknown, so that ``flush()`` never waits on it.
 
 What happens to the blocks behind a block that failed (same segment and writer id; they name it with
 ``after``, so none of them can commit before it does):
