@@ -1,7 +1,11 @@
-"""The Dagster code location: every Rillet background job, sensor and schedule, with its resources."""
+"""The Dagster code location: every Rillet background job, sensor and schedule, with its resources.
+
+Every job runs its ops in the run's own process: the ops are a few DynamoDB and S3 requests, so a
+process per op (Dagster's default executor) would only add load.
+"""
 
 
-from dagster import Definitions
+from dagster import Definitions, in_process_executor
 
 from dagster_project.autoscale import autoscale_sensor, scale_stream_job
 from dagster_project.exports import stream_export
@@ -25,4 +29,5 @@ defs = Definitions(
     sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor, autoscale_sensor, watermark_sensor,
              reader_lease_sensor],
     resources={"rillet": RilletDeployment.from_env()},
+    executor=in_process_executor,
 )

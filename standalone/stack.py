@@ -26,6 +26,14 @@ from standalone.moto_server import MotoServer, RequestMeter
 from standalone.resources import create_resources
 
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "standalone", "AWS_SECRET_ACCESS_KEY": "standalone"}
+# Runs queue and at most two run at once: each is a process, and a laptop has a few cores.
+DAGSTER_INSTANCE = """\
+telemetry:
+  enabled: false
+concurrency:
+  runs:
+    max_concurrent_runs: 2
+"""
 
 
 @dataclass
@@ -113,7 +121,7 @@ class Stack:
     def _start_dagster(self, env: dict[str, str]) -> None:
         self.dagster_home = tempfile.mkdtemp(prefix="rillet-dagster-")
         with open(os.path.join(self.dagster_home, "dagster.yaml"), "w") as f:
-            f.write("telemetry:\n  enabled: false\n")
+            f.write(DAGSTER_INSTANCE)
         self._dagster_port = self.config.dagster_port or _free_port(self.config.host)
         intervals = {f"RILLET_{k.upper()}_INTERVAL_S": str(v) for k, v in self.config.sensor_intervals_s.items()}
         child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home,

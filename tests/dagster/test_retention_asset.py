@@ -1,4 +1,4 @@
-"""The retention asset, its check, job and schedule, with Dagster's test APIs against moto (isolated tables).
+"""The retention asset, its check and job (the schedule: test_retention_schedule.py), with Dagster's test APIs against moto (isolated tables).
 
 The ``isolated`` tables are shared by the Dagster tests of a session, so a bucket may hold other
 tests' streams: the assertions look at this test's streams only, and streams that would make a
@@ -7,18 +7,17 @@ later check fail are deleted at the end.
 
 from __future__ import annotations
 
-import datetime
 import time
 import uuid
 
 import pytest
-from dagster import AssetCheckSeverity, Definitions, RunRequest, build_schedule_context, materialize
+from dagster import AssetCheckSeverity, Definitions, materialize
 
 from controlplane.models import SubscriberRecord
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
 from controlplane.streams import RETENTION_BUCKETS, _bucket
-from dagster_project.retention import retention_job, retention_schedule, stream_retention
+from dagster_project.retention import retention_job, stream_retention
 from rillet.framing import frame
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from rillet.names import segment_name
@@ -167,23 +166,6 @@ def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated,
         assert evaluation.passed is False
     finally:
         _drop(controller, unique, "s")
-
-
-def test_schedule_requests_one_run_per_bucket_with_distinct_run_keys():
-    at = datetime.datetime(2025, 3, 1, 12, 30, tzinfo=datetime.UTC)
-    with build_schedule_context(scheduled_execution_time=at) as context:
-        requests = list(retention_schedule(context))
-    assert all(isinstance(r, RunRequest) for r in requests)
-    assert sorted(r.partition_key for r in requests) == sorted(str(b) for b in range(RETENTION_BUCKETS))
-    assert len({r.run_key for r in requests}) == RETENTION_BUCKETS
-    # the next tick gets new run keys (a run key is never reused across ticks), the same tick the same ones
-    later = at + datetime.timedelta(minutes=30)
-    with build_schedule_context(scheduled_execution_time=later) as context:
-        next_keys = {r.run_key for r in retention_schedule(context)}
-    assert len(next_keys) == RETENTION_BUCKETS and not next_keys & {r.run_key for r in requests}
-    with build_schedule_context(scheduled_execution_time=at) as context:
-        assert {r.run_key for r in retention_schedule(context)} == {r.run_key for r in requests}
-    assert retention_schedule.job_name == retention_job.name
 
 
 def test_every_bucket_is_reachable():
