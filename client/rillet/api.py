@@ -6,7 +6,11 @@ named here.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rillet.errors import InvalidArgument
 
 from rillet.models import (
     ReaderGroupConfig,
@@ -41,7 +45,17 @@ SEGMENT_ID_MAX = 2**64 - 1
 
 
 class _Body(BaseModel):
+    """A request or response body. A value out of range is the typed InvalidArgument the server answers
+    (400), wherever the body is built: in an SDK call, in domain code, or parsed from the wire."""
+
     model_config = ConfigDict(extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5])
+            raise InvalidArgument(f"invalid {type(self).__name__}: {problems}") from None
 
 
 class CreateScopeRequest(_Body):
