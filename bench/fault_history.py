@@ -36,7 +36,7 @@ from rillet import ScalingPolicy, StreamConfiguration, UTF8StringSerializer
 from rillet.reader_group import ReaderGroupManager, group_config
 from standalone.faults import KINDS, FaultConfig, FaultRates, read_records
 from standalone.stack import Stack, StackConfig
-from tests.history import Anomalies, History, event_text
+from tests.history import Anomalies, History, event_text, failure_outcome
 
 ISSUE_RATES = FaultRates(throttle=0.30, server_error=0.05, reset=0.05, answer_lost=0.05, crash=0.03)
 SER = UTF8StringSerializer()
@@ -162,7 +162,7 @@ class _Run:
         if error is None:
             self.history.acknowledge(event)
         else:
-            self.history.fail(event, type(error).__name__, isinstance(error, rillet.OutcomeUnknown))
+            self.history.fail(event, type(error).__name__, failure_outcome(error))
 
     def retire(self, w: int, writer: rillet.EventStreamWriter, futures: list[Future]) -> None:
         """Wait (until the run's deadline) for the writer's futures, then close it; a writer whose futures
@@ -308,6 +308,7 @@ def report(result: Result) -> str:
         f"  acknowledged              {a.acknowledged}",
         f"  failed, known not stored  {a.failed_not_stored}",
         f"  outcome unknown           {a.outcome_unknown} ({a.outcome_unknown_read} of them read)",
+        f"  failed, proving nothing   {examples(a.failed_unproven)}",
         f"  unresolved futures        {examples(a.unresolved)}",
         f"  lost                      {examples(a.lost)}",
         f"  duplicated                {examples(a.duplicated)}",

@@ -10,9 +10,10 @@ Two independent parts:
   taken right after a read returns) and the checker of the reader-group guarantees over it: every
   acknowledged event read exactly once, nothing read that was not written, and per (writer, key) the
   read order equals the write order. With faults injected it also records failed writes: an event
-  whose future failed with anything but ``OutcomeUnknown`` claims to be not stored, so reading it is a
-  violation; an outcome-unknown event may or may not be read (at most once). :class:`Anomalies` counts
-  each kind of violation for the fault benchmark's report.
+  whose future failed with a typed refusal is known not to be stored, so reading it is a violation;
+  one that failed with ``OutcomeUnknown`` may or may not be read (at most once); a failure that proves
+  neither (a 5xx, a throttle, a transport error) breaks the outcome rule by itself. :class:`Anomalies`
+  counts each kind of violation for the fault benchmark's report.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
+import rillet
 from rillet.keyspace import segment_id
 from rillet.models import SegmentPosition, SegmentRange
 from rillet.stream_cut import StreamCut
@@ -192,6 +194,20 @@ class Read:
     event: str
 
 
+NOT_STORED, UNKNOWN, UNPROVEN = "not stored", "unknown", "unproven"  # what a failed future claims
+
+
+def failure_outcome(error: BaseException) -> str:
+    """What a failed future claims. OutcomeUnknown: maybe stored. A typed refusal (a 4xx that repeating
+    cannot change) proves the event is not stored. Anything else (a 5xx, a throttle, a transport or
+    untyped error) proves nothing, which the outcome rule does not allow a future to fail with."""
+    if isinstance(error, rillet.OutcomeUnknown):
+        return UNKNOWN
+    if isinstance(error, rillet.RilletError) and 400 <= error.status < 500 and not error.retryable:
+        return NOT_STORED
+    return UNPROVEN
+
+
 @dataclass
 class Anomalies:
     """What a history shows, by kind (event lists sorted; ``reordered_keys`` are "w<writer>:k<key>")."""
@@ -201,18 +217,19 @@ class Anomalies:
     failed_not_stored: int  # futures failed with an error that claims the event is not stored
     outcome_unknown: int  # futures failed with OutcomeUnknown
     outcome_unknown_read: int  # ... of which the readers saw the event (allowed)
+    failed_unproven: list[str]  # futures failed with an error that proves nothing (should be OutcomeUnknown)
     unresolved: list[str]  # futures that neither succeeded nor failed by the end of the run
     lost: list[str]  # acknowledged, never read
     duplicated: list[str]  # read more than once
     reordered_keys: list[str]  # a (writer, key) whose events were read out of write order
-    failed_but_stored: list[str]  # failed as not stored, yet read
+    failed_but_stored: list[str]  # failed with anything but OutcomeUnknown, yet read
     phantoms: list[str]  # read, never written
     failure_types: dict[str, int]  # failed futures per error type
 
     @property
     def violations(self) -> int:
         return (len(self.lost) + len(self.duplicated) + len(self.reordered_keys) + len(self.failed_but_stored)
-                + len(self.phantoms) + len(self.unresolved))
+                + len(self.phantoms) + len(self.unresolved) + len(self.failed_unproven))
 
 
 class History:
@@ -222,7 +239,7 @@ class History:
         self.lock = threading.Lock()
         self.attempted: set[str] = set()
         self.acknowledged: set[str] = set()
-        self.failed: dict[str, tuple[str, bool]] = {}  # event -> (error type, outcome unknown)
+        self.failed: dict[str, tuple[str, str]] = {}  # event -> (error type, NOT_STORED/UNKNOWN/UNPROVEN)
         self.write_order: dict[tuple[str, str], list[int]] = defaultdict(list)
         self.reads: list[Read] = []
         self.checkpoints: list[tuple[int, str, str]] = []  # (global seq, reader, checkpoint name)
@@ -238,10 +255,10 @@ class History:
         with self.lock:
             self.acknowledged.add(event)
 
-    def fail(self, event: str, error_type: str, outcome_unknown: bool) -> None:
-        """The event's future failed: with ``outcome_unknown`` it may be stored, otherwise it must not be."""
+    def fail(self, event: str, error_type: str, outcome: str) -> None:
+        """The event's future failed, claiming ``outcome``: NOT_STORED, UNKNOWN or UNPROVEN."""
         with self.lock:
-            self.failed[event] = (error_type, outcome_unknown)
+            self.failed[event] = (error_type, outcome)
 
     def read(self, reader: str, event: str) -> int:
         with self.lock:
@@ -277,9 +294,12 @@ class History:
                     problems.append(f"{event} read but never written")
             for event in sorted(self.acknowledged - set(counts)):
                 problems.append(f"acknowledged {event} never read")
-            for event, (error_type, unknown) in sorted(self.failed.items()):
-                if not unknown and event in counts:
-                    problems.append(f"{event} failed with {error_type} (so not stored) but was read")
+            for event, (error_type, outcome) in sorted(self.failed.items()):
+                if outcome != UNKNOWN and event in counts:
+                    problems.append(f"{event} failed with {error_type} (not OutcomeUnknown) but was read")
+                if outcome == UNPROVEN:
+                    problems.append(f"{event} failed with {error_type}, which proves nothing: it should have "
+                                    "been resent, or ended as OutcomeUnknown")
             last: dict[tuple[str, str], tuple[int, Read]] = {}
             for r in reads:
                 writer, key, seq = parse_event(r.event)
@@ -306,18 +326,19 @@ class History:
                 if seq < highest.get((writer, key), -1):
                     reordered.add(f"{writer}:{key}")
                 highest[(writer, key)] = max(seq, highest.get((writer, key), -1))
-            unknown = [e for e, (_, u) in self.failed.items() if u]
+            unknown = [e for e, (_, o) in self.failed.items() if o == UNKNOWN]
             return Anomalies(
                 attempted=len(self.attempted),
                 acknowledged=len(self.acknowledged),
-                failed_not_stored=len(self.failed) - len(unknown),
+                failed_not_stored=sum(1 for _, o in self.failed.values() if o == NOT_STORED),
                 outcome_unknown=len(unknown),
                 outcome_unknown_read=sum(1 for e in unknown if e in counts),
+                failed_unproven=sorted(e for e, (_, o) in self.failed.items() if o == UNPROVEN),
                 unresolved=sorted(self.attempted - self.acknowledged - set(self.failed)),
                 lost=sorted(self.acknowledged - set(counts)),
                 duplicated=sorted(e for e, n in counts.items() if n > 1),
                 reordered_keys=sorted(reordered),
-                failed_but_stored=sorted(e for e, (_, u) in self.failed.items() if not u and e in counts),
+                failed_but_stored=sorted(e for e, (_, o) in self.failed.items() if o != UNKNOWN and e in counts),
                 phantoms=sorted(e for e in counts if e not in self.attempted),
                 failure_types=dict(Counter(t for t, _ in self.failed.values())),
             )

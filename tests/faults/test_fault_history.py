@@ -22,12 +22,14 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
+import rillet
+from rillet.errors import ServiceUnavailable
 from standalone.faults import KINDS, FaultConfig, FaultInjector, FaultRates, InjectedCrash
 
 try:
-    from history import History, event_text
+    from history import NOT_STORED, UNKNOWN, UNPROVEN, History, event_text, failure_outcome
 except ModuleNotFoundError:  # tests/ is a package
-    from tests.history import History, event_text
+    from tests.history import NOT_STORED, UNKNOWN, UNPROVEN, History, event_text, failure_outcome
 
 # -- the injector ------------------------------------------------------------------------------------
 
@@ -96,17 +98,28 @@ def test_the_checker_counts_each_kind_of_anomaly():
     h.acknowledge(events[0])
     h.acknowledge(events[1])
     h.acknowledge(events[2])  # lost: never read
-    h.fail(events[3], "ServiceUnavailable", outcome_unknown=False)  # claims not stored, yet read
-    h.fail(events[4], "OutcomeUnknown", outcome_unknown=True)  # read: allowed
-    # events[5] never resolves
+    h.fail(events[3], "SegmentNotFound", NOT_STORED)  # claims not stored, yet read
+    h.fail(events[4], "OutcomeUnknown", UNKNOWN)  # read: allowed
+    h.fail(events[5], "ServiceUnavailable", UNPROVEN)  # a 503 proves nothing, read or not
     for e in (events[1], events[0], events[1], events[3], events[4], "w9:k0:0"):
         h.read("r", e)
+    h.attempt(event_text(0, 1, 0))  # never resolves
     a = h.anomalies()
     assert (a.lost, a.duplicated, a.reordered_keys) == ([events[2]], [events[1]], ["w0:k0"])
-    assert (a.failed_but_stored, a.phantoms, a.unresolved) == ([events[3]], ["w9:k0:0"], [events[5]])
-    assert (a.failed_not_stored, a.outcome_unknown, a.outcome_unknown_read) == (1, 1, 1)
-    assert a.violations == 6
-    assert any("failed with ServiceUnavailable (so not stored) but was read" in p for p in h.check())
+    assert (a.failed_but_stored, a.phantoms, a.unresolved) == ([events[3]], ["w9:k0:0"], [event_text(0, 1, 0)])
+    assert (a.failed_not_stored, a.outcome_unknown, a.outcome_unknown_read, a.failed_unproven) == (1, 1, 1, [events[5]])
+    assert a.violations == 7
+    problems = h.check()
+    assert any("failed with SegmentNotFound (not OutcomeUnknown) but was read" in p for p in problems)
+    assert any("failed with ServiceUnavailable, which proves nothing" in p for p in problems)
+
+
+@pytest.mark.parametrize(("error", "outcome"), [
+    (rillet.OutcomeUnknown("deadline passed"), UNKNOWN), (rillet.SegmentNotFound("gone"), NOT_STORED),
+    (ServiceUnavailable("503"), UNPROVEN), (rillet.Throttled("429"), UNPROVEN),
+    (rillet.RilletError("append failed: reset"), UNPROVEN), (ConnectionError("reset"), UNPROVEN)])
+def test_a_failure_claims_not_stored_only_when_it_is_a_typed_refusal(error, outcome):
+    assert failure_outcome(error) == outcome
 
 
 def test_an_unknown_outcome_may_be_missing_and_a_known_failure_must_be():
@@ -115,8 +128,8 @@ def test_an_unknown_outcome_may_be_missing_and_a_known_failure_must_be():
     for e in (stored, missing, refused):
         h.attempt(e)
     h.acknowledge(stored)
-    h.fail(missing, "OutcomeUnknown", outcome_unknown=True)
-    h.fail(refused, "SegmentNotFound", outcome_unknown=False)
+    h.fail(missing, "OutcomeUnknown", UNKNOWN)
+    h.fail(refused, "SegmentNotFound", NOT_STORED)
     h.read("r", stored)
     assert h.check() == [] and h.anomalies().violations == 0
 
