@@ -1,6 +1,14 @@
 """``make bench``: run every benchmark and print its figures (docs/benchmarks.md records the latest)."""
 
-from bench import append_breakdown, control_ops, data_path, fault_history, retention_cycle, spark_read
+from bench import (
+    append_breakdown,
+    control_ops,
+    data_path,
+    fault_history,
+    reader_group_state,
+    retention_cycle,
+    spark_read,
+)
 
 
 def main() -> None:
@@ -15,6 +23,8 @@ def main() -> None:
     print(retention_cycle.report(retention_cycle.run(streams=1000)))
     print()
     print(control_ops.report(control_ops.run()))
+    print()
+    print(reader_group_state.report(reader_group_state.run()))
     print()
     print(fault_history.report(fault_history.run()))
 

@@ -1,0 +1,127 @@
+"""What a reader group's shared state costs: its record's size, and the writes its readers cause.
+
+Every sync rewrites the group's record, and DynamoDB charges a write by the item's size (1 KB units),
+so the record's size is the cost of a reader's sync. The groups here run through the pure transitions
+of controlplane.reader_groups (no AWS): a stream that keeps scaling (splits while narrower than
+``width`` segments, merges otherwise) is read by ``readers`` readers until ``completed`` segments were
+read to their end (a scale event every ``scale_every_s``: the history is compressed in time, which
+changes no figure); every reader syncs every ``refresh_s`` meanwhile, and the benchmark counts how
+often the group's lease record (the reader-lease job's index entry) had to be rewritten.
+Run: ``.venv/bin/python -m bench.reader_group_state``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+
+from controlplane.reader_groups import add_reader, initiate_checkpoint, new_state, schedule_lease_check, sync
+from rillet.api import SegmentOffset, SyncRequest
+from rillet.keyspace import segment_id
+from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamRange, SuccessorInfo
+
+STREAM = "bench-scope/bench-stream"
+
+
+@dataclass
+class Figures:
+    readers: int
+    width: int
+    completed: int
+    record_bytes: int
+    write_units_per_sync: int
+    lease_writes_per_reader_sync: float
+
+
+class _Stream:
+    """Segments with key ranges through scale events, answering successors as the controller does."""
+
+    def __init__(self, width: int, seed: int) -> None:
+        self.random, self.width, self.count = random.Random(seed), width, 0
+        self.current = [self._new(0, i / width, (i + 1) / width) for i in range(width)]
+        self.epoch = 0
+        self.successors_of: dict[int, list[SegmentRange]] = {}
+        self.predecessors_of: dict[int, list[SegmentRange]] = {}
+
+    def _new(self, epoch: int, low: float, high: float) -> SegmentRange:
+        self.count += 1
+        return SegmentRange(segment_id=segment_id(epoch, self.count - 1), low=low, high=high)
+
+    def scale(self) -> set[int]:
+        self.epoch += 1
+        if len(self.current) < self.width or self.random.random() < 0.3:
+            at, count = self.random.randrange(len(self.current)), 1
+            s = self.current[at]
+            created = [self._new(self.epoch, s.low, (s.low + s.high) / 2), self._new(self.epoch, (s.low + s.high) / 2, s.high)]
+        else:
+            at, count = self.random.randrange(len(self.current) - 1), 2
+            created = [self._new(self.epoch, self.current[at].low, self.current[at + 1].high)]
+        sealed = self.current[at:at + count]
+        self.current[at:at + count] = created
+        for old in sealed:
+            self.successors_of[old.segment_id] = [c for c in created if c.low < old.high and old.low < c.high]
+        for new in created:
+            self.predecessors_of[new.segment_id] = [p for p in sealed if p.low < new.high and new.low < p.high]
+        return {s.segment_id for s in sealed}
+
+    def successors(self, stream: str, sid: int) -> list[SuccessorInfo]:
+        return [SuccessorInfo(segment=c, predecessors=self.predecessors_of[c.segment_id])
+                for c in self.successors_of.get(sid, [])]
+
+
+def run_one(readers: int, width: int, completed: int, refresh_s: float = 3.0, scale_every_s: float = 3.0,
+            seed: int = 1) -> Figures:
+    stream = _Stream(width, seed)
+    config = ReaderGroupConfig(streams=[StreamRange(scope="bench-scope", stream="bench-stream")],
+                               automatic_checkpoint_interval_ms=30_000, group_refresh_time_ms=int(refresh_s * 1000))
+    state = new_state(config, {STREAM: [SegmentPosition(segment=s, offset=0) for s in stream.current]})
+    names = [f"reader-{stream.random.getrandbits(128):032x}" for _ in range(readers)]
+    now = 1_800_000_000_000
+    for name in names:
+        add_reader(state, name, now)
+    syncs = lease_writes = done = 0
+    largest = 0
+    next_scale = now + scale_every_s * 1000
+    while done < completed:
+        now += int(refresh_s * 1000 / readers)  # the readers' syncs, spread over each refresh period
+        name = names[syncs % readers]
+        sealed: set[int] = set()
+        if now >= next_scale:
+            sealed, next_scale = stream.scale(), next_scale + scale_every_s * 1000
+        held = state.readers[name].segments.values()
+        finished = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=10**9)
+                    for h in held if h.segment.segment_id not in {s.segment_id for s in stream.current}]
+        checkpoint = next((c.name for c in state.checkpoints if name in c.pending), None)
+        positions = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=h.offset + 1000)
+                     for h in held if h.segment.segment_id not in sealed]
+        before = state.lease_deadline_ms
+        sync(state, name, SyncRequest(positions=positions, completed=finished, checkpoint=checkpoint), now,
+             stream.successors)
+        lease_writes += schedule_lease_check(state, now) != before
+        syncs += 1
+        done += len(finished)
+        if syncs % readers == 0 or state.checkpoints:
+            largest = max(largest, len(json.dumps(state.model_dump(mode="json"))))
+        if syncs % (readers * 200) == 0 and not state.checkpoints:
+            initiate_checkpoint(state, f"cp-{syncs}", True, now)
+    return Figures(readers, width, done, largest, math.ceil(largest / 1024), lease_writes / syncs)
+
+
+def run(cases: tuple[tuple[int, int, int], ...] = ((10, 8, 1_000), (100, 24, 10_000), (100, 100, 2_000))
+        ) -> list[Figures]:
+    return [run_one(readers, width, completed) for readers, width, completed in cases]
+
+
+def report(figures: list[Figures]) -> str:
+    lines = [("| readers | stream width | segments completed | largest record | write units per sync | "
+              "lease-record writes per sync |"), "|---|---|---|---|---|---|"]
+    for f in figures:
+        lines.append(f"| {f.readers} | {f.width} | {f.completed:,} | {f.record_bytes / 1024:.1f} KB | "
+                     f"{f.write_units_per_sync} | {f.lease_writes_per_reader_sync:.4f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report(run()))
