@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 
 from standalone.stack import Stack, StackConfig
+
+LOG_DIR = ".rillet/logs"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -19,13 +22,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--moto-port", type=int, default=defaults.moto_port)
     parser.add_argument("--dagster-port", type=int, default=defaults.dagster_port)
     parser.add_argument("--no-dagster", action="store_true", help="do not start Dagster")
+    parser.add_argument("--log-dir", default=LOG_DIR,
+                        help="where the functions' logs and metrics and Dagster's output go (default %(default)s); "
+                             "the terminal shows only warnings and errors")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> None:
     config = StackConfig(host=args.host, moto_port=args.moto_port, controller_port=args.controller_port,
                          append_port=args.append_port, read_port=args.read_port, dagster_port=args.dagster_port,
-                         with_dagster=not args.no_dagster)
+                         with_dagster=not args.no_dagster, log_dir=args.log_dir)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -42,6 +48,8 @@ Rillet standalone is up:
   read API        {stack.functions['read'].url}
   DynamoDB + S3   {stack.moto.url}      (moto; AWS_ENDPOINT_URL={stack.moto.url})
   Dagster UI      {stack.dagster_url or 'not started'}
+  logs, metrics   {os.path.abspath(args.log_dir)}/<controller|append|read|dagster>.log
+                  (this terminal shows only warnings and errors)
 Press Ctrl-C to stop.""", flush=True)
         stop.wait()
     finally:

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from standalone import faults
+from standalone import faults, logs
 
 MAX_PAYLOAD = 6 * 1024 * 1024
 # A client that stops sending in the middle of a body is answered (400) after this long, instead of
@@ -93,6 +93,7 @@ def _load_handler(path: str, env: dict[str, str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the stack, which stops the workers
     os.environ.update(env)
     faults.install_from_env()  # only when the stack injects faults into this function (history tests)
+    logs.route_worker_output()  # when the stack keeps the terminal quiet (rillet standalone)
     module, function = path.rsplit(".", 1)
     _handler = getattr(importlib.import_module(module), function)
 

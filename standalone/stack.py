@@ -4,6 +4,10 @@
 * the tables and bucket, created from the same models the Terraform mirrors,
 * the controller_api, append and read handlers behind their own Function-URL-like ports,
 * Dagster (webserver and daemon) loading ``dagster_project`` against the same endpoints.
+
+With a log directory (``rillet standalone`` uses ``.rillet/logs``), the functions' output (powertools
+log records and EMF metrics, what CloudWatch would receive) and Dagster's go to log files there, and
+only warnings and errors reach the terminal (standalone/logs.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Self
 from dataplane.deployment import Deployment
 from standalone.faults import FAULTS_ENV, FaultConfig
 from standalone.gateway import FunctionSpec, FunctionUrl, InvocationMeter
+from standalone.logs import LOG_FILE_ENV, tee_process_output
 from standalone.moto_server import MotoServer, RequestMeter
 from standalone.resources import create_resources
 
@@ -54,6 +59,9 @@ class StackConfig:
         "RILLET_RETENTION_CRON": "* * * * *", "RILLET_RETENTION_FREQUENCY_MS": "60000"})
     # Faults injected into the AWS calls of the named functions' handlers (standalone/faults.py).
     faults: FaultConfig | None = None
+    # Where the functions and Dagster write their output (one file each, emptied at start); None leaves
+    # the functions' output on this process's stdout (with metrics off) and drops Dagster's.
+    log_dir: str | None = None
 
     @classmethod
     def ephemeral(cls, with_dagster: bool = False, faults: FaultConfig | None = None, **env: str) -> StackConfig:
@@ -74,6 +82,7 @@ class Stack:
         self.dagster: subprocess.Popen | None = None
         self.dagster_home: str | None = None
         self.deployment: Deployment | None = None
+        self._log_files: set[str] = set()
 
     @property
     def controller_url(self) -> str:
@@ -112,7 +121,10 @@ class Stack:
         return self
 
     def _function_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
-        """The environment of one function's workers: the fault configuration only where it applies."""
+        """The environment of one function's workers: its log file (metrics on, as on AWS, where there
+        is one), and the fault configuration only where it applies."""
+        if self.config.log_dir:
+            env = {**env, LOG_FILE_ENV: self.log_file(name), "POWERTOOLS_METRICS_DISABLED": "false"}
         faults = self.config.faults
         if faults is None or name not in faults.functions:
             return env
@@ -126,10 +138,22 @@ class Stack:
         intervals = {f"RILLET_{k.upper()}_INTERVAL_S": str(v) for k, v in self.config.sensor_intervals_s.items()}
         child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home,
                      "RILLET_CONTROLLER_URL": self.controller_url}
+        output = subprocess.PIPE if self.config.log_dir else subprocess.DEVNULL
         self.dagster = subprocess.Popen(
             [sys.executable, "-m", "dagster", "dev", "-m", "dagster_project.definitions",
              "-h", self.config.host, "-p", str(self._dagster_port)],
-            env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            env=child_env, stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        if self.config.log_dir:
+            tee_process_output("dagster", self.dagster.stdout, self.log_file("dagster"))
+
+    def log_file(self, name: str) -> str:
+        """The log file of a function or of Dagster, emptied the first time it is named."""
+        path = os.path.join(self.config.log_dir, f"{name}.log")
+        if name not in self._log_files:
+            os.makedirs(self.config.log_dir, exist_ok=True)
+            open(path, "w").close()
+            self._log_files.add(name)
+        return path
 
     def wait_for_dagster(self, timeout_s: float = 180) -> None:
         """Block until the Dagster webserver answers (it loads the code location first)."""

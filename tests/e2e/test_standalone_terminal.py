@@ -1,0 +1,97 @@
+"""``rillet standalone`` keeps its terminal for a person: the endpoints and where the logs are, warnings
+and errors, and no metric JSON; the functions' log records and EMF metrics go to their log files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+import rillet
+
+from standalone.logs import LOG_FILE_ENV, route_worker_output, terminal_line
+
+
+def _post(url: str, body: bytes) -> int:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
+    logs = tmp_path / "logs"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", "0",
+         "--append-port", "0", "--read-port", "0", "--log-dir", str(logs)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("Press Ctrl-C"):
+                break
+        banner = "".join(lines)
+        controller = re.search(r"controller API\s+(\S+)", banner)[1]
+        assert f"{logs}/<controller|append|read|dagster>.log" in banner
+        assert _post(f"{controller}/v1/scopes", b'{"scope": ""}') == 400
+        rillet.StreamManager(controller).create_scope(unique)
+        rillet.StreamManager(controller).create_stream(unique, "s", rillet.StreamConfiguration())
+        with rillet.EventStreamClientFactory(unique, controller).create_event_writer(
+                "s", rillet.JsonSerializer()) as writer:
+            writer.write_event({"n": 1})
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    terminal = banner + rest
+    assert "stopped." in rest
+    assert '"_aws"' not in terminal and not any(line.startswith("{") for line in terminal.splitlines())
+    metrics = [json.loads(line) for line in (logs / "append.log").read_text().splitlines()
+               if line.startswith("{") and '"_aws"' in line]
+    assert metrics and metrics[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Rillet"
+
+
+def test_a_worker_sends_its_records_and_metrics_to_its_file_and_warnings_to_the_terminal(tmp_path, monkeypatch,
+                                                                                     capsys):
+    path = tmp_path / "append.log"
+    monkeypatch.setenv(LOG_FILE_ENV, str(path))
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test
+    terminal = tmp_path / "terminal"
+    with open(terminal, "w") as stderr:
+        monkeypatch.setattr(sys, "__stderr__", stderr)
+        route_worker_output()
+        logger = Logger(service=f"svc-{os.getpid()}", level="INFO")
+        logger.info("a request")
+        logger.warning("AWS throttled a request")
+        metrics = Metrics(namespace="Rillet", service="append")
+        metrics.add_metric(name="AppendedBytes", unit=MetricUnit.Bytes, value=1)
+        metrics.flush_metrics()
+        logging.getLogger(logger.name).handlers.clear()
+    shown = terminal.read_text()
+    assert shown == f"[append] WARNING: AWS throttled a request (details in {path})\n"
+    written = path.read_text()
+    assert '"a request"' in written and '"AWS throttled a request"' in written and '"_aws"' in written
+
+
+def test_terminal_lines_are_warnings_and_errors_only():
+    path = ".rillet/logs/dagster.log"
+    assert terminal_line("dagster", "2026-11-24 22:50:00 +0000 - dagster.daemon.SensorDaemon - ERROR - "
+                                    "sensor failed", path) == f"[dagster] ERROR: sensor failed (details in {path})"
+    assert terminal_line("dagster", "2026-11-24 22:50:00 +0000 - dagster - INFO - tick", path) is None
+    assert terminal_line("read", '{"_aws": {"Timestamp": 1}, "ReadBytes": [3]}', path) is None
+    assert terminal_line("read", '{"level": "INFO", "message": "hello"}', path) is None
+    assert terminal_line("read", '{"level": "ERROR", "message": "unexpected error"}', path) == (
+        f"[read] ERROR: unexpected error (details in {path})")
+    assert terminal_line("read", "{not json", path) is None
