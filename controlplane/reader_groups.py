@@ -120,9 +120,8 @@ class GroupState(BaseModel):
     (tests/integration/test_reader_group_bounds.py). The ceiling, as JSON: about 250 bytes per live
     segment (twice that while a checkpoint is outstanding, plus 100 in the last checkpoint's cut) and
     100 per online reader (a 31-character stream name, 39-character reader ids): 1,000 readers on a
-    1,000-segment stream take
-    355 KB, 565 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
-    (a group of some 600 live segments), rather than failing in DynamoDB."""
+    1,000-segment stream take 355 KB, 565 KB during a checkpoint. A change past MAX_STATE_BYTES is
+    refused with IllegalState (a group of some 600 live segments), rather than failing in DynamoDB."""
 
     config: ReaderGroupConfig
     readers: dict[str, ReaderEntry] = {}  # online readers only: leaving, or an expired lease, removes one
@@ -679,8 +678,11 @@ class ReaderGroups:
 
     def _announce_lease(self, scope: str, group: str, version: int, deadline: int | None) -> None:
         """Write the lease record decided by the group record's ``version``, unless a later decision is
-        already there (writes may arrive out of order; a lost one leaves an earlier deadline, which only
-        makes the lease job look once in vain)."""
+        already there (writes may arrive out of order). A write lost after the group's was stored
+        leaves an earlier deadline, which only makes the lease job look once in vain -- or, for a join
+        after the group had no reader, no deadline until the join is retried (the SDK's join failed
+        with it) or the reader's syncs move the deadline half a lease on; meanwhile other readers'
+        syncs still take it offline lazily."""
         lease = ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY, scope=scope, group=group,
                                   group_version=version, deadline_ms=deadline,
                                   deadline_shard=None if deadline is None else LEASE_SHARD)
