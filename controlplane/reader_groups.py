@@ -571,11 +571,12 @@ class ReaderGroups:
                                last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned))
 
     def add_reader(self, scope: str, group: str, reader: str) -> Assignment:
-        """A reader joins; its lease is announced even when the join is a retry of one whose
-        announcement was lost, so that no online reader escapes the lease job."""
+        """A reader joins. Its lease is announced before the join is stored, so that a crash in between
+        never leaves an online reader the lease job does not know of (only, at worst, a deadline at
+        which the job looks in vain)."""
         now = _now()
         return self._modify(scope, group, lambda s: (add_reader(s, reader, now), assignment(s, reader))[1],
-                            announce_lease=True)
+                            lease_first=True)
 
     def expire_readers(self, scope: str, group: str) -> list[str]:
         """The lease job's work on a due group: take offline the readers whose lease ended, and say when
@@ -650,11 +651,13 @@ class ReaderGroups:
             raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
 
     def _modify(self, scope: str, group: str, change: Callable[[GroupState], Any], replace: bool = False,
-                announce_lease: bool = False) -> Any:
+                announce_lease: bool = False, lease_first: bool = False) -> Any:
         """Apply ``change`` to the group's state and write it back if nobody raced; retry if somebody did.
 
         Every change, a lease takeover included, is conditional on the version read. Then, if the time
-        to look for expired readers moved (or ``announce_lease``), the group's lease record says so.
+        to look for expired readers moved (or ``announce_lease``), the group's lease record says so;
+        with ``lease_first`` it says so before the change is stored, as the decision of the version the
+        change will have (for changes that only add readers: an earlier deadline is always safe).
         """
         for attempt in range(20):
             record = self._record(scope, group)
@@ -663,6 +666,8 @@ class ReaderGroups:
             result = change(state)
             new = result if replace else state
             deadline = schedule_lease_check(new, _now())
+            if lease_first:
+                self._announce_lease(scope, group, record.version + 1, deadline)
             try:
                 with conditional("reader group state changed concurrently"):
                     record.update(actions=[ReaderGroupRecord.state.set(
@@ -670,7 +675,7 @@ class ReaderGroups:
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
-            if announce_lease or deadline != scheduled:
+            if not lease_first and (announce_lease or deadline != scheduled):
                 self._announce_lease(scope, group, record.version, deadline)
             self._publish(scope, group, before, new)
             return result
@@ -679,10 +684,8 @@ class ReaderGroups:
     def _announce_lease(self, scope: str, group: str, version: int, deadline: int | None) -> None:
         """Write the lease record decided by the group record's ``version``, unless a later decision is
         already there (writes may arrive out of order). A write lost after the group's was stored
-        leaves an earlier deadline, which only makes the lease job look once in vain -- or, for a join
-        after the group had no reader, no deadline until the join is retried (the SDK's join failed
-        with it) or the reader's syncs move the deadline half a lease on; meanwhile other readers'
-        syncs still take it offline lazily."""
+        leaves an earlier deadline (joins announce first), which only makes the lease job look once
+        in vain."""
         lease = ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY, scope=scope, group=group,
                                   group_version=version, deadline_ms=deadline,
                                   deadline_shard=None if deadline is None else LEASE_SHARD)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from controlplane.models import ReaderLeaseRecord, reader_group_pk
+from controlplane.models import ReaderGroupRecord, ReaderLeaseRecord, reader_group_pk
 from controlplane.reader_groups import LEASE_KEY
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import ReaderNotInReaderGroup
@@ -113,3 +113,24 @@ def test_deleting_a_group_removes_its_lease_record_and_the_job_forgets_an_orphan
     assert (scope, "g") in groups.groups_due_for_lease_check(limit=1000)
     assert groups.expire_readers(scope, "g") == []
     assert (scope, "g") not in groups.groups_due_for_lease_check(limit=1000)
+
+
+def test_a_join_whose_controller_dies_right_after_storing_it_is_still_known_to_the_lease_job(group, monkeypatch):
+    """The join is stored, then the controller dies before it could do anything else (the SDK saw an
+    error and never used the reader). The lease job must still find the reader once its lease is over
+    (the group has no other reader whose sync would take it offline)."""
+    groups, scope = group
+    stored = ReaderGroupRecord.update
+
+    def update_then_die(self, *args, **kwargs):
+        stored(self, *args, **kwargs)
+        raise ConnectionResetError("the controller died")
+
+    monkeypatch.setattr(ReaderGroupRecord, "update", update_then_die)
+    with pytest.raises(ConnectionResetError):
+        groups.add_reader(scope, "g", "r1")
+    monkeypatch.setattr(ReaderGroupRecord, "update", stored)
+    assert groups.info(scope, "g").online_readers == ["r1"]
+    wait_past_lease()
+    assert (scope, "g") in groups.groups_due_for_lease_check(limit=1000)
+    assert groups.expire_readers(scope, "g") == ["r1"]
