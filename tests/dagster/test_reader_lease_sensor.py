@@ -1,6 +1,6 @@
 """The reader lease sensor and job, with Dagster's test APIs (isolated tables).
 
-A group whose readers were killed without reader_offline (lease 1 s) is listed by the sensor once the
+A group whose readers were killed without reader_offline (lease 2 s) is listed by the sensor once the
 lease passed; the job takes them offline at their last reported positions, the checkpoint they held up
 completes, a new reader gets their segments there, and a killed reader that comes back gets
 ReaderNotInReaderGroup. A group whose readers sync within their lease costs nothing.
@@ -43,7 +43,7 @@ def test_the_sensor_takes_killed_readers_offline_and_their_segments_go_on(isolat
                                  group_refresh_time_ms=100, reader_lease_ms=lease_ms)
 
     groups.create(unique, "live", config(600_000))
-    groups.create(unique, "dead", config(1_000))
+    groups.create(unique, "dead", config(2_000))
     for group in ("live", "dead"):
         for reader in ("r1", "r2"):
             groups.add_reader(unique, group, reader)
@@ -54,7 +54,7 @@ def test_the_sensor_takes_killed_readers_offline_and_their_segments_go_on(isolat
         groups.sync(unique, "dead", reader, SyncRequest(positions=[
             SegmentOffset(stream=stream, segment_id=a.segment.segment_id, offset=offset)]))
     groups.initiate_checkpoint(unique, "dead", "cp")
-    time.sleep(1.05)  # both readers of "dead" were killed; "live" has ten minutes
+    time.sleep(2.05)  # both readers of "dead" were killed; "live" has ten minutes
 
     request = _tick(resource)
     assert isinstance(request, RunRequest)

@@ -279,7 +279,7 @@ def test_truncation_moves_a_lagging_group_reader_to_the_new_head(setup_factory):
 
 # -- reader leases ------------------------------------------------------------------------------------
 
-LEASE_MS = 1_000
+LEASE_MS = 2_000
 
 
 def read_together_until_idle(readers, idle_s: float = 0.5, limit_s: float = 30.0) -> list[list[str]]:
