@@ -18,13 +18,24 @@ tries again at the new tail, so a crashed appender never blocks the segment and 
 always make progress (each round commits one block) instead of colliding forever. No multi-item
 transaction is needed, which keeps an append at about 2 write units and 1 read unit.
 
-Invariants the rest of the code relies on:
+Invariants the rest of the code relies on (docs/dataplane.md lists each record's with its guard):
 
 * Bytes below the head record's length never change; a reader sees them in offset order.
-* Every offset below the length is covered by an index entry; after tiering or a crash an index may
-  also hold stale entries that lie inside a newer, larger entry, and readers skip those.
-* Entries are only rewritten (tiering) or deleted (truncation) well below the tail, so a claim can
-  never land inside committed data.
+* The committed bytes form a chain of index items: from the one covering the start offset, each
+  next one starts where the previous ends, up to the length. Chain items are ``e#`` entries and
+  ``c#`` chunks (tiered runs of inline entries); chunks never overlap (tiering passes are fenced).
+* A stale appender (one acting on an old head record) can still claim a key that tiering or
+  truncation freed, at no cost to the append path. Such a key lies inside a chunk or below the start,
+  so its claim is garbage by position: readers ignore ``e#`` entries that start inside a chunk, and
+  never read below the start. Garbage is deleted later, index item only, each delete conditioned on
+  the exact item read; payload (objects, merged segments) is released only through the chain.
+
+Why chunks have their own key range rather than replacing the first entry of their run: a reader
+asked for an arbitrary offset must find the entry that holds it. With chunks among the entries, a
+stale claim can sit at the nearest key below the offset inside a chunk, and telling it apart would
+mean walking back, possibly over every entry down to the start. With a separate range, the chunk
+that may hold an offset is one query away (skipped when the head record shows no chunk can be there),
+and an ``e#`` entry is garbage exactly when it starts inside a chunk.
 """
 
 from __future__ import annotations
