@@ -73,6 +73,13 @@ class Result:
     notes: list[str] = field(default_factory=list)  # harness threads that failed or hung
 
 
+def _kind(error: BaseException) -> str:
+    """The error's type, with its code when the type alone says nothing (an untyped RilletError)."""
+    name = type(error).__name__
+    code = getattr(error, "code", name)
+    return name if code in (name, "") else f"{name}({code})"
+
+
 class _Run:
     def __init__(self, settings: Settings, stack: Stack, scope: str) -> None:
         self.settings = settings
@@ -113,7 +120,7 @@ class _Run:
                 return None
             except rillet.RilletError as e:
                 with self.lock:
-                    self.client_errors[f"{what}: {type(e).__name__}"] += 1
+                    self.client_errors[f"{what}: {_kind(e)}"] += 1
                 if time.monotonic() > self.deadline or self.stop.is_set():
                     raise
                 time.sleep(0.3)
@@ -162,7 +169,7 @@ class _Run:
         if error is None:
             self.history.acknowledge(event)
         else:
-            self.history.fail(event, type(error).__name__, failure_outcome(error))
+            self.history.fail(event, _kind(error), failure_outcome(error))
 
     def retire(self, w: int, writer: rillet.EventStreamWriter, futures: list[Future]) -> None:
         """Wait (until the run's deadline) for the writer's futures, then close it; a writer whose futures
@@ -197,7 +204,7 @@ class _Run:
                 break
             except rillet.RilletError as e:
                 with self.lock:
-                    self.client_errors[f"scale: {type(e).__name__}"] += 1
+                    self.client_errors[f"scale: {_kind(e)}"] += 1
                 info = self.retrying("stream info", lambda: self.manager.get_stream_info(self.scope, STREAM))
                 if not {seg.segment_id for seg in info.current_segments} & set(seal):
                     epoch = info.current_epoch
@@ -228,7 +235,7 @@ class _Run:
                 continue
             except rillet.RilletError as e:
                 with self.lock:
-                    self.client_errors[f"read: {type(e).__name__}"] += 1
+                    self.client_errors[f"read: {_kind(e)}"] += 1
                 time.sleep(0.2)
                 continue
             if read is not None and not read.is_checkpoint:
