@@ -95,6 +95,9 @@ class Waiting(BaseModel):
 class ReaderEntry(BaseModel):
     segments: dict[str, Held] = {}  # at most the fair share: ceil(live segments / online readers)
     seen_ms: int = 0
+    # the token of the reader instance that joined under this name (None: an SDK that sends none);
+    # one string of at most 64 characters (JoinRequest) per online reader
+    instance: str | None = None
 
 
 class Completed(BaseModel):
@@ -245,11 +248,23 @@ def new_state(config: ReaderGroupConfig, starts: dict[str, list[SegmentPosition]
 # -- transitions (pure: they change the state object they are given) --------------------------------
 
 
-def add_reader(state: GroupState, reader: str, now: int) -> None:
+def add_reader(state: GroupState, reader: str, now: int, instance: str | None = None) -> None:
     """A reader joins (it takes segments at its first sync, so that readers joining together share
-    them); it is not asked to pass checkpoints begun before it joined (it held nothing then)."""
-    expire_readers(state, now, sparing=reader)
-    state.readers.setdefault(reader, ReaderEntry()).seen_ms = now
+    them); it is not asked to pass checkpoints begun before it joined (it held nothing then).
+
+    A name is one reader, as in Pravega: a join carrying another ``instance`` token than the online
+    reader of that name is refused (two would read the same segments), unless that reader's lease has
+    ended; the same token is the same reader repeating a join whose answer it lost. A join without a
+    token, or to a reader that joined without one, is accepted by name.
+    """
+    entry = state.readers.get(reader)
+    another = entry is not None and None not in (instance, entry.instance) and entry.instance != instance
+    expire_readers(state, now, sparing=None if another else reader)
+    if another and reader in state.readers:
+        raise AlreadyExists(f"reader {reader} is already online in this reader group (another instance joined "
+                            "under that name); take it offline first (reader_offline) or wait for its lease "
+                            "to end", reader=reader)
+    state.readers.setdefault(reader, ReaderEntry(instance=instance)).seen_ms = now
 
 
 def expire_readers(state: GroupState, now: int, sparing: str | None = None) -> list[str]:
@@ -570,12 +585,12 @@ class ReaderGroups:
                                outstanding_checkpoints=[c.name for c in state.checkpoints],
                                last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned))
 
-    def add_reader(self, scope: str, group: str, reader: str) -> Assignment:
-        """A reader joins. Its lease is announced before the join is stored, so that a crash in between
-        never leaves an online reader the lease job does not know of (only, at worst, a deadline at
-        which the job looks in vain)."""
+    def add_reader(self, scope: str, group: str, reader: str, instance: str | None = None) -> Assignment:
+        """A reader joins (AlreadyExists if another instance is online under its name). Its lease is
+        announced before the join is stored, so that a crash in between never leaves an online reader
+        the lease job does not know of (only, at worst, a deadline at which the job looks in vain)."""
         now = _now()
-        return self._modify(scope, group, lambda s: (add_reader(s, reader, now), assignment(s, reader))[1],
+        return self._modify(scope, group, lambda s: (add_reader(s, reader, now, instance), assignment(s, reader))[1],
                             lease_first=True)
 
     def expire_readers(self, scope: str, group: str) -> list[str]:

@@ -719,3 +719,59 @@ def test_the_lease_deadline_is_at_or_before_every_online_readers_expiry_and_rare
     assert expire_readers(g.state, t + 44_000 + lease) == ["r2"]
     g.offline("r1", None)
     assert schedule_lease_check(g.state, t + 60_000) is None
+
+
+# -- reader names: one online instance each ---------------------------------------------------------
+
+
+def test_a_second_instance_under_an_online_readers_name_is_refused():
+    """Two readers created at once with one name: the first join wins, the second (another instance
+    token) is refused with AlreadyExists naming the reader, and the group is as the first left it --
+    never two readers sharing one entry's segments (a second copy of the data)."""
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    g = Group(history)
+    add_reader(g.state, "r1", g.now, instance="a")
+    assert len(g.sync("r1").segments) == 2
+    before = g.state.model_dump()
+    with pytest.raises(AlreadyExists, match="r1") as refused:
+        add_reader(g.state, "r1", g.now + 1, instance="b")
+    assert refused.value.status == 409 and refused.value.details["reader"] == "r1"
+    assert g.state.model_dump() == before
+
+
+def test_a_repeated_join_of_the_same_instance_is_accepted_and_changes_nothing():
+    """A join whose answer was lost is sent again with the same token: accepted, same state."""
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    g = Group(history)
+    add_reader(g.state, "r1", g.now, instance="a")
+    add_reader(g.state, "r2", g.now, instance="c")
+    g.sync("r1")
+    before = g.state.model_dump()
+    add_reader(g.state, "r1", g.now, instance="a")
+    assert g.state.model_dump() == before
+
+
+def test_joins_without_an_instance_token_stay_idempotent_by_name():
+    """Older SDKs send no token: their joins are accepted by name, as before tokens existed."""
+    history = ScalingHistory.start([0.0, 1.0])
+    g = Group(history)
+    add_reader(g.state, "r1", g.now)
+    add_reader(g.state, "r1", g.now)
+    add_reader(g.state, "r1", g.now, instance="a")
+    add_reader(g.state, "r2", g.now, instance="a")
+    add_reader(g.state, "r2", g.now)
+    assert sorted(g.state.readers) == ["r1", "r2"]
+
+
+def test_a_name_taken_offline_or_whose_lease_ended_can_join_again_as_another_instance():
+    history = ScalingHistory.start([0.0, 1.0])
+    g = Group(history, reader_lease_ms=1_000, group_refresh_time_ms=100)
+    t = g.now
+    add_reader(g.state, "r1", t, instance="a")
+    g.offline("r1", None)
+    add_reader(g.state, "r1", t, instance="b")  # reader_offline freed the name
+    assert g.state.readers["r1"].instance == "b"
+    with pytest.raises(AlreadyExists):
+        add_reader(g.state, "r1", t + 999, instance="c")
+    add_reader(g.state, "r1", t + 1_000, instance="c")  # b's lease ended: taken offline by this join
+    assert g.state.readers["r1"].instance == "c" and g.state.readers["r1"].seen_ms == t + 1_000
