@@ -1,6 +1,7 @@
 """Rule-based property test: any interleaving of appends (from several writers, inline and S3-sized,
-with exact resends), appenders crashing after their claim, tiering (whole or crashed part-way),
-truncation and reads leaves the segment equal to a trivial model: a bytearray and a start offset."""
+with exact resends), appenders crashing after their claim, appenders acting on an old head record
+(dying before they remove their misplaced claim), tiering (whole or crashed part-way), truncation and
+reads leaves the segment equal to a trivial model: a bytearray and a start offset."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from hypothesis.stateful import (
 )
 
 from dataplane import models
+from dataplane.models import META_KEY, SegmentMeta
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import Truncated
 
@@ -42,6 +44,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.blocks: dict[str, list[tuple[int, int, bytes, int]]] = {w: [] for w in WRITERS}  # first, count, data, offset
         self.counter = 0
         self.pending: tuple[str, int, int, bytes] | None = None  # a block claimed by an appender that crashed
+        self.old_heads: list[SegmentMeta] = []  # the head record before each append
 
     def _next_event(self, writer: str) -> int:
         if self.pending is not None and self.pending[0] == writer:
@@ -67,6 +70,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.counter += 1
         data = payload(f"{writer}-{self.counter}", size)
         first = self._next_event(writer)
+        self.old_heads.append(SegmentMeta.get(self.segment, META_KEY, consistent_read=True))
         r = self.store.append(self.segment, writer, first, count, data)
         if self.pending is not None:  # this append first completed the crashed claim at the tail
             self._commit_pending()
@@ -100,6 +104,33 @@ class SegmentMachine(RuleBasedStateMachine):
         finally:
             SegmentStore._advance = original
         self.pending = (writer, first, count, data)
+
+    @precondition(lambda self: self.pending is None and self.old_heads)
+    @rule(pick=st.integers(0, 100), size=SIZE)
+    def stale_append(self, pick: int, size: int) -> None:
+        """A new writer appends from an old head record. Its claim lands on a key that tiering or
+        truncation freed, or it helps and claims again until it commits at the tail; it dies before it
+        removes a misplaced claim, which must stay invisible."""
+        old = self.old_heads[pick % len(self.old_heads)]
+        self.counter += 1
+        writer, data = f"ws{self.counter}", payload(f"stale-{self.counter}", size)
+        stale = _OldHeadStore(self.store, old)
+        original = SegmentStore._release_claim
+
+        def release(*args):
+            raise SimulatedCrash("before removing the misplaced claim")
+
+        SegmentStore._release_claim = release
+        try:
+            r = stale.append(self.segment, writer, 0, 1, data)
+        except SimulatedCrash:
+            r = None
+        finally:
+            SegmentStore._release_claim = original
+        if r is not None:
+            assert r.offset == self.model.append(data)
+        if self.model.start <= old.length < self.model.length:  # where its claim may have landed
+            assert self.store.read(self.segment, old.length).data == self.model.expected(old.length, 1 << 30)
 
     @precondition(lambda self: self.pending is not None)
     @rule()
@@ -176,6 +207,18 @@ class SegmentMachine(RuleBasedStateMachine):
         r = self.store.read(self.segment, self.model.start)
         assert r.data == bytes(self.model.data[self.model.start:])
         self.store.delete(self.segment)
+
+
+class _OldHeadStore(SegmentStore):
+    """A store whose first head-record read returns an old copy (an appender that read it long ago)."""
+
+    def __init__(self, store: SegmentStore, old_head: SegmentMeta) -> None:
+        super().__init__(store.deployment, store.settings)
+        self._old_head: SegmentMeta | None = old_head
+
+    def _meta(self, segment: str) -> SegmentMeta:
+        old, self._old_head = self._old_head, None
+        return old if old is not None else super()._meta(segment)
 
 
 def test_segment_store_matches_a_bytearray_model(deployment):
