@@ -221,7 +221,7 @@ class TxnRecord(MetadataItem, discriminator="txn"):
     commit_ms = NumberAttribute(null=True)  # when commit was requested: commits apply in this order
     timestamp_ms = NumberAttribute(null=True)  # the writer's event time at commit, for watermarks
     writer_id = UnicodeAttribute(null=True)
-    batch = NumberAttribute(null=True)  # the commit batch it was stamped into (its id: a stream record version)
+    batch = UnicodeAttribute(null=True)  # the commit batch it was stamped into: "<stream version>/<reference epoch>"
     version = VersionAttribute()
 
 

@@ -374,23 +374,25 @@ class TransactionTasks:
         committing = self._transactions(scope, stream, TxnState.COMMITTING)
         if not committing:
             return None
-        references = self._references(scope, stream, committing)
-        reference = references[min(references)]
-        active = self.store.get_epoch(scope, stream, record.current_epoch)
-        batch = {"id": int(record.version), "reference": reference, "epoch": int(record.current_epoch),
+        epochs = {e: self.store.get_epoch(scope, stream, e)  # one read per epoch
+                  for e in {int(t.epoch) for t in committing} | {int(record.current_epoch)}}
+        oldest, active = epochs[min(int(t.epoch) for t in committing)], epochs[int(record.current_epoch)]
+        reference = _reference_of(oldest)
+        # The id names the reference too: a planner that stamped transactions and then lost the race
+        # to record its batch (same stream version) may have chosen another reference epoch.
+        batch = {"id": f"{record.version}/{reference}", "reference": reference, "epoch": int(record.current_epoch),
                  "active_reference": _reference_of(active), "created_ms": now_ms()}
         allocated = 0
         if reference != batch["active_reference"]:
-            width = len(self.store.get_epoch(scope, stream, reference).segments)
             batch.update(rolled_epoch=batch["epoch"] + 1, duplicate_epoch=batch["epoch"] + 2,
                          first_number=int(record.segment_count))
-            allocated = width + len(active.segments)
-        members = [t for t in committing if references[int(t.epoch)] == reference and t.batch != batch["id"]]
+            allocated = len(oldest.segments) + len(active.segments)  # epochs of one reference share its ranges
+        members = [t for t in committing if _reference_of(epochs[int(t.epoch)]) == reference and t.batch != batch["id"]]
         for start in range(0, len(members), _STAMPS_PER_WRITE):
             self._stamp(record, members[start:start + _STAMPS_PER_WRITE], batch["id"])
         return batch, allocated
 
-    def _stamp(self, record: StreamRecord, members: list[TxnRecord], batch_id: int) -> None:
+    def _stamp(self, record: StreamRecord, members: list[TxnRecord], batch_id: str) -> None:
         """Mark transactions as members of a batch, provided the stream record (and each transaction)
         is still as read."""
         try:
@@ -425,19 +427,11 @@ class TransactionTasks:
         return int(batch["duplicate_epoch"])
 
     def _members(self, scope: str, stream: str, batch: dict) -> list[TxnRecord]:
-        """The batch's transactions still to close, in the order their commits were requested. A
-        transaction stamped by a planner that lost the race to record its batch may carry the id too;
-        one of another reference epoch is left for a later batch."""
-        stamped = list(TxnRecord.query(stream_pk(scope, stream), TxnRecord.sk.startswith("txn#"),
-                                       filter_condition=(TxnRecord.state == TxnState.COMMITTING.value)
-                                       & (TxnRecord.batch == int(batch["id"])), consistent_read=True))
-        references = self._references(scope, stream, stamped)
-        return sorted((t for t in stamped if references[int(t.epoch)] == int(batch["reference"])),
-                      key=lambda t: (t.commit_ms, t.txn_id))
-
-    def _references(self, scope: str, stream: str, txns: list[TxnRecord]) -> dict[int, int]:
-        """{epoch: its reference epoch} for the epochs the transactions began in (one read per epoch)."""
-        return {e: _reference_of(self.store.get_epoch(scope, stream, e)) for e in {int(t.epoch) for t in txns}}
+        """The batch's transactions still to close, in the order their commits were requested."""
+        stamped = TxnRecord.query(stream_pk(scope, stream), TxnRecord.sk.startswith("txn#"),
+                                  filter_condition=(TxnRecord.state == TxnState.COMMITTING.value)
+                                  & (TxnRecord.batch == batch["id"]), consistent_read=True)
+        return sorted(stamped, key=lambda t: (t.commit_ms, t.txn_id))
 
     def _roll(self, record: StreamRecord, batch: dict, members: list[TxnRecord]) -> None:
         """Roll the batch (seed 003, Pravega's rolling transactions): a new epoch of fresh segments with
