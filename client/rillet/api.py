@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rillet.errors import InvalidArgument
-
 from rillet.models import (
     ReaderGroupConfig,
     ScopeInfo,
@@ -184,6 +183,15 @@ class ErrorBody(_Body):
 class CreateReaderGroupRequest(_Body):
     group: str
     config: ReaderGroupConfig
+
+
+class JoinRequest(_Body):
+    """A reader joining. Its instance token tells a repeated join (after a lost answer) from a second
+    reader taking a name already online; without one, a join is accepted by name."""
+
+    instance: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$", description=(
+        "A random token the reader instance chose: the same token joins again; another is refused with "
+        "409 AlreadyExists while the reader of that name is online."))
 
 
 class SegmentOffset(_Body):
