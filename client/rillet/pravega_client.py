@@ -120,7 +120,7 @@ from typing import Any
 
 from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
 from rillet.connection import Connection
-from rillet.errors import AlreadyExists, IllegalState, InvalidArgument, NotFound, RilletError, TxnFailed
+from rillet.errors import IllegalState, InvalidArgument, NotFound, RilletError, TxnFailed
 from rillet.manager import StreamManager as _RilletStreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration, TxnState
 from rillet.reader_group import (
@@ -574,15 +574,10 @@ class StreamReaderGroup:
         self.streams = streams
 
     def create_reader(self, reader_name: str) -> StreamReader:
-        """A new reader of the group; a name already online in it is refused, as pravega_client does.
-
-        (Rillet's own readers may rejoin under their name, to resume after a restart; here the check
-        precedes the join, so two creations racing with the same name can both pass it.)
-        """
+        """A new reader of the group; a name already online in it is refused (AlreadyExists, also a
+        ValueError), as pravega_client does: by the server, at the join, so of two created at once with
+        one name exactly one gets in."""
         with _raising(ValueError):
-            if reader_name in self.group.get_online_readers():
-                raise AlreadyExists(f"reader {reader_name} is already online in reader group {self.group.name}; "
-                                    "take it offline first (reader_offline)")
             reader = _SlicingReader(self.group.connection, self.group.scope, self.group.name, reader_name,
                                     _SERIALIZER)
         return StreamReader(reader)

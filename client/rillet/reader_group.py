@@ -12,11 +12,15 @@ finishes a segment, when it passes a checkpoint and otherwise every ``group_refr
 is also its lease: a reader not heard from for ``reader_lease_ms`` (the application stopped calling
 ``read_next_event``, or the process was killed) is taken offline and its segments go to the others;
 its next call raises :class:`~rillet.errors.ReaderNotInReaderGroup`, and the application creates a
-new reader (as with Pravega's ReaderNotInReaderGroupException).
+new reader (as with Pravega's ReaderNotInReaderGroupException). A reader id is one reader while it is
+online: creating a second reader of that id raises :class:`~rillet.errors.AlreadyExists` until the
+first closes or is taken offline (each reader sends a random token with its join, so a join it repeats
+after a lost answer is not taken for another reader).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -212,6 +216,7 @@ class EventStreamReader(Generic[T]):
         self.connection = connection
         self.group = ReaderGroup(connection, scope, group)
         self.reader_id = reader_id
+        self._instance = secrets.token_hex(16)  # this object's joins: a repeated join is not a second reader
         self.serializer = serializer
         self.read_size = read_size
         self.refresh_s = self.group.config.group_refresh_time_ms / 1000
@@ -313,7 +318,9 @@ class EventStreamReader(Generic[T]):
     # -- talking to the group --------------------------------------------------------------------
 
     def _join(self) -> api.Assignment:
-        data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}")
+        """Join the group; AlreadyExists while another reader of this id is online."""
+        data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}",
+                                          json_body=api.JoinRequest(instance=self._instance).model_dump())
         assignment = api.Assignment.model_validate(data)
         self._apply(assignment)
         return assignment

@@ -28,6 +28,7 @@ from rillet.api import (
     CreateStreamRequest,
     Deleted,
     Endpoints,
+    JoinRequest,
     NoteTimeRequest,
     OfflineRequest,
     PingTxnRequest,
@@ -290,9 +291,12 @@ def delete_reader_group(scope: str, group: str) -> Deleted:
     return Deleted(deleted=groups.delete(scope, group))
 
 
-@app.post(GROUP + "/readers/<reader>", summary="A reader joins the group")
-def add_reader(scope: str, group: str, reader: ReaderName) -> Assignment:
-    return groups.add_reader(scope, group, reader)
+@app.post(GROUP + "/readers/<reader>", summary="A reader joins the group",
+          description="A name is one online reader: a join with another instance token than the online "
+                      "reader of that name gets 409 AlreadyExists; the same token (a repeated join) is "
+                      "accepted. The body is optional; a join without a token is accepted by name.")
+def add_reader(scope: str, group: str, reader: ReaderName, request: JoinRequest | None = None) -> Assignment:
+    return groups.add_reader(scope, group, reader, request.instance if request else None)
 
 
 @app.post(GROUP + "/readers/<reader>/sync",

@@ -126,6 +126,21 @@ def test_a_reader_name_already_online_is_refused(manager, unique):
     group.create_reader("r1").reader_offline()
 
 
+def test_the_server_refuses_a_reader_name_already_online(manager, unique, monkeypatch):
+    """Two readers created at the same moment with one name: whatever the client believed about who
+    is online (here: nobody), the server lets only one of them in."""
+    stream = _stream(manager, unique)
+    group = manager.create_reader_group("rg", unique, stream)
+    monkeypatch.setattr(group.group, "get_online_readers", list)  # as seen before the other joined: nobody
+    first = group.create_reader("r1")
+    with pytest.raises(ValueError) as raised:
+        group.create_reader("r1")
+    assert isinstance(raised.value, rillet.AlreadyExists)
+    assert "r1" in str(raised.value)
+    first.reader_offline()
+    group.create_reader("r1").reader_offline()
+
+
 # -- writers and transactions ---------------------------------------------------------------------------
 
 

@@ -354,3 +354,32 @@ def test_a_checkpoint_completes_once_a_killed_reader_is_taken_offline(setup_fact
     assert {p.segment.segment_id: p.offset for p in cuts[f"{s.scope}/{s.stream}"].positions} == {
         p.segment.segment_id: p.offset for p in tail.positions}
     r2.close()
+
+
+# -- one online reader per name -----------------------------------------------------------------------
+
+
+def test_a_reader_id_online_in_the_group_is_refused_to_another_reader_until_it_leaves(setup_factory):
+    """As Pravega refuses a reader id that is online: a second EventStreamReader of the id gets
+    AlreadyExists (and reads nothing); a join repeated with the reader's own token, or sent without a
+    token by an older SDK, is accepted and leaves the reader its segments; after close the id is free."""
+    s = setup_factory(segments=2)
+    written = s.write("a", 20)
+    group = s.group("g")
+    r1 = s.reader("r1", "g")
+    reads = read_until_idle(r1)
+    assert_exactly_once(reads, written)
+    with pytest.raises(rillet.AlreadyExists, match="r1"):
+        s.reader("r1", "g")
+    transport, path = group._transport, f"{group._path}/readers/r1"
+    repeated = rillet.api.Assignment.model_validate(
+        transport.json("POST", path, json_body={"instance": r1._instance}))
+    assert len(repeated.segments) == 2
+    assert len(rillet.api.Assignment.model_validate(transport.json("POST", path)).segments) == 2
+    assert group.get_online_readers() == ["r1"]
+    later = s.write("b", 20)
+    assert_exactly_once(read_until_idle(r1), later)
+    r1.close()
+    r1_again = s.reader("r1", "g")
+    assert group.get_online_readers() == ["r1"]
+    r1_again.close()
