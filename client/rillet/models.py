@@ -250,6 +250,13 @@ class StreamRange(_Model):
         return f"{self.scope}/{self.stream}"
 
 
+# The group's one DynamoDB item holds every outstanding checkpoint, each with up to one position per
+# live segment (about 190 bytes) and the readers yet to pass it, so this caps the item's growth: ten on
+# a group of 100 readers and 100 segments take it to about 225 KB of its 400 KB. Pravega's default is 3;
+# more than a few outstanding only means checkpoints are begun faster than the readers pass them.
+MAX_OUTSTANDING_CHECKPOINTS = 10
+
+
 class ReaderGroupConfig(_Model):
     """Pravega's ReaderGroupConfig: what a group reads and how it checkpoints.
 
@@ -263,7 +270,9 @@ class ReaderGroupConfig(_Model):
         "A reader not heard from for this long (it reads, so it syncs, every group_refresh_time_ms) is taken "
         "offline at its last reported position and its segments go to the others; coming back, it gets "
         "ReaderNotInReaderGroup. Must exceed group_refresh_time_ms."))
-    max_outstanding_checkpoint_request: int = Field(3, gt=0)
+    max_outstanding_checkpoint_request: int = Field(3, gt=0, le=MAX_OUTSTANDING_CHECKPOINTS, description=(
+        "Checkpoints that may be outstanding at once; initiating one more is IllegalState. At most 10: the "
+        "group's state holds each one."))
     retention_type: StreamDataRetention = StreamDataRetention.NONE
     generation: int = 0
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 from urllib.parse import quote
 
+from pydantic import ValidationError
+
 from rillet import api
 from rillet.connection import Connection
-from rillet.errors import NotFound, ReaderNotInReaderGroup, SegmentNotFound, Truncated
+from rillet.errors import InvalidArgument, NotFound, ReaderNotInReaderGroup, SegmentNotFound, Truncated
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamDataRetention, StreamRange
 from rillet.names import mark_stream_name, split_scoped_name, validate_reader_group_name
 from rillet.reader import EventPointer, StreamReader
@@ -47,7 +49,9 @@ def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None 
     """Build a ReaderGroupConfig: each stream as "scope/stream" (from its head) or a start StreamCut.
 
     ``reader_lease_ms``: how long a reader may go without calling ``read_next_event`` before the group
-    takes it offline (like Kafka's max.poll.interval.ms); it must exceed ``group_refresh_time_ms``."""
+    takes it offline (like Kafka's max.poll.interval.ms); it must exceed ``group_refresh_time_ms``.
+    ``max_outstanding_checkpoint_request``: 1 to 10. A value out of range is InvalidArgument, as the
+    server would answer it."""
     ends = {(c.scope, c.stream): list(c.positions) for c in end or []}
     ranges = []
     for item in streams:
@@ -56,10 +60,15 @@ def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None 
         else:
             (scope, stream), start = split_scoped_name(item), None
         ranges.append(StreamRange(scope=scope, stream=stream, start=start, end=ends.get((scope, stream))))
-    return ReaderGroupConfig(streams=ranges, automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms,
-                             group_refresh_time_ms=group_refresh_time_ms, reader_lease_ms=reader_lease_ms,
-                             max_outstanding_checkpoint_request=max_outstanding_checkpoint_request,
-                             retention_type=retention_type)
+    try:
+        return ReaderGroupConfig(streams=ranges, automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms,
+                                 group_refresh_time_ms=group_refresh_time_ms, reader_lease_ms=reader_lease_ms,
+                                 max_outstanding_checkpoint_request=max_outstanding_checkpoint_request,
+                                 retention_type=retention_type)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+                             for err in e.errors()[:5])
+        raise InvalidArgument(f"invalid reader group configuration: {problems}") from None
 
 
 def _cut(body: api.StreamCutBody | object) -> StreamCut:

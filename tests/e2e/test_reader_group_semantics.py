@@ -383,3 +383,18 @@ def test_a_reader_id_online_in_the_group_is_refused_to_another_reader_until_it_l
     r1_again = s.reader("r1", "g")
     assert group.get_online_readers() == ["r1"]
     r1_again.close()
+
+
+def test_more_outstanding_checkpoints_than_the_ceiling_is_invalid_argument(setup_factory):
+    """Above 10, max_outstanding_checkpoint_request is refused: by the SDK before sending, and with a
+    400 InvalidArgument by the server to a client that sends it anyway."""
+    s = setup_factory()
+    with pytest.raises(rillet.InvalidArgument, match="max_outstanding_checkpoint_request"):
+        group_config([f"{s.scope}/{s.stream}"], max_outstanding_checkpoint_request=11)
+    config = group_config([f"{s.scope}/{s.stream}"], max_outstanding_checkpoint_request=10).model_dump(mode="json")
+    transport = s.groups.connection.controller.transport
+    with pytest.raises(rillet.InvalidArgument, match="max_outstanding_checkpoint_request") as refused:
+        transport.json("POST", f"/v1/scopes/{s.scope}/reader-groups", json_body={
+            "group": "g", "config": config | {"max_outstanding_checkpoint_request": 11}})
+    assert refused.value.status == 400
+    assert s.groups.create_reader_group("g", rillet.ReaderGroupConfig.model_validate(config))

@@ -6,13 +6,16 @@ would. Keys of held segments are ``"sc/st/<segment id>"``.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from controlplane.reader_groups import (
+    MAX_STATE_BYTES,
     GroupState,
     add_reader,
     checkpoint_info,
@@ -25,7 +28,13 @@ from controlplane.reader_groups import (
 )
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import AlreadyExists, IllegalState, NotFound, ReaderNotInReaderGroup
-from rillet.models import ReaderGroupConfig, SegmentPosition, StreamRange, SuccessorInfo
+from rillet.models import (
+    MAX_OUTSTANDING_CHECKPOINTS,
+    ReaderGroupConfig,
+    SegmentPosition,
+    StreamRange,
+    SuccessorInfo,
+)
 from rillet.stream_cut import Ordering, StreamCut, compare_positions, validity_problem
 
 try:
@@ -511,6 +520,34 @@ def test_max_outstanding_checkpoints_and_unique_names():
     assert g.state.checkpoints == [] and g.state.last_checkpoint.name == "c"
     with pytest.raises(AlreadyExists):
         g.checkpoint("c")
+
+
+def test_max_outstanding_checkpoint_request_has_a_ceiling():
+    """The group record keeps every outstanding checkpoint, so their number is capped: 10 at most."""
+    stream = StreamRange(scope="sc", stream="st")
+    assert ReaderGroupConfig(streams=[stream], max_outstanding_checkpoint_request=MAX_OUTSTANDING_CHECKPOINTS)
+    assert MAX_OUTSTANDING_CHECKPOINTS == 10
+    with pytest.raises(ValidationError, match="less than or equal to 10"):
+        ReaderGroupConfig(streams=[stream], max_outstanding_checkpoint_request=11)
+
+
+def test_the_most_outstanding_checkpoints_fit_the_group_record_of_a_hundred_readers_and_segments():
+    """Why the ceiling is 10: every outstanding checkpoint holds a position per live segment, and ten
+    of them, passed by all but one of 100 readers on 100 segments, still fit the group's one item."""
+    history = ScalingHistory.start([i / 100 for i in range(101)])
+    g = Group(history, max_outstanding_checkpoint_request=MAX_OUTSTANDING_CHECKPOINTS)
+    readers = [f"reader-{i:032d}" for i in range(100)]
+    for reader in readers:
+        add_reader(g.state, reader, g.now, instance="f" * 32)
+        g.sync(reader)
+    names = [f"checkpoint-{i}" for i in range(MAX_OUTSTANDING_CHECKPOINTS)]
+    for name in names:
+        g.checkpoint(name)
+    for reader in readers[:-1]:
+        for name in names:
+            g.sync(reader, positions={s: 2**40 for s in g.held(reader)}, checkpoint=name)
+    assert len(g.state.checkpoints) == MAX_OUTSTANDING_CHECKPOINTS
+    assert len(json.dumps(g.state.model_dump(mode="json"))) < MAX_STATE_BYTES
 
 
 def test_automatic_checkpoints_after_the_interval():
