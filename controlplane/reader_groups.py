@@ -121,10 +121,11 @@ class GroupState(BaseModel):
     present (its online readers and the segments of its streams' current epochs), never by its past:
     about 17 KB for 100 readers over a stream of 24 segments that completed 10,000 segments
     (tests/integration/test_reader_group_bounds.py). The ceiling, as JSON: about 250 bytes per live
-    segment (twice that while a checkpoint is outstanding, plus 100 in the last checkpoint's cut) and
-    100 per online reader (a 31-character stream name, 39-character reader ids): 1,000 readers on a
-    1,000-segment stream take 355 KB, 565 KB during a checkpoint. A change past MAX_STATE_BYTES is
-    refused with IllegalState (a group of some 600 live segments), rather than failing in DynamoDB."""
+    segment (190 more per outstanding checkpoint, of which there are at most 10, plus 100 in the last
+    checkpoint's cut) and 100 per online reader (a 31-character stream name, 39-character reader ids),
+    30 more with its instance token: 1,000 readers on a 1,000-segment stream take 355 KB (385 KB with
+    tokens), 565 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
+    (a group of some 600 live segments), rather than failing in DynamoDB."""
 
     config: ReaderGroupConfig
     readers: dict[str, ReaderEntry] = {}  # online readers only: leaving, or an expired lease, removes one
@@ -134,7 +135,7 @@ class GroupState(BaseModel):
     completed: dict[str, Completed] = {}
     start: dict[str, list[SegmentRange]] = {}  # the start cuts, fixed at creation
     end: dict[str, list[SegmentPosition]] = {}  # the end cuts, fixed at creation
-    checkpoints: list[Checkpoint] = []  # at most config.max_outstanding_checkpoint_request
+    checkpoints: list[Checkpoint] = []  # at most config.max_outstanding_checkpoint_request, itself at most 10
     last_checkpoint: CheckpointInfo | None = None  # one stream cut per stream
     lease_deadline_ms: int | None = None  # the group's lease record says: look again then (see schedule_lease_check)
     last_auto_checkpoint_ms: int = 0
