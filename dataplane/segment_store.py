@@ -94,8 +94,11 @@ class StoreSettings:
     tier_min_age_ms: int = 60_000  # entries younger than this are never rewritten (see module doc)
     tier_max_age_ms: int = 15 * 60_000  # inline bytes older than this are tiered even if few
     poll_interval_ms: int = 100  # long-poll cadence of tail reads
-    order_wait_ms: int = 10_000  # how long a block waits for its writer's previous block
-    order_poll_ms: int = 10  # the first wait; later waits grow to 200 ms
+    # How long a block waits for its writer's previous block before it answers OutOfOrder (the writer
+    # sends it again while that block is in flight): long enough for a commit under way, short enough
+    # that no invocation idles.
+    order_wait_ms: int = 100
+    order_poll_ms: int = 10  # the first wait; later ones grow by half
 
 
 @dataclass(frozen=True)
@@ -283,8 +286,9 @@ class SegmentStore:
 
         ``after`` is the writer's event number that must be appended before this block (-1: this is
         the writer's first block here). A block whose predecessor has not committed yet waits for it
-        (up to ``order_wait_ms``, then OutOfOrder), so a writer may have several blocks in flight and
-        they still commit in order.
+        briefly (``order_wait_ms``), then answers OutOfOrder with ``awaiting_event_number``; the
+        writer sends it again while the predecessor is in flight. So a writer may have several blocks
+        in flight and they still commit in order.
         """
         if not data:
             raise InvalidArgument("an append carries at least one byte")
@@ -368,6 +372,8 @@ class SegmentStore:
                 self._release_claim(segment, owned_at, block)
                 owned_at = None
             if meta.sealed:
+                if owned_at is not None:
+                    self._release_claim(segment, owned_at, block)  # at the final length: it never commits
                 raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
             if meta.content is not None and meta.content != block.content:
                 held, sent = ("raw bytes", "framed events") if meta.content == BYTES else ("framed events", "raw bytes")
@@ -377,10 +383,11 @@ class SegmentStore:
                 # The writer's previous block is still on its way (a pipelined writer): wait for it.
                 waiting_since = waiting_since or time.monotonic()
                 if time.monotonic() - waiting_since > self.settings.order_wait_ms / 1000:
-                    raise OutOfOrder(f"writer {block.writer}'s event {after} was never appended to {segment}",
-                                     last_event_number=self._last_event(meta, block.writer))
+                    raise OutOfOrder(f"writer {block.writer}'s event {after} is not appended to {segment} yet: "
+                                     f"send this block again once it is",
+                                     last_event_number=self._last_event(meta, block.writer), awaiting_event_number=after)
                 time.sleep(poll_s)
-                poll_s = min(poll_s * 1.5, 0.2)
+                poll_s *= 1.5
                 meta = None
                 continue
             if expected_offset is not None and expected_offset != meta.length:
@@ -712,6 +719,9 @@ class SegmentStore:
             return 0  # deleted
         epoch = meta.tier_epoch
         parts, garbage = self._scan(segment, meta.start, meta.length) if meta.length > meta.start else ([], [])
+        if meta.sealed:  # a claim at the final length never commits: its appender died before removing it
+            garbage += list(IndexEntry.query(meta.pk, IndexEntry.sk.between(entry_key(meta.length), ENTRY_PREFIX + "~"),
+                                             consistent_read=True))
         for entry in garbage:
             self._delete_unchanged(entry)  # only the item: its object may be another entry's too
         entries = [entry for entry, _, _ in parts]

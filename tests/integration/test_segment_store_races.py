@@ -4,12 +4,12 @@ stream kinds (a raw append must not poison an event stream)."""
 from __future__ import annotations
 
 import pytest
-from dataplane_model import head, index_entries, payload, read_all
+from dataplane_model import SimulatedCrash, head, index_entries, inject_crash, payload, read_all
 from interleave import Actor, run_schedule
 
 from dataplane import models
 from dataplane.segment_store import SegmentStore, StoreSettings
-from rillet.errors import StreamKindMismatch
+from rillet.errors import OutOfOrder, SegmentSealed, StreamKindMismatch
 from rillet.framing import frame
 
 SETTINGS = StoreSettings(inline_max=256, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20)
@@ -99,3 +99,35 @@ def test_merge_needs_an_event_segment(store, unique):
     with pytest.raises(StreamKindMismatch):
         store.merge(target, source)
     assert read_all(store, target) == b"raw bytes"
+
+
+def test_a_block_whose_predecessor_is_missing_is_refused_at_once(store, unique):
+    """A pipelined block whose writer's previous block has not committed answers OutOfOrder after a
+    few head reads (not a 10 s poll that holds the function), saying which event it waits for; sent
+    again once the previous block is in, it commits behind it."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    with inject_crash(None) as calls, pytest.raises(OutOfOrder) as refused:
+        store.append(seg, "w", 1, 1, b"second", after=0)
+    assert calls.all_calls.count("GetItem") <= 8
+    assert refused.value.details == {"last_event_number": -1, "awaiting_event_number": 0}
+    assert store.append(seg, "w", 0, 1, b"first", after=-1).offset == 0
+    assert store.append(seg, "w", 1, 1, b"second", after=0).offset == 5
+
+
+@pytest.mark.parametrize("dies", [False, True], ids=["refused", "dies-before-clean-up"])
+def test_a_claim_at_the_tail_of_a_segment_sealed_meanwhile_does_not_stay(store, unique, dies):
+    """The appender claims the tail, the segment is sealed before its advance: it answers
+    SegmentSealed and removes its claim; if it dies first, the next tiering pass of the sealed
+    segment removes it. No item is left past the final length."""
+    seg = f"{unique}/s/0"
+    data = _fill(store, seg, 2)
+    appender = Actor("appender", lambda: store.append(seg, "x", 0, 1, b"late"),
+                     crash_before=(lambda op, n: op == "DeleteItem") if dies else None)
+    run_schedule([appender, Actor("seal", lambda: store.seal(seg))],
+                 [("appender", "UpdateItem"), ("seal", None), ("appender", None)])
+    assert isinstance(appender.error, SimulatedCrash if dies else SegmentSealed)
+    if dies:
+        store.tier(seg)
+    assert [e.offset for e in index_entries(seg) if e.offset >= 200] == []
+    assert read_all(store, seg) == data
