@@ -552,6 +552,8 @@ class SegmentStore:
                             start_offset=meta.start)
         if end > meta.length or start > end:
             raise InvalidArgument(f"range [{start}, {end}) is not within the length {meta.length} of {segment}")
+        if start == end:
+            return []  # no index entry covers an empty range (an empty segment has none at all)
         return self._plan(segment, start, end, 0, self._may_have_chunks(meta, start))
 
     def _plan(self, segment: str, start: int, end: int, shift: int, chunked: bool = True) -> list[PlanPart]:
