@@ -182,10 +182,6 @@ def _holds(size: int, data: bytes | None, object_key: str | None, source: str | 
     return condition
 
 
-def _is_chunk(entry: IndexEntry) -> bool:
-    return entry.sk.startswith(CHUNK_PREFIX)
-
-
 class _IndexGap(RuntimeError):
     """No index entry covers an offset below the length: only a concurrent truncation causes that."""
 
@@ -720,7 +716,10 @@ class SegmentStore:
                 raise
             return 0  # deleted
         epoch = meta.tier_epoch
-        parts, garbage = self._scan(segment, meta.start, meta.length) if meta.length > meta.start else ([], [])
+        try:
+            parts, garbage = self._scan(segment, meta.start, meta.length) if meta.length > meta.start else ([], [])
+        except _IndexGap:
+            return 0  # a truncation released the range meanwhile; the segment stays due for the next pass
         if meta.sealed:  # a claim at the final length never commits: its appender died before removing it
             garbage += list(IndexEntry.query(meta.pk, IndexEntry.sk.between(entry_key(meta.length), ENTRY_PREFIX + "~"),
                                              consistent_read=True))
@@ -838,9 +837,15 @@ class SegmentStore:
                     if not _failed_condition(e):
                         raise
                 released = reached
-        for item in entries + chunks:
-            if (item.offset < released) if not _is_chunk(item) else (item.end <= released):
-                self._delete_unchanged(item)
+        for entry in entries:
+            if entry.offset < released:
+                self._delete_unchanged(entry)
+        for chunk in chunks:
+            if chunk.end <= released:
+                # A chunk's object is its alone (named by its range). This one may have been saved after
+                # the walk above (a tiering pass that read an older start): delete its object too.
+                self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=chunk.object_key)
+                self._delete_unchanged(chunk)
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -8,7 +8,15 @@ be found), and a later tiering pass leaves an index without garbage.
 from __future__ import annotations
 
 import pytest
-from dataplane_model import SimulatedCrash, assert_clean_tiling, head, index_entries, payload, read_all
+from dataplane_model import (
+    SimulatedCrash,
+    assert_clean_tiling,
+    head,
+    index_entries,
+    object_keys,
+    payload,
+    read_all,
+)
 from interleave import Actor, explore
 
 from dataplane import models
@@ -158,6 +166,29 @@ def test_a_retried_block_whose_stale_claim_lands_below_the_start_keeps_its_objec
         inside = BLOCK + 2 * SETTINGS.inline_max
         store.truncate(case.segment, inside)
         assert store.read(case.segment, inside, 1 << 20).data == case.data[inside:]
+
+    runs = explore(make, check, max_switches=1)
+    assert runs > 10
+
+
+def test_tiering_against_truncation(store, unique):
+    """Case 1 in every interleaving (one preemption), truncating inside an entry: the bytes from the
+    new start stay, and no chunk object outlives its chunk item (nor the other way round)."""
+    cases = []
+
+    def make() -> list[Actor]:
+        case = Case(store, f"{unique}/k{len(cases)}/0", blocks=4, stale_at=0)
+        cases.append(case)
+        return [Actor("tier", lambda: store.tier(case.segment)),
+                Actor("truncate", lambda: store.truncate(case.segment, 250))]
+
+    def check(actors: list[Actor], schedule: list[str]) -> None:
+        case = cases[-1]
+        case.check(actors, schedule)
+        store.truncate(case.segment, 250)  # a later release finishes what a raced one left
+        chunks = {e.object_key for e in index_entries(case.segment) if e.sk.startswith(CHUNK_PREFIX)}
+        assert {k for k in object_keys(store, case.segment) if "/c/" in k} == chunks, f"schedule {schedule}"
+        assert read_all(store, case.segment, 250) == case.data[250:]
 
     runs = explore(make, check, max_switches=1)
     assert runs > 10
