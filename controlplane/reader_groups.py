@@ -96,7 +96,7 @@ class ReaderEntry(BaseModel):
     segments: dict[str, Held] = {}  # at most the fair share: ceil(live segments / online readers)
     seen_ms: int = 0
     # the token of the reader instance that joined under this name (None: an SDK that sends none);
-    # one string of at most 64 characters (JoinRequest) per online reader
+    # one string of at most 64 characters (rillet.api.INSTANCE_TOKEN) per online reader
     instance: str | None = None
 
 
@@ -259,13 +259,19 @@ def add_reader(state: GroupState, reader: str, now: int, instance: str | None = 
     token, or to a reader that joined without one, is accepted by name.
     """
     entry = state.readers.get(reader)
-    another = entry is not None and None not in (instance, entry.instance) and entry.instance != instance
+    another = entry is not None and _another_instance(entry, instance)
     expire_readers(state, now, sparing=None if another else reader)
     if another and reader in state.readers:
         raise AlreadyExists(f"reader {reader} is already online in this reader group (another instance joined "
                             "under that name); take it offline first (reader_offline) or wait for its lease "
                             "to end", reader=reader)
     state.readers.setdefault(reader, ReaderEntry(instance=instance)).seen_ms = now
+
+
+def _another_instance(entry: ReaderEntry, instance: str | None) -> bool:
+    """Whether a request carrying ``instance`` comes from another reader than the one online under the
+    entry's name (unknowable, so no, when either side has no token)."""
+    return None not in (instance, entry.instance) and entry.instance != instance
 
 
 def expire_readers(state: GroupState, now: int, sparing: str | None = None) -> list[str]:
@@ -309,11 +315,12 @@ def _acquire(state: GroupState, entry: ReaderEntry) -> None:
 
 def sync(state: GroupState, reader: str, request: SyncRequest, now: int, successors: Successors) -> Assignment:
     entry = state.readers.get(reader)
-    if entry is None:
+    if entry is None or _another_instance(entry, request.instance):
         raise ReaderNotInReaderGroup(
             f"reader {reader} is not in this group: it was taken offline (by reader_offline or because its "
-            "lease expired, and its segments went to other readers), or the group was reset; close it and "
-            "create a new reader", generation=state.config.generation)
+            "lease expired, and its segments went to other readers; another reader may have joined under its "
+            "name since), or the group was reset; close it and create a new reader",
+            generation=state.config.generation)
     entry.seen_ms = now
     expire_readers(state, now, sparing=reader)
     for p in request.positions:
@@ -341,10 +348,13 @@ def assignment(state: GroupState, reader: str) -> Assignment:
         end_of_data=state.end_of_data())
 
 
-def reader_offline(state: GroupState, reader: str, position: list[SegmentOffset] | None) -> None:
-    entry = state.readers.pop(reader, None)
-    if entry is None:
+def reader_offline(state: GroupState, reader: str, position: list[SegmentOffset] | None,
+                   instance: str | None = None) -> None:
+    """The reader leaves; with ``instance``, only if that instance is the one online under the name."""
+    entry = state.readers.get(reader)
+    if entry is None or _another_instance(entry, instance):
         return
+    del state.readers[reader]
     given = {f"{p.stream}/{p.segment_id}": p.offset for p in position or []}
     for key, held in entry.segments.items():
         if key in given:
@@ -618,8 +628,9 @@ class ReaderGroups:
         now = _now()
         return self._modify(scope, group, lambda s: sync(s, reader, request, now, self._successors))
 
-    def reader_offline(self, scope: str, group: str, reader: str, position: list[SegmentOffset] | None) -> None:
-        self._modify(scope, group, lambda s: reader_offline(s, reader, position))
+    def reader_offline(self, scope: str, group: str, reader: str, position: list[SegmentOffset] | None,
+                       instance: str | None = None) -> None:
+        self._modify(scope, group, lambda s: reader_offline(s, reader, position, instance))
 
     def initiate_checkpoint(self, scope: str, group: str, name: str, silent: bool = False) -> CheckpointInfo:
         now = _now()

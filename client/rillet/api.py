@@ -185,11 +185,14 @@ class CreateReaderGroupRequest(_Body):
     config: ReaderGroupConfig
 
 
+INSTANCE_TOKEN = r"^[A-Za-z0-9_-]{1,64}$"  # a reader instance's random token: one short string per online reader
+
+
 class JoinRequest(_Body):
     """A reader joining. Its instance token tells a repeated join (after a lost answer) from a second
     reader taking a name already online; without one, a join is accepted by name."""
 
-    instance: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$", description=(
+    instance: str | None = Field(None, pattern=INSTANCE_TOKEN, description=(
         "A random token the reader instance chose: the same token joins again; another is refused with "
         "409 AlreadyExists while the reader of that name is online."))
 
@@ -215,6 +218,9 @@ class SyncRequest(_Body):
     positions: list[SegmentOffset] = []
     completed: list[SegmentOffset] = Field([], description="Segments read to their end, with the end offset.")
     checkpoint: str | None = Field(None, description="The checkpoint this reader has passed.")
+    instance: str | None = Field(None, pattern=INSTANCE_TOKEN, description=(
+        "The token the reader joined with: if another instance joined under its name since, the answer is "
+        "409 ReaderNotInReaderGroup. Null: the reader of that name, whichever."))
 
 
 class Assignment(_Body):
@@ -230,6 +236,9 @@ class Assignment(_Body):
 class OfflineRequest(_Body):
     position: list[SegmentOffset] | None = Field(
         None, description="The reader's last position; null: the last one it reported.")
+    instance: str | None = Field(None, pattern=INSTANCE_TOKEN, description=(
+        "Only if the reader online under that name is this instance (a reader's own goodbye, which must "
+        "not take a newcomer of its name offline). Null: whichever reader has the name."))
 
 
 class CheckpointRequest(_Body):

@@ -136,7 +136,10 @@ class ReaderGroup:
 
     def reader_offline(self, reader_id: str, last_position: Position | None) -> None:
         """Hand the reader's segments back to the group at ``last_position`` (its last report if None)."""
-        body = api.OfflineRequest(position=last_position.to_wire() if last_position else None)
+        self._offline(reader_id, last_position, None)
+
+    def _offline(self, reader_id: str, last_position: Position | None, instance: str | None) -> None:
+        body = api.OfflineRequest(position=last_position.to_wire() if last_position else None, instance=instance)
         self._transport.json("POST", f"{self._path}/readers/{quote(reader_id, safe='')}/offline",
                              json_body=body.model_dump())
 
@@ -313,10 +316,11 @@ class EventStreamReader(Generic[T]):
 
     def close(self) -> None:
         """Leave the group, handing the segments back at this reader's position (nothing to hand back
-        once the group took it offline: a new reader of the same id may hold them by now)."""
+        once the group took it offline: a new reader of the same id may hold them by now, and the
+        server leaves that one online even if this reader never learnt it was taken offline)."""
         if not self._closed and self._lost is None:
             self._closed = True
-            self.group.reader_offline(self.reader_id, self.get_position())
+            self.group._offline(self.reader_id, self.get_position(), self._instance)
 
     def __enter__(self) -> EventStreamReader[T]:
         return self
@@ -336,7 +340,7 @@ class EventStreamReader(Generic[T]):
 
     def _sync(self, checkpoint: str | None = None) -> None:
         request = api.SyncRequest(positions=list(self.get_position().offsets), completed=self._completed,
-                                  checkpoint=checkpoint)
+                                  checkpoint=checkpoint, instance=self._instance)
         try:
             data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}/sync",
                                               json_body=request.model_dump())

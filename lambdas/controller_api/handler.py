@@ -311,7 +311,7 @@ def sync_reader(scope: str, group: str, reader: ReaderName, request: SyncRequest
 
 @app.post(GROUP + "/readers/<reader>/offline", summary="Take a reader offline, handing its segments back")
 def reader_offline(scope: str, group: str, reader: ReaderName, request: OfflineRequest) -> Deleted:
-    groups.reader_offline(scope, group, reader, request.position)
+    groups.reader_offline(scope, group, reader, request.position, request.instance)
     return Deleted(deleted=True)
 
 

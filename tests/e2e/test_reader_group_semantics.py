@@ -398,3 +398,23 @@ def test_more_outstanding_checkpoints_than_the_ceiling_is_invalid_argument(setup
             "group": "g", "config": config | {"max_outstanding_checkpoint_request": 11}})
     assert refused.value.status == 400
     assert s.groups.create_reader_group("g", rillet.ReaderGroupConfig.model_validate(config))
+
+
+def test_a_frozen_reader_whose_id_a_new_reader_took_reads_nothing_more_and_leaves_it_online(setup_factory):
+    """r1 freezes past its lease; a new reader joins as r1 (its join takes the frozen one offline) and
+    holds the segments. The frozen one, coming back, gets ReaderNotInReaderGroup rather than a second
+    copy of the newcomer's events, and its close does not take the newcomer offline."""
+    s = setup_factory(segments=2)
+    first = s.write("a", 20)
+    s.group("g", reader_lease_ms=LEASE_MS)
+    frozen = s.reader("r1", "g")
+    assert_exactly_once(read_until_idle(frozen), first)
+    time.sleep(LEASE_MS / 1000 + 0.2)  # the freeze: no call for longer than the lease
+    newcomer = s.reader("r1", "g")
+    later = s.write("b", 20)
+    with pytest.raises(rillet.ReaderNotInReaderGroup):
+        frozen.read_next_event(timeout_ms=100)
+    frozen.close()
+    assert s.groups.get_reader_group("g").get_online_readers() == ["r1"]
+    assert_exactly_once(read_until_idle(newcomer), later)
+    newcomer.close()

@@ -812,3 +812,24 @@ def test_a_name_taken_offline_or_whose_lease_ended_can_join_again_as_another_ins
         add_reader(g.state, "r1", t + 999, instance="c")
     add_reader(g.state, "r1", t + 1_000, instance="c")  # b's lease ended: taken offline by this join
     assert g.state.readers["r1"].instance == "c" and g.state.readers["r1"].seen_ms == t + 1_000
+
+
+def test_an_instance_whose_name_another_instance_took_over_is_not_in_the_group():
+    """A reader frozen past its lease comes back after a new reader joined under its id: its syncs are
+    refused (it would read the newcomer's segments a second time) and its goodbye takes nobody
+    offline. Syncs and goodbyes without a token (older SDKs, the admin's reader_offline) go by name."""
+    history = ScalingHistory.start([0.0, 0.5, 1.0])
+    g = Group(history, reader_lease_ms=1_000, group_refresh_time_ms=100)
+    t = g.now
+    add_reader(g.state, "r1", t, instance="a")
+    g.sync("r1", now=t)
+    add_reader(g.state, "r1", t + 1_000, instance="b")
+    request = SyncRequest(instance="a")
+    with pytest.raises(ReaderNotInReaderGroup):
+        sync(g.state, "r1", request, t + 1_001, g.successors)
+    reader_offline(g.state, "r1", None, instance="a")
+    assert g.state.readers["r1"].instance == "b"
+    assert len(sync(g.state, "r1", SyncRequest(instance="b"), t + 1_002, g.successors).segments) == 2
+    assert len(g.sync("r1", now=t + 1_003).segments) == 2
+    reader_offline(g.state, "r1", None)
+    assert "r1" not in g.state.readers
