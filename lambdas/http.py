@@ -161,6 +161,14 @@ def build_resolver(logger: Logger) -> LambdaFunctionUrlResolver:
             return error_response(InvalidArgument("the request body is not UTF-8 text"))
         return _unexpected(error)
 
+    @app.exception_handler(ValueError)
+    def _unparsable_form(error: ValueError) -> Response:
+        content_type = app.current_event.headers.get("content-type", "")
+        if content_type.startswith("multipart/"):  # powertools fails to parse one without a boundary
+            return error_response(UnsupportedMediaType(f"unsupported content type {content_type[:100]!r}: "
+                                                       f"send {JSON}"))
+        return _unexpected(error)
+
     @app.not_found
     def _no_route(_error: Exception) -> Response:
         path = app.current_event.path

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
 from rillet.api import ErrorBody
+from rillet.names import MAX_GIVEN_NAME_SIZE, MAX_NAME_SIZE
 
 APIS = {
     "controller": ("lambdas.controller_api.handler", "Rillet control API",
@@ -56,11 +58,82 @@ def _document_errors(schema: dict) -> dict:
     return schema
 
 
+# The name rules the handlers enforce (rillet/names.py, as Pravega's NameUtils), stated in the documents
+# so that a client generated from them checks names the same way. A stream named in a path or a body
+# may be an internal one (a leading '_', such as a watermark stream); a stream a user creates may not.
+_CHARS = r"[A-Za-z0-9.\-]"
+_USER_STREAM = {"type": "string", "minLength": 1, "maxLength": MAX_GIVEN_NAME_SIZE,
+                "pattern": f"^{_CHARS}{{1,{MAX_GIVEN_NAME_SIZE}}}$"}
+NAME_RULES = {
+    "scope": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_SIZE,
+              "pattern": f"^{_CHARS}{{1,{MAX_NAME_SIZE}}}$"},
+    "stream": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_SIZE,
+               "pattern": f"^(?:{_CHARS}{{1,{MAX_GIVEN_NAME_SIZE}}}|_{_CHARS}{{1,{MAX_NAME_SIZE - 1}}})$"},
+    "group": _USER_STREAM,  # reader group names follow the user stream rule
+}
+
+
+def _state_name_rules(schema: dict) -> dict:
+    """Give every path parameter and body property named scope, stream or group its name rule."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                rule = NAME_RULES.get(parameter["name"])
+                if parameter["in"] == "path" and rule and "pattern" not in parameter["schema"]:
+                    parameter["schema"] = {**parameter["schema"], **rule}
+    for model, definition in schema.get("components", {}).get("schemas", {}).items():
+        for name, prop in definition.get("properties", {}).items():
+            if name in NAME_RULES and prop.get("type") == "string":
+                rule = _USER_STREAM if (model, name) == ("CreateStreamRequest", "stream") else NAME_RULES[name]
+                prop.update(rule)
+    return schema
+
+
+# Operations whose success yields a name other operations take in their path: (method, path) -> (that
+# path parameter, where its value is). Links from each to the operations under it let a reader, and a
+# stateful fuzzer, follow create scope -> create stream -> segments, transactions, reader groups, ...
+PRODUCERS = {
+    ("post", "/v1/scopes"): ("scope", "$request.body#/scope"),
+    ("post", "/v1/scopes/{scope}/streams"): ("stream", "$request.body#/stream"),
+    ("post", "/v1/scopes/{scope}/reader-groups"): ("group", "$request.body#/group"),
+    ("post", "/v1/scopes/{scope}/reader-groups/{group}/readers/{reader}"): ("reader", "$request.path.reader"),
+    ("post", "/v1/scopes/{scope}/reader-groups/{group}/checkpoints"): ("name", "$request.body#/name"),
+    ("post", "/v1/scopes/{scope}/streams/{stream}/transactions"): ("txn_id", "$response.body#/txn_id"),
+    ("post", "/v1/scopes/{scope}/streams/{stream}/scale"): ("epoch", "$response.body#/epoch"),
+    ("get", "/v1/scopes/{scope}/streams/{stream}/segments"): ("segment_id", "$response.body#/segments/0/segment_id"),
+}
+
+
+def _link_producers(schema: dict) -> dict:
+    """OpenAPI links from each producer's 200 answer to every operation under the name it yields."""
+    paths = schema.get("paths", {})
+    for (method, path), (produced, value) in PRODUCERS.items():
+        if path not in paths:
+            continue
+        under = path + "/" if path.endswith(f"{{{produced}}}") else f"{path}/{{{produced}}}"
+        known = set(re.findall(r"{(\w+)}", path)) | {produced}
+        links = {}
+        for target, operations in sorted(paths.items()):
+            if target == path or not target.startswith(under):
+                continue
+            for operation in operations.values():
+                names = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
+                if not {"scope", "stream", "group"} & set(names) <= known:
+                    continue  # it needs a resource this answer does not name (a stream, under a new scope)
+                # a name nothing creates (a reader, a writer, a sink) is the caller's choice
+                links[operation["operationId"]] = {
+                    "operationId": operation["operationId"],
+                    "parameters": {n: value if n == produced else f"$request.path.{n}" for n in names if n in known}}
+        paths[path][method]["responses"]["200"]["links"] = links
+    return schema
+
+
 def render(name: str) -> str:
     module, title, description = APIS[name]
     app = importlib.import_module(module).app
     schema = json.loads(app.get_openapi_json_schema(title=title, version="1", description=description))
-    return json.dumps(_document_errors(schema), indent=2, sort_keys=True) + "\n"
+    schema = _link_producers(_state_name_rules(_document_errors(schema)))
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
 API_DOC = OUT_DIR.parent / "api.md"
@@ -76,15 +149,19 @@ standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names t
   `x-rillet-raw: true` for byte streams) and the headers `x-rillet-writer-id`,
   `x-rillet-event-number` (of the block's first event), `x-rillet-event-count` and optionally
   `x-rillet-expected-offset` (a conditional append) and `x-rillet-after-event` (the writer's last
-  event number before this block, -1 for its first: the block waits for it, so a writer may pipeline
-  blocks; `OutOfOrder` if it never arrives). The answer is `{"offset", "length", "duplicate"}`.
+  event number before this block, -1 for its first: the block commits only after it, so a writer may
+  pipeline blocks; if that event is not appended within about 100 ms the answer is `OutOfOrder` with
+  `details.awaiting_event_number` and `details.last_event_number`, and the writer sends the block again
+  while its predecessor is in flight). The answer is `{"offset", "length", "duplicate"}`.
+  A segment's first append pins what it holds: framed events, or raw bytes. Raw bytes sent to a
+  segment of events (or framed events to a byte segment) answer `StreamKindMismatch` 409.
 * **Read API** (binary): `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=&wait_ms=`
   answers the bytes, with `x-rillet-offset`, `x-rillet-next-offset`, `x-rillet-start-offset`,
   `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers.
 
 Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable `code`
 (`InvalidArgument` 400, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/
-`AlreadyExists`/`OutOfOrder` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `Throttled` 429,
+`AlreadyExists`/`OutOfOrder`/`StreamKindMismatch` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `Throttled` 429,
 `InternalError` 500, `ServiceUnavailable` 503); never a stack trace. The full types are in
 `client/rillet/errors.py`.
 
@@ -102,6 +179,20 @@ Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable 
 * **Bodies.** A request body must be exactly `Content-Length` bytes. The standalone gateway answers
   `InvalidArgument` 400, without invoking the function, to a body that ends early, a malformed
   `Content-Length` or a `Transfer-Encoding` body, so a truncated block is never appended.
+* **Names.** Scope names are 1 to 255 of `A-Z a-z 0-9 . -`; stream and reader group names 1 to 250
+  of the same (a stream named in a path may also be an internal one, `_` and up to 254 more). The
+  documents state these rules on every `scope`, `stream` and `group` parameter and property, so a
+  client generated from them checks names as the handlers do; a name outside them is `InvalidArgument`
+  400 (or `*NotFound` 404 where no such resource can exist).
+* **Methods and content types.** A method no route declares (`TRACE`, `OPTIONS`, ...) is
+  `MethodNotAllowed` 405 with an `Allow` header; a JSON route sent a body of another type is
+  `UnsupportedMediaType` 415, and a JSON body that is not UTF-8 `InvalidArgument` 400.
+* **Links.** Each operation that creates something other operations name in their path (a scope, a
+  stream, a reader group, a reader, a checkpoint, a transaction, a scale epoch, a segment listing)
+  carries OpenAPI `links` from its 200 answer to those operations, so a reader (and a stateful
+  fuzzer) can follow create scope -> create stream -> segments, transactions and reader groups.
+  tests/e2e/test_api_fuzz.py runs schemathesis over all three documents against the standalone stack
+  (every phase, links followed, a fixed seed): no input gets a 5xx or a dropped connection.
 * **Routing keys** are text with a UTF-8 form (`segment-for-key?routing_key=`, at most 4096
   characters); the SDK refuses anything else with `InvalidArgument` before sending.
 

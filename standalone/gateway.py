@@ -22,6 +22,7 @@ import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -32,6 +33,7 @@ MAX_PAYLOAD = 6 * 1024 * 1024
 # A client that stops sending in the middle of a body is answered (400) after this long, instead of
 # holding a server thread forever.
 BODY_TIMEOUT_S = 30
+ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"  # the methods the three APIs' routes use
 _TEXT_TYPES = ("application/json", "text/", "application/xml", "application/x-www-form-urlencoded")
 
 
@@ -274,6 +276,19 @@ class FunctionUrl:
                 self.close_connection = True  # what is left of the body must not be read as a request
                 self._send(status, {"content-type": "application/json"},
                            json.dumps({"code": code, "message": message}).encode())
+
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                """What the HTTP server answers by itself (a malformed request line or header, a method
+                no function serves) in the API's JSON error shape rather than an HTML page; a method the
+                APIs do not declare is 405, as a Function URL refuses it, never a 5xx."""
+                if code == HTTPStatus.NOT_IMPLEMENTED:
+                    self.close_connection = True  # its body, if any, was not read
+                    self._send(405, {"content-type": "application/json", "allow": ALLOWED_METHODS}, json.dumps(
+                        {"code": "MethodNotAllowed",
+                         "message": f"method {self.command} is not allowed: use {ALLOWED_METHODS}"}).encode())
+                    return
+                error = "TooLarge" if code in (413, 414, 431) else "InvalidArgument"
+                self._refuse(code, error, message or HTTPStatus(code).phrase)
 
             def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
                 self.send_response(status)

@@ -57,6 +57,7 @@ from rillet.models import (
     StreamInfo,
     TxnInfo,
 )
+from rillet.names import validate_internal_stream_name, validate_scope_name, validate_stream_name
 from rillet.stream_cut import StreamCut
 
 logger, metrics, tracer = powertools("controller")
@@ -273,7 +274,7 @@ GROUP = "/v1/scopes/<scope>/reader-groups/<group>"
 
 @app.post("/v1/scopes/<scope>/reader-groups", summary="Create a reader group")
 def create_reader_group(scope: str, request: CreateReaderGroupRequest) -> Created:
-    return Created(created=groups.create(scope, request.group, request.config))
+    return Created(created=groups.create(scope, request.group, _named_streams(request.config)))
 
 
 @app.get(GROUP, summary="A reader group's configuration, readers and checkpoints")
@@ -283,7 +284,16 @@ def get_reader_group(scope: str, group: str) -> ReaderGroupInfo:
 
 @app.put(GROUP + "/config", summary="Reset a reader group to a new configuration (a new generation)")
 def reset_reader_group(scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
-    return groups.reset(scope, group, config)
+    return groups.reset(scope, group, _named_streams(config))
+
+
+def _named_streams(config: ReaderGroupConfig) -> ReaderGroupConfig:
+    """The configuration, once its streams' names are valid: a name no stream can have (an empty one
+    cannot even key a DynamoDB lookup) is InvalidArgument, not a failed lookup."""
+    for item in config.streams:
+        validate_scope_name(item.scope)
+        (validate_internal_stream_name if item.stream.startswith("_") else validate_stream_name)(item.stream)
+    return config
 
 
 @app.delete(GROUP, summary="Delete a reader group")

@@ -17,7 +17,6 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import rillet
-
 from standalone.logs import LOG_FILE_ENV, route_worker_output, terminal_line
 
 
