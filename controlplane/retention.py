@@ -221,7 +221,8 @@ class RetentionTasks:
         max_cut = max((r for r in retention_set if lowest <= kept(r) <= highest), key=kept, default=None) or min_cut
         plain = _positions(min_cut.cut) if min_cut else None
         if policy.consumption is None:
-            decision.reason = "truncate at the most recent cut keeping the minimum" if plain else "below the minimum"
+            decision.reason = ("truncate at the most recent cut keeping the minimum" if plain else
+                               self._no_cut_reason(by_size, lowest, tail_size, head_size, retention_set, now))
             return plain
 
         limits = policy.consumption
@@ -262,7 +263,7 @@ class RetentionTasks:
             return self._by_size(bound, tail_size - self.size_till(segments, bound), plain, min_cut, max_cut,
                                  kept, lowest, highest, retention_set, decision)
         if min_cut is None:
-            decision.reason = "below the minimum: nothing to truncate"
+            decision.reason = self._no_cut_reason(by_size, lowest, tail_size, head_size, retention_set, now)
             return None
         return self._by_time(bound, plain, max_cut, retention_set, now, highest, decision)
 
@@ -309,6 +310,20 @@ class RetentionTasks:
             return _positions(max_cut.cut) if max_cut else max_bound
         decision.reason = "v: the lower bound overlaps the maximum: truncate at the maximum bound"
         return max_bound
+
+    def _no_cut_reason(self, by_size: bool, lowest: int, tail_size: int, head_size: int,
+                       retention_set: list[RetentionRecord], now: int) -> str:
+        """Why no recorded cut keeps the minimum: the stream holds less than it, or it grew past it after
+        its oldest recorded cut (cuts are recorded at most every ``frequency_ms``)."""
+        oldest = min(retention_set, key=lambda r: r.recorded_ms)
+        every = f"a cut is recorded every {self.settings.frequency_ms / 1000:g} s"
+        if not by_size:
+            return (f"no cut to truncate at yet: the oldest recorded cut is {(now - oldest.recorded_ms) / 1000:g} s "
+                    f"old, the minimum is {lowest / 1000:g} s ({every})")
+        if tail_size - head_size < lowest:
+            return f"below the minimum: the stream holds {tail_size - head_size} B, the minimum is {lowest} B"
+        return (f"no cut to truncate at yet: the stream holds {tail_size - head_size} B, over the {lowest} B "
+                f"minimum, but truncating at its oldest recorded cut would keep {tail_size - oldest.size} B ({every})")
 
     @staticmethod
     def _beyond_max(by_size: bool, highest: int, retained: int, head: list[SegmentPosition],
