@@ -79,13 +79,26 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+LEASES_PER_EXECUTION = 1_000  # Pravega's MAX_EXECUTION_TIME_MULTIPLIER: renewals a transaction may need
+
+
 @dataclass(frozen=True)
 class TxnSettings:
+    """Each field is also read from ``RILLET_TXN_<FIELD>`` (e.g. RILLET_TXN_MAX_EXECUTION_MS)."""
+
     min_lease_ms: int = 1_000
     max_lease_ms: int = 120_000
     default_lease_ms: int = 30_000
+    # The bound on a transaction's maximum execution time (Pravega's
+    # controller.transaction.execution.timeBound.days, a day there too).
     max_execution_ms: int = 24 * 3_600_000
     keep_finished_ms: int = 24 * 3_600_000  # how long a finished transaction's status stays queryable
+
+    def max_execution_for(self, lease_ms: int) -> int:
+        """As Pravega's createTxn: a thousand leases, up to the bound. A safety net that long-lived
+        transactions seldom meet, derived from the lease so a short-lease writer cannot hold a
+        transaction open for a day by pinging."""
+        return min(LEASES_PER_EXECUTION * lease_ms, self.max_execution_ms)
 
     @classmethod
     def from_env(cls) -> TxnSettings:
@@ -119,12 +132,13 @@ class TransactionTasks:
         lease = self._check_lease(lease_ms or self.settings.default_lease_ms)
         now = now_ms()
         epoch = self.store.get_epoch(scope, stream, record.current_epoch)
-        # As for a ping, the lease never reaches past the maximum execution time: the timeout job
-        # finds open transactions by this deadline.
-        expiry = now + min(lease, self.settings.max_execution_ms)
+        max_execution = self.settings.max_execution_for(lease)
+        # No lease ends past the maximum execution time (here only if the bound is below the lease), so
+        # the timeout job, which finds open transactions by their lease, aborts them by then.
+        expiry = now + min(lease, max_execution)
         txn = TxnRecord(stream_pk(scope, stream), "", scope=scope, stream=stream, txn_id=uuid.uuid4().hex,
                         state=TxnState.OPEN.value, epoch=record.current_epoch, segments=epoch.segments,
-                        created_ms=now, lease_expiry_ms=expiry, max_expiry_ms=now + self.settings.max_execution_ms,
+                        created_ms=now, lease_expiry_ms=expiry, max_expiry_ms=now + max_execution,
                         deadline_shard=OPEN_SHARD, deadline_ms=expiry)
         txn.sk = txn_sk(txn.txn_id)
         txn.save(condition=TxnRecord.pk.does_not_exist())
@@ -136,17 +150,22 @@ class TransactionTasks:
         return info(self._get(scope, stream, txn_id))
 
     def ping(self, scope: str, stream: str, txn_id: str, lease_ms: int) -> TxnInfo:
-        """Renew the lease: LeaseTooLarge, or TxnFailed once closed or past its maximum execution time."""
+        """Renew the lease to ``lease_ms`` from now: LeaseTooLarge, TxnFailed once closed, or TxnFailed
+        (status MAX_EXECUTION_TIME_EXCEEDED) if the new lease would end past the maximum execution time.
+
+        As Pravega's pingTxn, that refusal changes nothing: the transaction stays open (its writer may
+        still commit it) until its current lease ends, and then the timeout job aborts it.
+        """
         while True:
             txn = self._get(scope, stream, txn_id)
             if txn.state != TxnState.OPEN.value:
                 raise TxnFailed(f"transaction {txn_id} is {txn.state}", status=txn.state)
             self._check_lease(lease_ms)
-            now = now_ms()
-            if now >= txn.max_expiry_ms:
-                raise TxnFailed(f"transaction {txn_id} exceeded its maximum execution time",
-                                status="MAX_EXECUTION_TIME_EXCEEDED")
-            expiry = min(now + lease_ms, txn.max_expiry_ms)
+            expiry = now_ms() + lease_ms
+            if expiry > txn.max_expiry_ms:
+                raise TxnFailed(f"transaction {txn_id}: a lease of {lease_ms} ms would end past its maximum "
+                                f"execution time; it stays open until its current lease ends",
+                                status="MAX_EXECUTION_TIME_EXCEEDED", max_expiry_ms=int(txn.max_expiry_ms))
             try:
                 with conditional("transaction changed concurrently"):
                     txn.update(actions=[TxnRecord.lease_expiry_ms.set(expiry), TxnRecord.deadline_ms.set(expiry)])

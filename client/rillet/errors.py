@@ -111,7 +111,8 @@ class ReaderNotInReaderGroup(IllegalState):
 class TxnFailed(RilletError):
     """The transaction is no longer open (committing, committed, aborting, aborted or expired).
 
-    ``details["status"]`` says which (for a ping: COMMITTED, ABORTED or MAX_EXECUTION_TIME_EXCEEDED).
+    ``details["status"]`` says which (for a ping: COMMITTED, ABORTED or MAX_EXECUTION_TIME_EXCEEDED;
+    the last refuses only that ping: the transaction stays open until its current lease ends).
     """
 
     code, status = "TxnFailed", 409

@@ -217,8 +217,11 @@ class TxnInfo(_Model):
     state: TxnState
     epoch: int = Field(description="The epoch the transaction began in; its segments are that epoch's.")
     segments: list[SegmentRange]
-    lease_expiry_ms: int
-    max_expiry_ms: int
+    lease_expiry_ms: int = Field(description="When the lease ends (ms since the epoch); a ping sets it to now plus "
+                                             "its lease. An open transaction is aborted once it passes.")
+    max_expiry_ms: int = Field(description="The end of the maximum execution time: begin plus min(1,000 x the "
+                                           "lease asked for at begin, the deployment's bound). A ping whose lease "
+                                           "would end later is refused (TxnFailed MAX_EXECUTION_TIME_EXCEEDED).")
 
 
 class StreamDataRetention(str, Enum):

@@ -82,7 +82,10 @@ class Transaction(Generic[T]):
         self._writer.flush()
 
     def ping(self, lease_ms: int) -> TxnInfo:
-        """Renew the lease. LeaseTooLarge if above the deployment's maximum; TxnFailed once closed."""
+        """Renew the lease to ``lease_ms`` from now. LeaseTooLarge above the deployment's maximum;
+        TxnFailed once closed, or with ``details["status"] == "MAX_EXECUTION_TIME_EXCEEDED"`` if the new
+        lease would end past ``info.max_expiry_ms``: then the transaction stays open, and can still be
+        committed, until its current lease ends (Pravega's pingTxn)."""
         self._check_open()
         self.info = TxnInfo.model_validate(self._call("POST", "/ping", api.PingTxnRequest(lease_ms=lease_ms).model_dump()))
         return self.info

@@ -228,7 +228,8 @@ def get_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
 
 
 @app.post(TXNS + "/<txn_id>/ping",
-          summary="Renew the lease (LeaseTooLarge, or TxnFailed when closed or past the maximum execution time)")
+          summary="Renew the lease (LeaseTooLarge; TxnFailed when closed, or when the new lease would end past the "
+                  "maximum execution time: the transaction then stays open until its current lease ends)")
 def ping_txn(scope: str, stream: str, txn_id: TxnId, request: PingTxnRequest) -> TxnInfo:
     return txns.ping(scope, stream, txn_id, request.lease_ms)
 

@@ -259,21 +259,24 @@ def test_ping_renews_the_lease_within_bounds(small: Controller, unique: str):
     with pytest.raises(InvalidArgument) as e:
         txns.ping(unique, STREAM, txn.txn_id, SMALL.min_lease_ms - 1)
     assert e.value.code == "InvalidArgument"
-    # a renewed lease never reaches past the maximum execution time
-    capped = txns.ping(unique, STREAM, txn.txn_id, SMALL.max_lease_ms)
-    assert capped.lease_expiry_ms == capped.max_expiry_ms == txn.max_expiry_ms
+    # a lease that would end past the maximum execution time is refused, and the lease stays as it was
+    # (tests/integration/test_transactions_max_execution.py has the rest of that rule)
+    with pytest.raises(TxnFailed) as e:
+        txns.ping(unique, STREAM, txn.txn_id, SMALL.max_lease_ms)
+    assert e.value.details["status"] == "MAX_EXECUTION_TIME_EXCEEDED"
+    assert txns.status(unique, STREAM, txn.txn_id).lease_expiry_ms == renewed.lease_expiry_ms
     # a lease that ran out makes the transaction expired (for the timeout job) until pinged again
     short = txns.begin(unique, STREAM, lease_ms=100)
     time.sleep(0.25)
     assert short.txn_id in {t.txn_id for t in txns.expired(limit=1000)}
-    txns.ping(unique, STREAM, short.txn_id, 2_000)
+    txns.ping(unique, STREAM, short.txn_id, 1_000)
     assert short.txn_id not in {t.txn_id for t in txns.expired(limit=1000)}
 
 
 def test_ping_after_max_execution_time_fails(small: Controller, unique: str):
     txns = small.transactions
     txn = txns.begin(unique, STREAM, lease_ms=SMALL.max_lease_ms)
-    # the lease asked for is longer than the maximum execution time: it is cut to it
+    # the lease asked for is longer than the bound on the maximum execution time: it is cut to it
     assert txn.lease_expiry_ms == txn.max_expiry_ms
     time.sleep(max(0.0, (txn.max_expiry_ms - now_ms()) / 1000) + 0.05)
     with pytest.raises(TxnFailed) as e:
