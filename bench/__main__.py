@@ -5,6 +5,7 @@ from bench import (
     control_ops,
     data_path,
     fault_history,
+    idle_stack,
     reader_group_state,
     retention_cycle,
     spark_read,
@@ -27,6 +28,8 @@ def main() -> None:
     print(reader_group_state.report(reader_group_state.run()))
     print()
     print(fault_history.report(fault_history.run()))
+    print()
+    print(idle_stack.report(idle_stack.run()))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ from typing import IO
 LOG_FILE_ENV = "RILLET_LOG_FILE"  # set by the stack for a function's workers
 _LEVELS = ("WARNING", "ERROR", "CRITICAL")
 _DAGSTER_RECORD = re.compile(r" - (WARNING|ERROR|CRITICAL) - (.*)")
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # Dagster colours its log levels
+# Dagster warns about its own API (beta parameters it passes itself): nothing a Rillet user can act on.
+_LIBRARY_WARNINGS = re.compile(r"(Beta|Preview|Supersession|Deprecation)Warning")
 
 
 def terminal_line(source: str, line: str, path: str) -> str | None:
@@ -32,8 +35,10 @@ def terminal_line(source: str, line: str, path: str) -> str | None:
         if isinstance(record, dict) and record.get("level") in _LEVELS:
             return f"[{source}] {record['level']}: {record.get('message', '')} (details in {path})"
         return None
-    match = _DAGSTER_RECORD.search(line)
-    return f"[{source}] {match[1]}: {match[2]} (details in {path})" if match else None
+    match = _DAGSTER_RECORD.search(_COLOURS.sub("", line))
+    if not match or _LIBRARY_WARNINGS.search(match[2]):
+        return None
+    return f"[{source}] {match[1]}: {match[2]} (details in {path})"
 
 
 class _Output(io.TextIOBase):

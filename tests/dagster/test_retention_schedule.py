@@ -1,14 +1,22 @@
 """The retention schedule launches work in proportion to what is due (tables of its own, so "nothing is
 due" is true): no run while no stream has a retention policy, and one run per cycle, whatever the number
 of buckets, over the buckets that hold streams; that run retains every stream in them. Every job runs
-its ops in the run's own process (a process per op or per bucket bought nothing but load)."""
+its ops in the run's own process (a process per op or per bucket bought nothing but load), and the
+standalone instance queues runs, at most two at once."""
 
 from __future__ import annotations
 
 import datetime
 
 import pytest
-from dagster import Definitions, RunRequest, SkipReason, build_schedule_context
+from dagster import (
+    DagsterInstance,
+    Definitions,
+    QueuedRunCoordinator,
+    RunRequest,
+    SkipReason,
+    build_schedule_context,
+)
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from controlplane.service import Controller
@@ -21,6 +29,7 @@ from rillet.framing import frame
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from rillet.names import segment_name
 from standalone.resources import bind_all, create_resources
+from standalone.stack import DAGSTER_INSTANCE
 
 AT = datetime.datetime(2025, 3, 1, 12, 30, tzinfo=datetime.UTC)
 
@@ -99,3 +108,10 @@ def test_one_run_per_cycle_retains_the_streams_of_every_occupied_bucket(empty, u
 def test_every_job_executes_in_process():
     for job in defs.get_repository_def().get_all_jobs():
         assert job.executor_def.name == "in_process", job.name
+
+
+def test_the_standalone_instance_queues_runs_two_at_a_time(tmp_path):
+    (tmp_path / "dagster.yaml").write_text(DAGSTER_INSTANCE)
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 2

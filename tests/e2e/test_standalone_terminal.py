@@ -89,6 +89,10 @@ def test_terminal_lines_are_warnings_and_errors_only():
     assert terminal_line("dagster", "2026-11-24 22:50:00 +0000 - dagster.daemon.SensorDaemon - ERROR - "
                                     "sensor failed", path) == f"[dagster] ERROR: sensor failed (details in {path})"
     assert terminal_line("dagster", "2026-11-24 22:50:00 +0000 - dagster - INFO - tick", path) is None
+    coloured = "\x1b[32m2026-11-24 23:23:51 +0000\x1b[0m - dagster - \x1b[31mERROR\x1b[0m - run failed"
+    assert terminal_line("dagster", coloured, path) == f"[dagster] ERROR: run failed (details in {path})"
+    assert terminal_line("dagster", "2026-11-24 23:23:51 +0000 - dagster - WARNING - sensor_definition.py:809: "
+                                    "BetaWarning: Parameter `owners` is currently in beta", path) is None
     assert terminal_line("read", '{"_aws": {"Timestamp": 1}, "ReadBytes": [3]}', path) is None
     assert terminal_line("read", '{"level": "INFO", "message": "hello"}', path) is None
     assert terminal_line("read", '{"level": "ERROR", "message": "unexpected error"}', path) == (

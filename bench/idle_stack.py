@@ -1,0 +1,114 @@
+"""An idle standalone stack: its CPU use and its Dagster run queue, with a few streams under retention.
+
+Starts the whole stack as ``make up`` does (moto, the three functions, Dagster with standalone's sensor
+intervals and a retention cycle every minute), creates streams with retention policies and a few events,
+lets Dagster settle, then leaves it idle for a few minutes and reports:
+
+* the CPU time of the stack's whole process tree (this process, the function workers, Dagster's
+  webserver, daemon, code server and every run it launched) as a share of one core,
+* the runs Dagster launched meanwhile, and the most runs queued or in progress at any sample.
+
+Run: ``.venv/bin/python -m bench.idle_stack --minutes 3``. Linux only (it reads /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+
+import rillet
+from rillet.models import RetentionPolicy, StreamConfiguration
+from standalone.stack import Stack, StackConfig
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_ACTIVE = ["QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"]
+
+
+def _tree_cpu_s(root: int) -> float:
+    """User and system CPU seconds of ``root`` and its descendants, including children they reaped (a
+    finished Dagster run counts in its launcher's)."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited meanwhile
+        stats[int(entry)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, pending = 0, [root]
+    while pending:
+        pid = pending.pop()
+        if pid in stats:
+            total += sum(int(v) for v in stats[pid][11:15])  # utime, stime, cutime, cstime
+        pending += children.get(pid, [])
+    return total / _TICKS
+
+
+def _runs(dagster_url: str, statuses: list[str] | None = None) -> list[dict]:
+    run_filter = f"(filter: {{statuses: [{', '.join(statuses)}]}})" if statuses else "(limit: 10000)"
+    query = "{ runsOrError" + run_filter + " { ... on Runs { results { runId status jobName } } } }"
+    request = urllib.request.Request(f"{dagster_url}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)["data"]["runsOrError"]["results"]
+
+
+def run(minutes: float = 3, settle_s: float = 90, streams: int = 2) -> dict:
+    config = StackConfig.ephemeral(with_dagster=True)
+    config.log_dir = tempfile.mkdtemp(prefix="rillet-idle-logs-")
+    with Stack(config) as stack:
+        stack.wait_for_dagster()
+        manager = rillet.StreamManager(stack.controller_url)
+        manager.create_scope("idle")
+        factory = rillet.EventStreamClientFactory("idle", stack.controller_url)
+        for i in range(streams):
+            policy = RetentionPolicy.by_size(10_000) if i % 2 == 0 else RetentionPolicy.by_time(60_000)
+            manager.create_stream("idle", f"s{i}", StreamConfiguration(retention_policy=policy))
+            with factory.create_event_writer(f"s{i}", rillet.JsonSerializer()) as writer:
+                for n in range(100):
+                    writer.write_event({"n": n, "pad": "x" * 100})
+        time.sleep(settle_s)  # the code location loads, the first ticks and runs happen
+
+        runs_before = {r["runId"] for r in _runs(stack.dagster_url)}
+        cpu_before, started = _tree_cpu_s(os.getpid()), time.monotonic()
+        most_active, samples = 0, 0
+        while time.monotonic() - started < minutes * 60:
+            most_active = max(most_active, len(_runs(stack.dagster_url, _ACTIVE)))
+            samples += 1
+            time.sleep(5)
+        elapsed = time.monotonic() - started
+        cpu = _tree_cpu_s(os.getpid()) - cpu_before
+        new_runs = [r for r in _runs(stack.dagster_url) if r["runId"] not in runs_before]
+        return {"minutes": elapsed / 60, "streams": streams, "cpu_s": cpu, "core_share": cpu / elapsed,
+                "runs": len(new_runs), "runs_by_job": dict(Counter(r["jobName"] for r in new_runs)),
+                "most_active_runs": most_active, "samples": samples, "load_1m": os.getloadavg()[0],
+                "logs": config.log_dir}
+
+
+def report(r: dict) -> str:
+    jobs = ", ".join(f"{job} {n}" for job, n in sorted(r["runs_by_job"].items())) or "none"
+    return "\n".join([
+        f"idle standalone stack, {r['streams']} streams with retention, {r['minutes']:.1f} min:",
+        f"  CPU of the whole process tree   {r['cpu_s']:.1f} s = {100 * r['core_share']:.1f} % of one core",
+        f"  Dagster runs launched           {r['runs']} ({jobs})",
+        f"  most runs queued or in progress {r['most_active_runs']} (sampled every 5 s, {r['samples']} samples)",
+        f"  load average (1 min, machine)   {r['load_1m']:.2f}",
+    ])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=3)
+    parser.add_argument("--settle-s", type=float, default=90)
+    parser.add_argument("--streams", type=int, default=2)
+    args = parser.parse_args()
+    print(report(run(args.minutes, args.settle_s, args.streams)))
