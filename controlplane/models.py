@@ -217,7 +217,7 @@ class TxnRecord(MetadataItem, discriminator="txn"):
     segments = JSONAttribute()  # [[segment id, low, high], ...] of the epoch it began in (bounded as there)
     created_ms = NumberAttribute()
     lease_expiry_ms = NumberAttribute()
-    max_expiry_ms = NumberAttribute()
+    max_expiry_ms = NumberAttribute()  # begin + min(1,000 x its lease, the bound): no ping's lease ends later
     commit_ms = NumberAttribute(null=True)  # when commit was requested: commits apply in this order
     timestamp_ms = NumberAttribute(null=True)  # the writer's event time at commit, for watermarks
     writer_id = UnicodeAttribute(null=True)
