@@ -79,8 +79,9 @@ def run_one(readers: int, width: int, completed: int, refresh_s: float = 3.0, sc
     state = new_state(config, {STREAM: [SegmentPosition(segment=s, offset=0) for s in stream.current]})
     names = [f"reader-{stream.random.getrandbits(128):032x}" for _ in range(readers)]
     now = 1_800_000_000_000
+    tokens = random.Random(-seed)  # instance tokens, as the SDK's readers send, apart from the workload's draws
     for name in names:
-        add_reader(state, name, now)
+        add_reader(state, name, now, instance=f"{tokens.getrandbits(128):032x}")
     syncs = lease_writes = done = 0
     largest = 0
     next_scale = now + scale_every_s * 1000

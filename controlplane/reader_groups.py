@@ -122,9 +122,9 @@ class GroupState(BaseModel):
     about 17 KB for 100 readers over a stream of 24 segments that completed 10,000 segments
     (tests/integration/test_reader_group_bounds.py). The ceiling, as JSON: about 250 bytes per live
     segment (190 more per outstanding checkpoint, of which there are at most 10, plus 100 in the last
-    checkpoint's cut) and 100 per online reader (a 31-character stream name, 39-character reader ids),
-    30 more with its instance token: 1,000 readers on a 1,000-segment stream take 355 KB (385 KB with
-    tokens), 565 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
+    checkpoint's cut) and 150 per online reader (a 31-character stream name, 39-character reader ids,
+    of which 46 are the reader's instance token): 1,000 readers on a 1,000-segment stream take 400 KB,
+    610 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
     (a group of some 600 live segments), rather than failing in DynamoDB."""
 
     config: ReaderGroupConfig
