@@ -2,12 +2,14 @@
 
 from bench import (
     append_breakdown,
+    byte_stream,
     control_ops,
     data_path,
     fault_history,
     idle_stack,
     reader_group_state,
     retention_cycle,
+    segment_requests,
     spark_read,
 )
 
@@ -18,6 +20,10 @@ def main() -> None:
     print(data_path.report(data_path.run(total_mb=8, rate_mb_s=1.0)))
     print()
     print(append_breakdown.report(append_breakdown.run(blocks=8)))
+    print()
+    print(segment_requests.report(segment_requests.run()))
+    print()
+    print(byte_stream.report(byte_stream.run()))
     print()
     print(spark_read.report(spark_read.run(total_mb=64)))
     print()
