@@ -1,0 +1,199 @@
+"""``rillet stream write|read|tail``: events in and out of a stream from a shell.
+
+Events are text, one per line (UTF-8). ``read`` and ``tail`` print one event per line, or with
+``--json`` one JSON object per line (segment, offset, event), so their output pipes into other tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+from rillet.connection import Connection
+from rillet.errors import InvalidArgument
+from rillet.models import SegmentPosition
+from rillet.names import split_scoped_name
+from rillet.reader import EventRead, StreamReader
+from rillet.serializers import BytesSerializer
+from rillet.stream_cut import StreamCut
+from rillet.writer import EventStreamWriter
+
+FOLLOW_POLL_MS = 2_000  # how long one read waits at the tail while following (the server long-polls)
+
+
+class Progress:
+    """Events, bytes and rate on one self-overwriting stderr line, drawn only when stderr is a terminal."""
+
+    def __init__(self, verb: str, stream: TextIO | None = None) -> None:
+        self.verb = verb
+        self.out = stream or sys.stderr
+        self.enabled = self.out.isatty()
+        self.events = self.bytes = 0
+        self._started = time.monotonic()
+        self._drawn = 0.0
+
+    def add(self, size: int) -> None:
+        self.events += 1
+        self.bytes += size
+        now = time.monotonic()
+        if self.enabled and now - self._drawn >= 0.2:
+            self._drawn = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        rate = self.events / max(now - self._started, 1e-3)
+        self.out.write(f"\r{self.verb} {self.events} events, {human_bytes(self.bytes)}, {rate:,.0f} events/s ")
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.enabled and self._drawn:
+            self._draw(time.monotonic())
+            self.out.write("\n")
+            self.out.flush()
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    return int(text)
+
+
+def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> list[SegmentPosition]:
+    """``head``, ``tail`` or a stream cut in text form (as ``rillet stream cut`` prints it)."""
+    if text == "head":
+        return connection.controller.head(scope, stream)
+    if text == "tail":
+        return connection.controller.stream_info(scope, stream).tail
+    cut = StreamCut.from_text(text).validate()
+    if (cut.scope, cut.stream) != (scope, stream):
+        raise InvalidArgument(f"the cut is of {cut.scope}/{cut.stream}, not of {scope}/{stream}")
+    return list(cut.positions)
+
+
+def _events_to_write(args: argparse.Namespace) -> Iterator[tuple[str, str | None]]:
+    """(event, routing key) pairs from the arguments, or from stdin one per line."""
+    lines: Iterable[str] = args.events if args.events else (line.rstrip("\r\n") for line in sys.stdin)
+    for number, line in enumerate(lines, 1):
+        if not args.events and not line:
+            continue  # a blank line of input is no event
+        key = args.key
+        if args.key_field:
+            try:
+                value = json.loads(line)[args.key_field]
+            except (ValueError, TypeError, KeyError) as e:
+                raise InvalidArgument(f"event {number} is not a JSON object with field {args.key_field!r}: "
+                                      f"{line[:80]!r}") from e
+            key = value if isinstance(value, str) else json.dumps(value)
+        yield line, key
+
+
+def stream_write(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    connection = Connection(args.endpoint)
+    progress = Progress("wrote")
+    futures = []
+    with EventStreamWriter(connection, scope, stream, BytesSerializer()) as writer:
+        for event, key in _events_to_write(args):
+            payload = event.encode("utf-8")
+            futures.append(writer.write_event(payload, routing_key=key))
+            progress.add(len(payload))
+    for future in futures:
+        future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
+    progress.done()
+    _print(args, {"stream": args.stream, "events": progress.events, "bytes": progress.bytes},
+           f"wrote {progress.events} events ({human_bytes(progress.bytes)}) to {args.stream}")
+
+
+def _print(args: argparse.Namespace, data: object, text: str) -> None:
+    print(json.dumps(data, sort_keys=True) if args.json else text)
+
+
+def _print_event(args: argparse.Namespace, read: EventRead[bytes]) -> None:
+    text = read.event.decode("utf-8", errors="backslashreplace")
+    if args.json:
+        print(json.dumps({"segment_id": read.pointer.segment_id, "offset": read.pointer.offset, "event": text}),
+              flush=True)
+    else:
+        print(text, flush=True)
+
+
+def _end_offsets(connection: Connection, scope: str, stream: str, start: str, end: str) -> dict[int, int]:
+    """Segment id -> the offset where reading stops, for every segment between two cuts."""
+    return {s.segment.segment_id: s.end_offset for s in connection.controller.slices(scope, stream, start, end).slices}
+
+
+def stream_read(args: argparse.Namespace) -> None:
+    """Events from a cut (the head by default) to another (the tail as it was when reading began)."""
+    scope, stream = split_scoped_name(args.stream)
+    connection = Connection(args.endpoint)
+    start = resolve_cut(connection, scope, stream, args.from_cut)
+    end = resolve_cut(connection, scope, stream, args.to_cut)
+    ends = _end_offsets(connection, scope, stream, StreamCut.of(scope, stream, start).to_text(),
+                        StreamCut.of(scope, stream, end).to_text())
+    reader = StreamReader(connection, scope, stream, BytesSerializer(), start)
+    progress = Progress("read")
+    for read in reader:
+        if read.pointer.offset >= ends.get(read.pointer.segment_id, 0):
+            continue  # past the end cut (events appended since, or a segment after it)
+        _print_event(args, read)
+        progress.add(len(read.event))
+        if args.max_events is not None and progress.events >= args.max_events:
+            break
+    progress.done()
+
+
+def stream_tail(args: argparse.Namespace) -> None:
+    """Events appended from now (or from ``--from``); with ``-f``, keep waiting for more until interrupted."""
+    scope, stream = split_scoped_name(args.stream)
+    connection = Connection(args.endpoint)
+    reader = StreamReader(connection, scope, stream, BytesSerializer(),
+                          resolve_cut(connection, scope, stream, args.from_cut))
+    shown = 0
+    try:
+        while args.max_events is None or shown < args.max_events:
+            read = reader.read_next_event(timeout_ms=FOLLOW_POLL_MS if args.follow else 0)
+            if read is None:
+                if not args.follow or not reader.positions():
+                    return  # at the tail without following, or the stream is sealed and read to its end
+                continue
+            _print_event(args, read)
+            shown += 1
+    except KeyboardInterrupt:
+        return
+
+
+def register(actions: argparse._SubParsersAction) -> None:
+    """Adds write, read and tail to ``rillet stream``."""
+    p = actions.add_parser("write", help="write events: the arguments, or stdin one per line")
+    p.add_argument("stream", help="SCOPE/STREAM")
+    p.add_argument("events", nargs="*", help="events to write (none: read stdin, one event per line)")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--key", help="routing key of every event (default: none, spread over segments)")
+    keys.add_argument("--key-field", help="events are JSON objects; route each by this field's value")
+    p.set_defaults(func=stream_write)
+
+    p = actions.add_parser("read", help="print events between two cuts (head to tail by default)")
+    p.add_argument("stream", help="SCOPE/STREAM")
+    p.add_argument("--from", dest="from_cut", default="head", help="head (default), tail or a stream cut")
+    p.add_argument("--to", dest="to_cut", default="tail", help="tail (default: as it is now), head or a stream cut")
+    p.add_argument("--max-events", type=positive_int, help="stop after this many events")
+    p.set_defaults(func=stream_read)
+
+    p = actions.add_parser("tail", help="print events as they are appended")
+    p.add_argument("stream", help="SCOPE/STREAM")
+    p.add_argument("-f", "--follow", action="store_true", help="keep waiting for new events (Ctrl-C stops)")
+    p.add_argument("--from", dest="from_cut", default="tail", help="tail (default), head or a stream cut")
+    p.add_argument("--max-events", type=positive_int, help="stop after this many events")
+    p.set_defaults(func=stream_tail)

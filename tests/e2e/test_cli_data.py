@@ -1,0 +1,104 @@
+"""``rillet stream write|read|tail`` against the standalone stack over HTTP."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import pytest
+
+from rillet import EventStreamClientFactory, StreamManager, UTF8StringSerializer
+from rillet.cli import main
+
+
+def run(capsys, url, *args, stdin: str | None = None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    code = main(["--endpoint", url, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def stream(capsys, url, unique):
+    assert main(["--endpoint", url, "scope", "create", unique]) == 0
+    assert main(["--endpoint", url, "stream", "create", f"{unique}/events", "--scaling", "fixed:3"]) == 0
+    capsys.readouterr()
+    return f"{unique}/events"
+
+
+def test_write_from_arguments_and_stdin_then_read_head_to_tail(capsys, url, stream, monkeypatch):
+    assert run(capsys, url, "stream", "write", stream, "a1", "a2", "--key", "a") == (
+        0, f"wrote 2 events (4 B) to {stream}\n", "")
+    lines = "".join(json.dumps({"user": u, "n": n}) + "\n" for n, u in enumerate("xyxyx"))
+    code, out, err = run(capsys, url, "--json", "stream", "write", stream, "--key-field", "user",
+                         stdin=lines + "\n", monkeypatch=monkeypatch)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"stream": stream, "events": 5, "bytes": len(lines) - 5}
+
+    code, out, err = run(capsys, url, "stream", "read", stream)
+    assert (code, err) == (0, "")
+    events = out.splitlines()
+    assert sorted(events) == sorted(["a1", "a2", *lines.splitlines()])
+    assert events.index("a1") < events.index("a2")  # one key: in order
+    by_user = [json.loads(e)["n"] for e in events if e.startswith("{") and json.loads(e)["user"] == "x"]
+    assert by_user == [0, 2, 4]
+
+    code, out, _ = run(capsys, url, "--json", "stream", "read", stream, "--max-events", "3")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(records) == 3
+    assert all(set(r) == {"segment_id", "offset", "event"} for r in records)
+
+
+def test_read_between_cuts_stops_at_the_end_cut(capsys, url, stream):
+    run(capsys, url, "stream", "write", stream, "before", "--key", "k")
+    assert run(capsys, url, "stream", "read", stream, "--to", "tail") == (0, "before\n", "")
+    scope, name = stream.split("/")
+    middle = StreamManager(url).get_tail(scope, name).to_text()
+    run(capsys, url, "stream", "write", stream, "after", "--key", "k")
+
+    assert run(capsys, url, "stream", "read", stream, "--to", middle) == (0, "before\n", "")
+    assert run(capsys, url, "stream", "read", stream, "--from", middle) == (0, "after\n", "")
+    assert run(capsys, url, "stream", "read", stream, "--from", middle, "--to", middle) == (0, "", "")
+
+
+def test_tail_follows_new_events(capsys, url, stream):
+    """``tail -f`` starts at the tail and prints what is appended after; it stops after --max-events."""
+    run(capsys, url, "stream", "write", stream, "old")
+    result: list[int] = []
+    tail = threading.Thread(target=lambda: result.append(
+        main(["--endpoint", url, "stream", "tail", "-f", stream, "--max-events", "1"])))
+    tail.start()
+    scope, name = stream.split("/")
+    with EventStreamClientFactory(scope, url).create_event_writer(name, UTF8StringSerializer()) as writer:
+        for _ in range(600):  # until the tail has started and seen one (bounded, not timed)
+            writer.write_event("new", routing_key="k").result()
+            tail.join(timeout=0.1)
+            if not tail.is_alive():
+                break
+    assert result == [0]
+    out, _ = capsys.readouterr()
+    assert out == "new\n"
+
+    assert run(capsys, url, "stream", "tail", stream) == (0, "", "")  # not following: nothing new, done
+    code, out, _ = run(capsys, url, "--json", "stream", "tail", stream, "--from", "head", "--max-events", "1")
+    assert code == 0 and json.loads(out)["event"] == "old"
+
+
+def test_bad_input_is_one_clear_line(capsys, url, stream, monkeypatch, unique):
+    code, out, err = run(capsys, url, "stream", "write", stream, "--key-field", "user",
+                         stdin='{"user": "x"}\nnot json\n', monkeypatch=monkeypatch)
+    assert code != 0 and out == ""
+    assert err.startswith("error: InvalidArgument: event 2 is not a JSON object with field 'user'")
+    assert err.count("\n") == 1
+
+    code, out, err = run(capsys, url, "stream", "read", stream, "--from", "nonsense")
+    assert code != 0 and out == "" and err.startswith("error: InvalidArgument: ")
+    code, out, err = run(capsys, url, "stream", "read", f"{unique}/missing")
+    assert code != 0 and err.startswith("error: StreamNotFound: ")
+    code, out, err = run(capsys, url, "stream", "write", f"{unique}/missing", "x")
+    assert code != 0 and err.startswith("error: StreamNotFound: ")
+    with pytest.raises(SystemExit):
+        main(["--endpoint", url, "stream", "read", stream, "--max-events", "0"])
+    assert "not a positive number" in capsys.readouterr().err
