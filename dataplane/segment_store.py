@@ -186,6 +186,20 @@ class _IndexGap(RuntimeError):
     """No index entry covers an offset below the length: only a concurrent truncation causes that."""
 
 
+class _ObjectUnreadable(RuntimeError):
+    """S3 refused a GET of an object the index named: gone (a truncation released it after the index
+    was read), or a permission problem. Only the head record read afterwards tells which."""
+
+    def __init__(self, error: ClientError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+# A GET of a missing key answers 403 AccessDenied, not 404, when the caller may not list the bucket
+# (the read role may list only under segments/).
+_MISSING_OBJECT_CODES = ("NoSuchKey", "404", "AccessDenied", "403")
+
+
 def _failed_condition(error: Exception) -> bool:
     return getattr(error, "cause_response_code", None) == _CONDITION_FAILED
 
@@ -526,12 +540,15 @@ class SegmentStore:
         end = min(meta.length, offset + max_bytes)
         try:
             data = self._read_range(segment, offset, end, self._may_have_chunks(meta, offset)) if end > offset else b""
-        except _IndexGap:
-            # A truncation released the range after the head record was read: say so, typed.
+        except (_IndexGap, _ObjectUnreadable) as gone:
+            # A truncation released the range after the head record was read: say so, typed. Otherwise
+            # (a permission problem, a missing object above the start) it stays an error.
             start = self._meta(segment).start
             if offset < start:
                 raise Truncated(f"offset {offset} of {segment} is below its start offset {start}",
                                 start_offset=start) from None
+            if isinstance(gone, _ObjectUnreadable):
+                raise gone.error from None
             raise
         return ReadResult(data, offset, end, meta.start, meta.length, meta.sealed)
 
@@ -687,8 +704,8 @@ class SegmentStore:
         try:
             body = self.deployment.s3.get_object(Bucket=self.deployment.bucket, Key=key, Range=f"bytes={lo}-{hi - 1}")
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise Truncated(f"object {key} is gone: the range was truncated") from e
+            if e.response.get("Error", {}).get("Code") in _MISSING_OBJECT_CODES:
+                raise _ObjectUnreadable(e) from e
             raise
         return body["Body"].read()
 
