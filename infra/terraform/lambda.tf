@@ -33,6 +33,8 @@ resource "aws_lambda_function" "controller_api" {
   memory_size      = 512
   timeout          = 30
 
+  reserved_concurrent_executions = var.reserved_concurrency.controller_api
+
   environment {
     variables = {
       RILLET_METADATA_TABLE        = aws_dynamodb_table.metadata.name
@@ -69,6 +71,8 @@ resource "aws_lambda_function" "append" {
   memory_size      = 512
   timeout          = 30
 
+  reserved_concurrent_executions = var.reserved_concurrency.append
+
   environment {
     variables = {
       RILLET_METADATA_TABLE        = aws_dynamodb_table.metadata.name
@@ -104,6 +108,8 @@ resource "aws_lambda_function" "read" {
   source_code_hash = filebase64sha256(var.lambda_zip)
   memory_size      = 512
   timeout          = 30
+
+  reserved_concurrent_executions = var.reserved_concurrency.read
 
   environment {
     variables = {

@@ -32,3 +32,43 @@ output "client_policy_arn" {
   description = "IAM policy that lets a user or role call the three Function URLs."
   value       = aws_iam_policy.client.arn
 }
+
+output "ecr_repository_url" {
+  description = "Where to push the image (make image, then docker push <url>:<image_tag>)."
+  value       = aws_ecr_repository.rillet.repository_url
+}
+
+output "dagster_cluster" {
+  description = "ECS cluster of the Dagster webserver, daemon and runs."
+  value       = aws_ecs_cluster.dagster.name
+}
+
+output "dagster_ui_access" {
+  description = "How to open the private Dagster UI: an SSM port forward to the webserver task (needs the Session Manager plugin)."
+  value       = <<-EOT
+    TASK=$(aws ecs list-tasks --cluster ${aws_ecs_cluster.dagster.name} --service-name ${aws_ecs_service.webserver.name} --query 'taskArns[0]' --output text | awk -F/ '{print $NF}')
+    RUNTIME=$(aws ecs describe-tasks --cluster ${aws_ecs_cluster.dagster.name} --tasks $TASK --query 'tasks[0].containers[0].runtimeId' --output text)
+    aws ssm start-session --target ecs:${aws_ecs_cluster.dagster.name}_$${TASK}_$${RUNTIME} --document-name AWS-StartPortForwardingSession --parameters portNumber=3000,localPortNumber=3000
+    # then open http://localhost:3000
+  EOT
+}
+
+output "dagster_db_secret_arn" {
+  description = "Secrets Manager secret (managed by RDS) holding the Dagster database password."
+  value       = aws_db_instance.dagster.master_user_secret[0].secret_arn
+}
+
+output "emr_application_id" {
+  description = "EMR Serverless application of Rillet's Spark jobs."
+  value       = aws_emrserverless_application.spark.id
+}
+
+output "emr_job_role_arn" {
+  description = "Execution role to pass to EMR Serverless job runs."
+  value       = aws_iam_role.emr_job.arn
+}
+
+output "emr_artifacts_uri" {
+  description = "Where to upload the job script and archive that make emr-package builds."
+  value       = local.emr_artifacts_uri
+}

@@ -81,3 +81,101 @@ variable "tags" {
     Project = "rillet"
   }
 }
+
+variable "reserved_concurrency" {
+  description = "Reserved concurrency of each function: the most instances it can run at once, so a runaway client cannot scale the bill without limit. The account keeps at least 100 unreserved; -1 leaves a function unreserved."
+  type = object({
+    controller_api = number
+    append         = number
+    read           = number
+  })
+  default = {
+    controller_api = 20
+    append         = 50
+    read           = 50
+  }
+}
+
+variable "image_tag" {
+  description = "Tag of the Rillet image in the ECR repository (make image; tags are immutable, so push a new tag per build)."
+  type        = string
+  default     = "latest"
+}
+
+variable "dagster_subnet_ids" {
+  description = "Private subnets (two or more AZs, for the database) of the Dagster tasks and database. They need a route to the AWS APIs (NAT gateway or VPC endpoints for ECR, Logs, Secrets Manager, ECS, DynamoDB and S3)."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.dagster_subnet_ids) >= 2
+    error_message = "dagster_subnet_ids needs subnets in at least two availability zones (an RDS subnet group needs two)."
+  }
+}
+
+variable "dagster_security_group_ids" {
+  description = "Security groups of the Dagster tasks; they need outbound HTTPS, and the database admits PostgreSQL from them."
+  type        = list(string)
+}
+
+variable "dagster_cpu" {
+  description = "Fargate CPU units of each Dagster task (webserver, daemon, run)."
+  type        = number
+  default     = 512
+}
+
+variable "dagster_memory" {
+  description = "Fargate memory (MiB) of each Dagster task."
+  type        = number
+  default     = 1024
+}
+
+variable "dagster_architecture" {
+  description = "CPU architecture of the Dagster tasks (ARM64 is 20 % cheaper on Fargate); build the image for it."
+  type        = string
+  default     = "ARM64"
+
+  validation {
+    condition     = contains(["ARM64", "X86_64"], var.dagster_architecture)
+    error_message = "dagster_architecture must be ARM64 or X86_64."
+  }
+}
+
+variable "dagster_db_instance_class" {
+  description = "RDS instance class of Dagster's PostgreSQL database."
+  type        = string
+  default     = "db.t4g.micro"
+}
+
+variable "dagster_max_concurrent_runs" {
+  description = "How many Dagster runs (Fargate tasks) may run at once; the rest wait in the queue."
+  type        = number
+  default     = 4
+}
+
+variable "emr_output_bucket" {
+  description = "Existing bucket that Spark jobs write to; it also holds the job script and archive under emr_artifacts_prefix."
+  type        = string
+}
+
+variable "emr_artifacts_prefix" {
+  description = "Key prefix in emr_output_bucket of the job script and the archive make emr-package builds."
+  type        = string
+  default     = "rillet/emr"
+}
+
+variable "emr_architecture" {
+  description = "Architecture of the EMR Serverless application; build the archive for it (make emr-package)."
+  type        = string
+  default     = "X86_64"
+
+  validation {
+    condition     = contains(["ARM64", "X86_64"], var.emr_architecture)
+    error_message = "emr_architecture must be ARM64 or X86_64."
+  }
+}
+
+variable "emr_max_vcpu" {
+  description = "Most vCPUs the EMR Serverless application may use at once (4 GB of memory each): the cap on a job's cost."
+  type        = number
+  default     = 32
+}

@@ -725,6 +725,14 @@ def test_listing_check_detects_an_unconditioned_grant():
     assert len(_unbounded_listing(bare)) == 1 and len(_unbounded_listing(wide)) == 1
     assert not _unbounded_listing(narrow)
 
+# Actions that AWS authorizes only on resource "*": X-Ray's, ECS Exec's channels (the UI's port
+# forward), the ECR login and the run launcher's lookup of its task definition.
+UNSCOPED_ACTIONS = XRAY | {
+    "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel", "ecr:GetAuthorizationToken", "ecs:DescribeTaskDefinition",
+}
+
+
 def _wildcard_problems(doc_name: str, document: dict) -> list[str]:
     problems = []
     for i, statement in enumerate(statements(document)):
@@ -740,9 +748,10 @@ def _wildcard_problems(doc_name: str, document: dict) -> list[str]:
                 problems.append(f"{where}: wildcard action {action!r}; list the actions")
         for resource in as_list(statement.get("resources")):
             if resource == "*":
-                if not actions or not all(a.startswith("xray:") for a in actions):
-                    problems.append(f"{where}: resource \"*\" is only for X-Ray actions, got {actions}")
-            elif not refs(resource):
+                if not actions or not set(actions) <= UNSCOPED_ACTIONS:
+                    problems.append(f"{where}: resource \"*\" is only for actions that support no resource-level "
+                                    f"permissions ({sorted(UNSCOPED_ACTIONS)}), got {actions}")
+            elif not refs(resource) and not data_refs(resource):
                 problems.append(f"{where}: resource {resource!r} is a hard-coded ARN; "
                                 "refer to the Terraform resource")
     return problems
