@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from rillet import cli_data
+from rillet import cli_data, cli_segments
 from rillet.errors import RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", help="only streams with this tag")
     p.set_defaults(func=_stream_list)
     cli_data.register(actions)
+    cli_segments.register(actions)
 
     for plugin in entry_points(group="rillet.cli"):
         register: Callable[[Any], None] = plugin.load()
