@@ -6,22 +6,32 @@
 # functions depend on them so that no invocation can create one first.
 
 resource "aws_cloudwatch_log_group" "controller_api" {
+  #checkov:skip=CKV_AWS_158:the logs carry request metadata, no stream payloads; CloudWatch's own encryption is enough and a CMK costs $1 a month
+  #checkov:skip=CKV_AWS_338:retention is the operator's choice (var.log_retention_days); a year of logs of every append would cost more than the data
   name              = "/aws/lambda/${local.function_names.controller_api}"
   retention_in_days = var.log_retention_days
 }
 
 resource "aws_cloudwatch_log_group" "append" {
+  #checkov:skip=CKV_AWS_158:the logs carry request metadata, no stream payloads; CloudWatch's own encryption is enough and a CMK costs $1 a month
+  #checkov:skip=CKV_AWS_338:retention is the operator's choice (var.log_retention_days); a year of logs of every append would cost more than the data
   name              = "/aws/lambda/${local.function_names.append}"
   retention_in_days = var.log_retention_days
 }
 
 resource "aws_cloudwatch_log_group" "read" {
+  #checkov:skip=CKV_AWS_158:the logs carry request metadata, no stream payloads; CloudWatch's own encryption is enough and a CMK costs $1 a month
+  #checkov:skip=CKV_AWS_338:retention is the operator's choice (var.log_retention_days); a year of logs of every append would cost more than the data
   name              = "/aws/lambda/${local.function_names.read}"
   retention_in_days = var.log_retention_days
 }
 
 # Control API: scopes, streams and segment queries as JSON; also tells clients where the data API is.
 resource "aws_lambda_function" "controller_api" {
+  #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
+  #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
+  #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
+  #checkov:skip=CKV_AWS_173:the variables are table and bucket names and URLs, no secrets; Lambda encrypts them at rest with its AWS managed key
   function_name    = local.function_names.controller_api
   description      = "Rillet control API: scopes, streams and segment queries"
   role             = aws_iam_role.controller_api.arn
@@ -60,6 +70,10 @@ resource "aws_lambda_function" "controller_api" {
 
 # Append API: binary blocks of events, de-duplicated by writer id and event number.
 resource "aws_lambda_function" "append" {
+  #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
+  #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
+  #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
+  #checkov:skip=CKV_AWS_173:the variables are table and bucket names and URLs, no secrets; Lambda encrypts them at rest with its AWS managed key
   function_name    = local.function_names.append
   description      = "Rillet append API: binary event blocks into segments"
   role             = aws_iam_role.append.arn
@@ -98,6 +112,10 @@ resource "aws_lambda_function" "append" {
 # timeout leaves 10 s for the read itself. Its responses are up to a megabyte of event bytes: the tracer
 # keeps them out of the X-Ray trace.
 resource "aws_lambda_function" "read" {
+  #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
+  #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
+  #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
+  #checkov:skip=CKV_AWS_173:the variables are table and bucket names and URLs, no secrets; Lambda encrypts them at rest with its AWS managed key
   function_name    = local.function_names.read
   description      = "Rillet read API: binary byte ranges of segments"
   role             = aws_iam_role.read.arn

@@ -257,7 +257,7 @@ def _checkov() -> str | None:
 @pytest.mark.skipif(_checkov() is None, reason="checkov is not installed (set RILLET_CHECKOV to its path)")
 def test_checkov_reports_no_failed_check(tmp_path):
     """Every check that does not fit is skipped in the .tf with its reason."""
-    result = subprocess.run([_checkov(), "-d", str(TF_DIR), "--framework", "terraform", "--quiet", "--compact",
+    result = subprocess.run([_checkov(), "-d", str(TF_DIR), "--framework", "terraform", "--compact",
                              "-o", "json"], capture_output=True, text=True, timeout=600, check=False)
     report = json.loads(result.stdout)
     report = report[0] if isinstance(report, list) else report
@@ -265,4 +265,4 @@ def test_checkov_reports_no_failed_check(tmp_path):
     assert not failed, "checkov failed checks:\n" + "\n".join(failed)
     assert report["summary"]["parsing_errors"] == 0
     skipped = report["results"]["skipped_checks"]
-    assert all(c.get("suppress_comment") for c in skipped), "every skip needs its reason"
+    assert all(c["check_result"].get("suppress_comment") for c in skipped), "every skip needs its reason"
