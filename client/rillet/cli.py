@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from rillet import cli_data, cli_segments
+from rillet import cli_admin, cli_data, cli_segments
 from rillet.errors import RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
@@ -142,7 +142,7 @@ def _stream_info(args: argparse.Namespace) -> None:
         f"state       {info.state.value}",
         f"scaling     {policy.scale_type.value} min={policy.min_num_segments}"
         + (f" target={policy.target_rate} factor={policy.scale_factor}" if policy.target_rate else ""),
-        f"retention   {info.configuration.retention_policy.model_dump(mode='json') if info.configuration.retention_policy else 'none'}",
+        f"retention   {cli_admin.describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
         f"epoch       {info.current_epoch}",
         "segments    id                    range                  head        tail",
@@ -203,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_data.register(actions)
     cli_segments.register(actions)
 
+    cli_admin.register(commands)
     for plugin in entry_points(group="rillet.cli"):
         register: Callable[[Any], None] = plugin.load()
         register(commands)

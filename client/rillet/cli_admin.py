@@ -1,0 +1,201 @@
+"""``rillet rg``, ``rillet txn`` and ``rillet retention``: reader groups, transactions and retention
+from a shell, with policies in human terms ("time >= 7d") rather than raw fields."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from rillet.cli_data import human_bytes, resolve_cut
+from rillet.connection import Connection
+from rillet.models import RetentionPolicy, RetentionType, StreamDataRetention, TxnInfo, TxnState
+from rillet.names import split_scoped_name
+from rillet.reader_group import ReaderGroupManager, group_config
+from rillet.serializers import BytesSerializer
+from rillet.transaction import TransactionalEventStreamWriter
+
+_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+_UNITS_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
+                ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def human_duration(ms: int) -> str:
+    """The largest unit that states ``ms`` exactly: 604800000 -> ``7d``, 90000 -> ``90s``."""
+    for unit, size in _UNITS_MS:
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def human_size(count: int) -> str:
+    """The largest unit that states ``count`` bytes exactly: 10**10 -> ``10 GB``, 2**29 -> ``512 MiB``."""
+    for unit, size in _UNITS_BYTES:
+        if count and count % size == 0:
+            return f"{count // size} {unit}"
+    return f"{count} B"
+
+
+def describe_retention(policy: RetentionPolicy | None) -> str:
+    """``time >= 7d``, ``size 10 GB..100 GB``, ``consumption-based, subscribers timeout 1h, fallback after 7d; ...``."""
+    if policy is None:
+        return "none (kept forever)"
+    show = human_duration if policy.retention_type == RetentionType.TIME else human_size
+    kind = policy.retention_type.value.lower()
+    limits = (f"{kind} {show(policy.retention_param)}..{show(policy.retention_max)}" if policy.retention_max is not None
+              else f"{kind} >= {show(policy.retention_param)}")
+    if policy.consumption is None:
+        return limits
+    text = f"consumption-based, subscribers timeout {human_duration(policy.consumption.subscriber_timeout_ms)}"
+    if policy.consumption.fallback_after_ms is not None:
+        text += f", fallback after {human_duration(policy.consumption.fallback_after_ms)}"
+    return f"{text}; {limits}"
+
+
+def _print(args: argparse.Namespace, data: object, text: str) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str) if args.json else text)
+
+
+# -- reader groups ---------------------------------------------------------------------------------
+
+
+def _group(args: argparse.Namespace) -> tuple[ReaderGroupManager, str]:
+    scope, name = split_scoped_name(args.group)
+    return ReaderGroupManager(scope, Connection(args.endpoint)), name
+
+
+def rg_create(args: argparse.Namespace) -> None:
+    groups, name = _group(args)
+    retention = StreamDataRetention.NONE
+    if args.subscriber:
+        retention = (StreamDataRetention.AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT if args.subscriber == "checkpoint"
+                     else StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT)
+    created = groups.create_reader_group(name, group_config(args.stream, retention_type=retention))
+    _print(args, {"group": args.group, "created": created},
+           f"reader group {args.group} {'created' if created else 'already exists'}")
+
+
+def rg_describe(args: argparse.Namespace) -> None:
+    groups, name = _group(args)
+    group = groups.get_reader_group(name)
+    info = group.info()
+    cuts = group.get_stream_cuts()
+    unread = group.unread_bytes()
+    data = {"group": args.group, "generation": info.config.generation,
+            "streams": [s.scoped_name for s in info.config.streams],
+            "subscriber": info.config.retention_type.value, "online_readers": info.online_readers,
+            "unassigned_segments": info.unassigned_segments, "unread_bytes": unread,
+            "outstanding_checkpoints": info.outstanding_checkpoints,
+            "last_checkpoint": info.last_checkpoint.name if info.last_checkpoint else None,
+            "positions": {stream: cut.to_text() for stream, cut in cuts.items()}}
+    lines = [f"reader group  {args.group} (generation {info.config.generation})",
+             f"streams       {', '.join(data['streams'])}",
+             f"subscriber    {'no' if info.config.retention_type == StreamDataRetention.NONE else info.config.retention_type.value}",
+             f"readers       {', '.join(info.online_readers) or '(none online)'}",
+             f"unassigned    {info.unassigned_segments} segments",
+             f"lag           {human_bytes(unread)} unread",
+             f"checkpoints   last {data['last_checkpoint'] or '-'}; outstanding {', '.join(info.outstanding_checkpoints) or '-'}"]
+    lines += [f"position      {cut.to_text()}" for cut in cuts.values()]
+    _print(args, data, "\n".join(lines))
+
+
+def rg_reset(args: argparse.Namespace) -> None:
+    """The same streams again, each from ``--from`` (head, tail or a stream cut): a new generation."""
+    groups, name = _group(args)
+    group = groups.get_reader_group(name)
+    config = group.info().config
+    streams = []
+    for s in config.streams:
+        start = resolve_cut(groups.connection, s.scope, s.stream, args.from_cut)
+        streams.append(s.model_copy(update={"start": start}))
+    new = group.reset_reader_group(config.model_copy(update={"streams": streams}))
+    _print(args, {"group": args.group, "generation": new.generation},
+           f"reader group {args.group} reset to {args.from_cut} (generation {new.generation})")
+
+
+def rg_delete(args: argparse.Namespace) -> None:
+    groups, name = _group(args)
+    deleted = groups.delete_reader_group(name)
+    _print(args, {"group": args.group, "deleted": deleted},
+           f"reader group {args.group} {'deleted' if deleted else 'did not exist'}")
+
+
+# -- transactions ----------------------------------------------------------------------------------
+
+
+def _txn_info_text(info: TxnInfo) -> str:
+    now_ms = time.time() * 1000
+    lease = ("ended" if info.lease_expiry_ms <= now_ms
+             else f"ends in {human_duration(int(info.lease_expiry_ms - now_ms) // 1000 * 1000 or 1000)}")
+    return (f"transaction {info.txn_id} of {info.scope}/{info.stream}: {info.state.value}, epoch {info.epoch}, "
+            f"{len(info.segments)} segments, lease {lease}")
+
+
+def _txn(args: argparse.Namespace):
+    scope, stream = split_scoped_name(args.stream)
+    writer = TransactionalEventStreamWriter(Connection(args.endpoint), scope, stream, BytesSerializer())
+    return writer.get_txn(args.txn_id)
+
+
+def txn_info(args: argparse.Namespace) -> None:
+    info = _txn(args).info
+    _print(args, info.model_dump(mode="json"), _txn_info_text(info))
+
+
+def txn_abort(args: argparse.Namespace) -> None:
+    """Abort an open transaction; one already aborted is reported as such (aborting twice is harmless)."""
+    txn = _txn(args)
+    if txn.info.state != TxnState.ABORTED:
+        txn.abort()
+    _print(args, txn.info.model_dump(mode="json"), _txn_info_text(txn.info))
+
+
+# -- retention -------------------------------------------------------------------------------------
+
+
+def retention_status(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    connection = Connection(args.endpoint)
+    info = connection.controller.stream_info(scope, stream)
+    retained = connection.controller.slices(scope, stream).size_bytes
+    policy = info.configuration.retention_policy
+    data = {"stream": args.stream, "policy": describe_retention(policy),
+            "retention_policy": policy.model_dump(mode="json") if policy else None, "retained_bytes": retained,
+            "head": [{"segment_id": p.segment.segment_id, "offset": p.offset} for p in info.head]}
+    _print(args, data, "\n".join([f"stream     {args.stream}", f"policy     {data['policy']}",
+                                  f"retained   {human_bytes(retained)} between head and tail",
+                                  "head       " + ", ".join(f"{p.segment.number}@{p.offset}" for p in info.head)]))
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Adds ``rg``, ``txn`` and ``retention`` to ``rillet``."""
+    rg = commands.add_parser("rg", help="reader groups: create, describe, reset, delete").add_subparsers(
+        dest="action", required=True)
+    p = rg.add_parser("create", help="create a reader group over streams (from their heads)")
+    p.add_argument("group", help="SCOPE/GROUP")
+    p.add_argument("--stream", action="append", required=True, help="SCOPE/STREAM to read (repeatable)")
+    p.add_argument("--subscriber", choices=["checkpoint", "manual"],
+                   help="a subscriber of consumption-based retention: releases at its checkpoints or at cuts it acknowledges")
+    p.set_defaults(func=rg_create)
+    for name, fn, help_text in (("describe", rg_describe, "readers, positions, lag and checkpoints"),
+                                ("delete", rg_delete, "delete a reader group")):
+        p = rg.add_parser(name, help=help_text)
+        p.add_argument("group", help="SCOPE/GROUP")
+        p.set_defaults(func=fn)
+    p = rg.add_parser("reset", help="read the same streams again from head, tail or a cut (a new generation)")
+    p.add_argument("group", help="SCOPE/GROUP")
+    p.add_argument("--from", dest="from_cut", default="head", help="head (default), tail or a stream cut")
+    p.set_defaults(func=rg_reset)
+
+    txn = commands.add_parser("txn", help="transactions: info, abort").add_subparsers(dest="action", required=True)
+    for name, fn, help_text in (("info", txn_info, "a transaction's state, epoch and lease"),
+                                ("abort", txn_abort, "abort an open transaction")):
+        p = txn.add_parser(name, help=help_text)
+        p.add_argument("stream", help="SCOPE/STREAM")
+        p.add_argument("txn_id")
+        p.set_defaults(func=fn)
+
+    retention = commands.add_parser("retention", help="a stream's retention").add_subparsers(dest="action", required=True)
+    p = retention.add_parser("status", help="the policy in human terms and what the stream retains")
+    p.add_argument("stream", help="SCOPE/STREAM")
+    p.set_defaults(func=retention_status)
