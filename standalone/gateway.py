@@ -52,6 +52,7 @@ class InvocationMeter:
 
     invocations: dict[str, int] = field(default_factory=dict)
     gb_seconds: dict[str, float] = field(default_factory=dict)
+    slowest: dict[str, float] = field(default_factory=dict)  # the longest invocation, seconds
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, spec: FunctionSpec, seconds: float) -> None:
@@ -59,11 +60,13 @@ class InvocationMeter:
         with self._lock:
             self.invocations[spec.name] = self.invocations.get(spec.name, 0) + 1
             self.gb_seconds[spec.name] = self.gb_seconds.get(spec.name, 0.0) + billed * spec.memory_mb / 1024
+            self.slowest[spec.name] = max(self.slowest.get(spec.name, 0.0), seconds)
 
     def reset(self) -> None:
         with self._lock:
             self.invocations.clear()
             self.gb_seconds.clear()
+            self.slowest.clear()
 
 
 @dataclass

@@ -10,7 +10,8 @@ How a write travels:
   the block before it (``after``), and the server commits a block only after that one, so blocks
   commit in the order written however their requests race, and the upload of one overlaps the commit
   of another. A block refused because the one before it has not committed yet (OutOfOrder) is sent
-  again after a short backoff while that one is unresolved.
+  again as soon as every block before it is resolved, and not before: so each block costs at most one
+  such refusal, however many are in flight.
 * When a segment turns out to be sealed (the stream scaled), nothing of the refused block was
   appended. Once no block of the segment is unresolved, the writer asks the controller for the
   successors (again and again while the answers are transient, up to ``retry_timeout_s``), replaces
@@ -346,7 +347,18 @@ class EventStreamWriter(Generic[T]):
             if time.monotonic() >= deadline:
                 return self._failed(queue, block, self._unknown(f"no answer proved the outcome within "
                                                                f"{self.config.retry_timeout_s} s (last: {error})"))
-            time.sleep(backoff(attempt))
+            if isinstance(error, OutOfOrder):
+                self._await_predecessor(queue, block, deadline)
+            else:
+                time.sleep(backoff(attempt))
+
+    def _await_predecessor(self, queue: _SegmentQueue, block: _InFlight, deadline: float) -> None:
+        """After an OutOfOrder refusal, wait without a request until every earlier block of the writer id
+        is resolved (or this one is settled): sending again sooner only spends another invocation on the
+        same refusal, and with many blocks in flight those refusals crowd out the block they wait for."""
+        with self._cond:
+            while not block.settled and self._predecessor_unresolved(queue, block) and time.monotonic() < deadline:
+                self._cond.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _predecessor_unresolved(self, queue: _SegmentQueue, block: _InFlight) -> bool:
         return any(b.writer_id == block.writer_id and b.first < block.first for b in queue.inflight)

@@ -303,3 +303,29 @@ def test_a_proven_refusal_fails_only_the_refused_event(error):
     assert outcomes[0] == "ok" and outcomes[2:] == ["ok", "ok"]
     assert outcomes[1] is type(error)
     assert store.stored(0) == ["e0", "e2", "e3"]
+
+
+def test_a_block_refused_as_out_of_order_waits_for_its_predecessor_before_it_is_sent_again():
+    """With many blocks in flight, a refused block is resent only once every block before it is
+    resolved: each block costs at most one OutOfOrder refusal (a resend on a timer would spend another
+    invocation on the same refusal, again and again, while the predecessor waits for a worker)."""
+    fake = FakeSegments([0])
+    release = threading.Event()
+
+    def slow_first_block(call, applied):
+        if not applied and call["first"] == 0:
+            release.wait(10)  # the first block is slow; every other one arrives before it commits
+
+    fake.fault = slow_first_block
+    config = EventWriterConfig(batch_size_bytes=1, linger_ms=0, max_inflight_blocks=8, max_concurrency=8,
+                               retry_timeout_s=30)
+    writer = writer_on(FakeConnection(fake), config)
+    futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(8)]
+    time.sleep(0.5)  # blocks 1..7 are refused meanwhile and park until block 0 is through
+    release.set()
+    writer.flush()
+    assert [outcome(f) for f in futures] == ["ok"] * 8
+    assert fake.stored(0) == [f"e{i}" for i in range(8)]
+    attempts = [sum(1 for c in fake.calls if c["first"] == i) for i in range(8)]
+    assert attempts[0] == 1 and all(n <= 2 for n in attempts), attempts
+    writer.close()
