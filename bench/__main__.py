@@ -7,6 +7,7 @@ from bench import (
     data_path,
     fault_history,
     idle_stack,
+    inflight_appends,
     reader_group_state,
     retention_cycle,
     segment_requests,
@@ -24,6 +25,8 @@ def main() -> None:
     print(segment_requests.report(segment_requests.run()))
     print()
     print(byte_stream.report(byte_stream.run()))
+    print()
+    print(inflight_appends.report(inflight_appends.run()))
     print()
     print(spark_read.report(spark_read.run(total_mb=64)))
     print()
