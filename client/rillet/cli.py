@@ -14,10 +14,10 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 from typing import Any
 
-from rillet import cli_admin, cli_data, cli_segments
+from rillet import cli_admin, cli_completion, cli_data, cli_segments
 from rillet.errors import RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
                         help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--version", action="version", version=f"rillet {version('rillet')}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     scope = commands.add_parser("scope", help="create, delete and list scopes").add_subparsers(dest="action", required=True)
@@ -204,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_segments.register(actions)
 
     cli_admin.register(commands)
+    cli_completion.register(commands, parser)
     for plugin in entry_points(group="rillet.cli"):
         register: Callable[[Any], None] = plugin.load()
         register(commands)

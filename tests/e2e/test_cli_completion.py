@@ -1,0 +1,42 @@
+"""``rillet --version`` and ``rillet completion``: the console script as a shell sees it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+RILLET = str(Path(sys.executable).with_name("rillet"))
+
+
+def test_version():
+    done = subprocess.run([RILLET, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, f"rillet {version('rillet')}\n")
+
+
+def complete(script: str, *words: str) -> list[str]:
+    """What bash offers after typing ``words`` (the last one being completed)."""
+    line = " ".join(f"'{w}'" for w in words)
+    program = f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _rillet; echo "${{COMPREPLY[@]}}"'
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.split()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_bash_completion_offers_commands_actions_and_options():
+    done = subprocess.run([RILLET, "completion", "bash"], capture_output=True, text=True, timeout=60, check=True)
+    script = done.stdout
+    assert complete(script, "rillet", "")[:6] == ["scope", "stream", "rg", "txn", "retention", "completion"]
+    assert complete(script, "rillet", "--endpoint", "http://x", "stream", "s") == ["seal", "segments", "scale"]
+    assert complete(script, "rillet", "--json", "stream", "scale", "a/b", "--m") == ["--merge"]
+    assert complete(script, "rillet", "rg", "") == ["create", "describe", "delete", "reset"]
+    assert complete(script, "rillet", "stream", "tail", "a/b", "--f") == ["--follow", "--from"]
+
+
+def test_an_unknown_shell_is_refused():
+    done = subprocess.run([RILLET, "completion", "fish"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "invalid choice: 'fish'" in done.stderr and "Traceback" not in done.stderr
