@@ -22,13 +22,22 @@ class RilletDeployment(ConfigurableResource):
     controller_url: str = "http://127.0.0.1:9090"  # the control API, for jobs that go through the SDK (Spark)
     chunk_target_bytes: int = StoreSettings.chunk_target
     tier_min_age_ms: int = StoreSettings.tier_min_age_ms
+    # Set on AWS (infra/terraform/dagster.tf): the export asset then submits its Spark job to this EMR
+    # Serverless application, as this role, with the job script and archive under the artifacts URI;
+    # unset (standalone), it runs Spark in the run's own process.
+    emr_application_id: str | None = None
+    emr_job_role_arn: str | None = None
+    emr_artifacts_uri: str | None = None
 
     @classmethod
     def from_env(cls) -> "RilletDeployment":
         d = Deployment.from_env()
         return cls(region=d.region, endpoint_url=d.endpoint_url, metadata_table=d.metadata_table,
                    segments_table=d.segments_table, bucket=d.bucket,
-                   controller_url=os.environ.get("RILLET_CONTROLLER_URL", cls.model_fields["controller_url"].default))
+                   controller_url=os.environ.get("RILLET_CONTROLLER_URL", cls.model_fields["controller_url"].default),
+                   emr_application_id=os.environ.get("RILLET_EMR_APPLICATION_ID") or None,
+                   emr_job_role_arn=os.environ.get("RILLET_EMR_JOB_ROLE_ARN") or None,
+                   emr_artifacts_uri=os.environ.get("RILLET_EMR_ARTIFACTS_URI") or None)
 
     def deployment(self) -> Deployment:
         return Deployment(region=self.region, endpoint_url=self.endpoint_url, metadata_table=self.metadata_table,

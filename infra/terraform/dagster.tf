@@ -404,9 +404,10 @@ data "aws_iam_policy_document" "dagster_submit_emr" {
     resources = [aws_emrserverless_application.spark.arn]
   }
 
+  # The Pipes client tags each job run with the Dagster run it belongs to (TagResource at creation).
   statement {
     sid       = "WatchJobRuns"
-    actions   = ["emr-serverless:CancelJobRun", "emr-serverless:GetJobRun"]
+    actions   = ["emr-serverless:CancelJobRun", "emr-serverless:GetJobRun", "emr-serverless:TagResource"]
     resources = ["${aws_emrserverless_application.spark.arn}/jobruns/*"]
   }
 
