@@ -113,7 +113,8 @@ def stream_write(args: argparse.Namespace) -> None:
         future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
     progress.done()
     _print(args, {"stream": args.stream, "events": progress.events, "bytes": progress.bytes},
-           f"wrote {progress.events} events ({human_bytes(progress.bytes)}) to {args.stream}")
+           f"wrote {progress.events} event{'' if progress.events == 1 else 's'} ({human_bytes(progress.bytes)}) "
+           f"to {args.stream}")
 
 
 def _print(args: argparse.Namespace, data: object, text: str) -> None:
