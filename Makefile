@@ -37,3 +37,22 @@ clean:
 # Regenerate the checked-in OpenAPI documents from the handlers.
 openapi: $(STAMP)
 	$(BIN)/python -m lambdas.openapi
+
+# The Dagster image of infra/terraform/dagster.tf, and the archive of EMR Serverless jobs (Dockerfile).
+# Both need a container engine (docker with buildx). Push the image to the ecr_repository_url output;
+# upload build/emr/* to the emr_artifacts_uri output.
+.PHONY: image emr-package
+IMAGE ?= rillet:latest
+IMAGE_PLATFORM ?= linux/arm64
+EMR_PLATFORM ?= linux/amd64
+EMR_ARTIFACTS_URI ?= $(shell terraform -chdir=infra/terraform output -raw emr_artifacts_uri 2>/dev/null || echo 's3://<emr_output_bucket>/rillet/emr')
+
+image:
+	docker build --platform $(IMAGE_PLATFORM) --target image -t $(IMAGE) .
+
+emr-package: $(STAMP)
+	docker build --platform $(EMR_PLATFORM) --target emr-package --output type=local,dest=build/emr .
+	cp spark/jobs/export_to_parquet.py build/emr/
+	@echo "upload:  aws s3 cp --recursive build/emr $(EMR_ARTIFACTS_URI)"
+	@echo "entryPoint: $(EMR_ARTIFACTS_URI)/export_to_parquet.py"
+	@echo "sparkSubmitParameters: $$($(BIN)/python -c 'import sys; from dagster_project.exports import emr_spark_submit_parameters as p; print(p(sys.argv[1]))' '$(EMR_ARTIFACTS_URI)')"
