@@ -2,10 +2,10 @@
 
 How an append commits (one S3 PUT for a large block, then three small DynamoDB requests):
 
-1. A block larger than ``inline_max`` is put to S3 under a key derived from the writer id, its
-   first event number and a digest of its bytes, so a retried block overwrites the same object with
-   the same bytes and no resend can change the object of an acknowledged block. (A retry of a block
-   the head record already shows as appended is acknowledged without a PUT.)
+1. A block larger than ``inline_max`` is put to S3 under a key of the request's own (writer id,
+   first event number, a random token), so no resend can change the object of an acknowledged block,
+   and a request that ends up not appending its block can delete its object. (A retry of a block the
+   head record already shows as appended is acknowledged without a PUT.)
 2. Read the head record (consistently). De-duplicate: a block whose event numbers the writer already
    appended is acknowledged with its original offset.
 3. *Claim* the tail: put the index entry at ``e#<length>`` on the condition that no entry exists there.
@@ -40,7 +40,7 @@ and an ``e#`` entry is garbage exactly when it starts inside a chunk.
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -99,6 +99,10 @@ class StoreSettings:
     # that no invocation idles.
     order_wait_ms: int = 100
     order_poll_ms: int = 10  # the first wait; later ones grow by half
+    # How old an unnamed block object must be before it is deleted as an orphan: its request must be
+    # over. The append function's timeout is 30 s (infra/terraform/lambda.tf); twenty times that covers
+    # a request in flight when the function is stopped and skew between S3's clock and ours.
+    orphan_grace_ms: int = 10 * 60_000
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,9 @@ class _ObjectUnreadable(RuntimeError):
         self.error = error
 
 
+# What an append answers when it knows its block is not appended by this request and will not be.
+_REFUSALS = (SegmentSealed, StreamKindMismatch, OutOfOrder, OffsetMismatch, InvalidArgument, SegmentNotFound)
+
 # A GET of a missing key answers 403 AccessDenied, not 404, when the caller may not list the bucket
 # (the read role may list only under segments/).
 _MISSING_OBJECT_CODES = ("NoSuchKey", "404", "AccessDenied", "403")
@@ -236,9 +243,16 @@ class SegmentStore:
 
     def seal(self, segment: str) -> int:
         """Seal the segment and return its final length (idempotent)."""
+        # No append commits any more: a grace period later, the next tiering pass deletes the objects
+        # that failed or crashed appends left under the segment's prefix (_remove_orphans).
+        orphans_after = now_ms() + self.settings.orphan_grace_ms
         try:
             meta = SegmentMeta(segment, META_KEY)
-            meta.update(actions=[SegmentMeta.sealed.set(True)], condition=SegmentMeta.pk.exists())
+            meta.update(actions=[SegmentMeta.sealed.set(True),
+                                 SegmentMeta.orphans_after.set(SegmentMeta.orphans_after | orphans_after),
+                                 SegmentMeta.tier_shard.set(TIER_SHARD),
+                                 SegmentMeta.tier_at.set(SegmentMeta.tier_at | orphans_after)],
+                        condition=SegmentMeta.pk.exists())
             return meta.length
         except UpdateError as e:
             if _failed_condition(e):
@@ -319,15 +333,22 @@ class SegmentStore:
             done = self._already_placed(meta, block)
             if done is not None:
                 return done  # a retry of an acknowledged block: no PUT needed
-            # The key names the content too: a retry rewrites the same object with the same bytes, but
-            # a resend of an acknowledged event number with other bytes can never overwrite the object
-            # of committed data (bytes at an offset never change).
-            digest = hashlib.blake2b(data, digest_size=8).hexdigest()
-            key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}-{digest}"
+            # The key is this request's alone: no resend can overwrite the object of committed data, and
+            # only this request ever creates an index item naming it, so once its block cannot commit
+            # from this object, nothing can (see _place), and the object may go.
+            key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}-{secrets.token_hex(8)}"
             self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=data)
             block = replace(block, object_key=key)
             if after is not None:
                 meta = None  # it may have waited on the upload: read the head record again
+            try:
+                result = self._place(segment, block, expected_offset, after, meta)
+            except _REFUSALS:
+                self._delete_object(key)
+                raise
+            if result.duplicate:
+                self._delete_object(key)  # another request placed the block
+            return result
         return self._place(segment, block, expected_offset, after, meta)
 
     def merge(self, target: str, source: str) -> int:
@@ -355,6 +376,13 @@ class SegmentStore:
 
     def _place(self, segment: str, block: _Block, expected_offset: int | None, after: int | None = None,
                meta: SegmentMeta | None = None) -> AppendResult:
+        """Claim and commit the block at the tail (see the module docstring).
+
+        When it refuses the block (one of ``_REFUSALS``) or answers a duplicate, no claim of this
+        request is left that could still commit: a claim it made either was released, or can never
+        pass an advance's condition (the segment is sealed, the length moved past it, or the writer's
+        last event moved past the block's predecessor), which also stops helpers from committing it.
+        """
         owned_at = None  # where this request's own claim put the block
         waiting_since = None
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
@@ -755,11 +783,20 @@ class SegmentStore:
             tiered.update(e.sk for e in run)
         remaining = [e for e in entries if e.data is not None and e.sk not in tiered]
         actions = [SegmentMeta.inline_bytes.set(sum(e.size for e in remaining))]
+        due = []  # when the segment needs its next pass
         if remaining:
             oldest = min(e.created_ms for e in remaining)
-            actions.append(SegmentMeta.tier_at.set(max(now_ms(), oldest + self.settings.tier_min_age_ms)
-                                                   if meta.sealed or oldest + self.settings.tier_max_age_ms <= now_ms()
-                                                   else oldest + self.settings.tier_max_age_ms))
+            due.append(max(now_ms(), oldest + self.settings.tier_min_age_ms)
+                       if meta.sealed or oldest + self.settings.tier_max_age_ms <= now_ms()
+                       else oldest + self.settings.tier_max_age_ms)
+        if meta.orphans_after is not None:
+            if meta.orphans_after <= now_ms():
+                self._remove_orphans(segment, epoch)
+                actions.append(SegmentMeta.orphans_after.remove())
+            else:
+                due.append(meta.orphans_after)
+        if due:
+            actions.append(SegmentMeta.tier_at.set(min(due)))
         else:
             actions += [SegmentMeta.tier_at.remove(), SegmentMeta.tier_shard.remove()]
         try:
@@ -792,7 +829,9 @@ class SegmentStore:
     def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int) -> bool:
         """Pack one run into a chunk; False if a newer tiering pass began (nothing was saved)."""
         first, last = run[0], run[-1]
-        key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}"
+        # The key names the pass's epoch: only this pass ever saves a chunk item naming the object, and
+        # only while the epoch is its own, so an object it could not save is nobody's.
+        key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}-{epoch}"
         self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=b"".join(e.data for e in run))
         chunk = IndexEntry(segment, chunk_key(first.offset), offset=first.offset, size=last.end - first.offset,
                            object_key=key, created_ms=now_ms())
@@ -807,11 +846,42 @@ class SegmentStore:
                 transaction.save(chunk, condition=IndexEntry.pk.does_not_exist())
         except TransactWriteError as e:
             if any(r is not None and r.code == "ConditionalCheckFailed" for r in e.cancellation_reasons):
+                self._delete_object(key)
                 return False
             raise
         for entry in run:
             self._delete_unchanged(entry)
         return True
+
+    def _remove_orphans(self, segment: str, epoch: int) -> int:
+        """Delete the objects under the segment's prefix that no index item names and none ever will;
+        returns how many. Runs once per sealing (``orphans_after``), in the pass with ``epoch``.
+
+        A block object's key is unique to the request that put it, and only that request creates
+        items naming it; past ``orphan_grace_ms`` that request is over, so the items naming the object
+        can only go, never come. A chunk object's key names its pass's epoch, and a pass saves chunks
+        only while the epoch is its own; every earlier pass's is below ``epoch``. So an object of
+        either kind that no item names after the listing is nobody's, whatever runs concurrently.
+        """
+        s3, bucket, prefix = self.deployment.s3, self.deployment.bucket, self._object_prefix(segment)
+        horizon = time.time() - self.settings.orphan_grace_ms / 1000
+        candidates = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(prefix):]
+                request_over = name.startswith("b/") and obj["LastModified"].timestamp() < horizon
+                pass_over = name.startswith("c/") and name.count("-") == 2 and int(name.rsplit("-", 1)[1]) < epoch
+                if request_over or pass_over:
+                    candidates.append(obj["Key"])
+        if not candidates:
+            return 0
+        named = {item.object_key for prefix_ in (ENTRY_PREFIX, CHUNK_PREFIX)
+                 for item in self._index_items(segment, prefix_)}
+        orphans = [key for key in candidates if key not in named]
+        for i in range(0, len(orphans), 1000):  # DeleteObjects takes up to 1,000 keys
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in orphans[i:i + 1000]],
+                                                      "Quiet": True})
+        return len(orphans)
 
     def _release_below(self, segment: str) -> None:
         """Release what lies wholly below the start offset: objects, merged segments, index items.
@@ -875,6 +945,9 @@ class SegmentStore:
     @staticmethod
     def _object_prefix(segment: str) -> str:
         return f"segments/{segment}/"
+
+    def _delete_object(self, key: str) -> None:
+        self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=key)
 
     def _delete_objects(self, prefix: str) -> None:
         s3, bucket = self.deployment.s3, self.deployment.bucket

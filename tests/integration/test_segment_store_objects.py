@@ -6,13 +6,17 @@ from __future__ import annotations
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
-from dataplane_model import payload
+from dataplane_model import SimulatedCrash, index_entries, inject_crash, object_keys, payload, read_all
+from interleave import Actor, explore
 
 from dataplane import models
 from dataplane.segment_store import SegmentStore, StoreSettings
-from rillet.errors import Truncated
+from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed, Truncated
 
 SETTINGS = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20)
+# Tests run the orphan removal only once every request they made is over.
+NO_GRACE = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20,
+                         orphan_grace_ms=0)
 
 
 @pytest.fixture
@@ -75,3 +79,101 @@ def test_an_object_refused_above_the_start_stays_an_error(store, unique, refused
     assert refused.value.response["Error"]["Code"] == code
     assert not isinstance(refused.value, Truncated)
 
+
+
+def _named(segment: str) -> set[str]:
+    return {e.object_key for e in index_entries(segment) if e.object_key}
+
+
+def test_a_refused_append_removes_its_own_object(store, unique):
+    """Out of order, offset mismatch, sealed, a duplicate of a placed block: the request put its
+    object first and removes it itself; every committed byte still reads back."""
+    seg = f"{unique}/s/0"
+    _, data = _segment(store, seg)
+    with pytest.raises(OffsetMismatch):
+        store.append(seg, "w", 4, 1, payload("late", 200), expected_offset=1)
+    with pytest.raises(OutOfOrder):
+        store.append(seg, "w", 6, 1, payload("early", 200), after=5)
+    assert object_keys(store, seg) == _named(seg)
+    store.seal(seg)
+    with pytest.raises(SegmentSealed):
+        store.append(seg, "x", 0, 1, payload("sealed", 200))
+    assert object_keys(store, seg) == _named(seg)
+    assert len(_named(seg)) == 4
+    assert read_all(store, seg) == data
+
+
+def test_a_crash_between_put_and_claim_leaves_an_object_the_pass_after_sealing_removes(deployment, unique):
+    models.bind(deployment)
+    store = SegmentStore(deployment, NO_GRACE)
+    seg = f"{unique}/s/0"
+    _, data = _segment(store, seg)
+    block = payload("crash", 200)
+    with inject_crash(2), pytest.raises(SimulatedCrash):  # dies after its PutObject, before its claim
+        store.append(seg, "w", 4, 1, block)
+    assert store.append(seg, "w", 4, 1, block).offset == len(data)  # the writer resends: its own object
+    data += block
+    assert len(object_keys(store, seg)) == len(_named(seg)) + 1
+    store.tier(seg)  # not sealed: nothing is due
+    assert len(object_keys(store, seg)) == len(_named(seg)) + 1
+    store.seal(seg)
+    assert seg in store.segments_due_for_tiering(limit=10_000)
+    store.tier(seg)
+    assert object_keys(store, seg) == _named(seg)
+    assert read_all(store, seg) == data
+    assert seg not in store.segments_due_for_tiering(limit=10_000)
+
+
+def test_orphans_wait_for_the_grace_period(store, unique):
+    """A young object may belong to a request still under way: the pass leaves it and the segment
+    stays due until the grace period has passed."""
+    seg = f"{unique}/s/0"
+    _segment(store, seg)
+    with inject_crash(2), pytest.raises(SimulatedCrash):
+        store.append(seg, "w", 4, 1, payload("crash", 200))
+    store.seal(seg)
+    store.tier(seg)
+    assert len(object_keys(store, seg)) == len(_named(seg)) + 1
+    assert models.SegmentMeta.get(seg, "m", consistent_read=True).tier_at is not None
+
+
+def test_a_crashed_tiering_pass_leaves_a_chunk_object_the_pass_after_sealing_removes(deployment, unique):
+    models.bind(deployment)
+    store = SegmentStore(deployment, NO_GRACE)
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    data = b""
+    for i in range(5):
+        block = payload(f"i{i}", 40)  # inline
+        store.append(seg, "w", i, 1, block)
+        data += block
+    with inject_crash(3), pytest.raises(SimulatedCrash):  # epoch bump, chunk PutObject, then dies
+        store.tier(seg)
+    assert len(object_keys(store, seg)) == 1 and not _named(seg)
+    store.seal(seg)
+    store.tier(seg)  # packs the run again, as a chunk of its own epoch, and removes the first pass's
+    assert object_keys(store, seg) == _named(seg) and len(_named(seg)) == 1
+    assert read_all(store, seg) == data
+
+
+def test_a_duplicate_request_never_removes_the_object_its_twin_commits(store, unique):
+    """Two requests of one block (a resend racing its original), in every interleaving: the one that
+    finds the block placed by the other removes only its own object, so the committed one stays."""
+    block = payload("twin", 200)
+    segments = []
+
+    def make():
+        seg = f"{unique}/s/{len(segments)}"
+        segments.append(seg)
+        store.create(seg)
+        return [Actor("original", lambda: store.append(seg, "w", 0, 1, block)),
+                Actor("resend", lambda: store.append(seg, "w", 0, 1, block))]
+
+    def check(actors, schedule):
+        seg = segments[-1]
+        assert [a.error for a in actors] == [None, None], schedule
+        assert sorted(a.result.duplicate for a in actors) == [False, True], schedule
+        assert read_all(store, seg) == block, schedule
+        assert object_keys(store, seg) == _named(seg), schedule
+
+    assert explore(make, check, max_switches=2) > 1
