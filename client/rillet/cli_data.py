@@ -131,27 +131,35 @@ def _print_event(args: argparse.Namespace, read: EventRead[bytes]) -> None:
 
 
 def _end_offsets(connection: Connection, scope: str, stream: str, start: str, end: str) -> dict[int, int]:
-    """Segment id -> the offset where reading stops, for every segment between two cuts."""
-    return {s.segment.segment_id: s.end_offset for s in connection.controller.slices(scope, stream, start, end).slices}
+    """Segment id -> the offset where reading stops, for every segment with bytes between two cuts."""
+    slices = connection.controller.slices(scope, stream, start, end).slices
+    return {s.segment.segment_id: s.end_offset for s in slices if s.start_offset < s.end_offset}
 
 
 def stream_read(args: argparse.Namespace) -> None:
-    """Events from a cut (the head by default) to another (the tail as it was when reading began)."""
+    """Events from a cut (the head by default) to another (the tail as it was when reading began).
+
+    It stops once every segment is read up to the end cut, so appends racing the read do not keep it going."""
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
     start = resolve_cut(connection, scope, stream, args.from_cut)
     end = resolve_cut(connection, scope, stream, args.to_cut)
     ends = _end_offsets(connection, scope, stream, StreamCut.of(scope, stream, start).to_text(),
                         StreamCut.of(scope, stream, end).to_text())
+    unfinished = set(ends)
     reader = StreamReader(connection, scope, stream, BytesSerializer(), start)
     progress = Progress("read")
-    for read in reader:
-        if read.pointer.offset >= ends.get(read.pointer.segment_id, 0):
-            continue  # past the end cut (events appended since, or a segment after it)
+    while unfinished and (args.max_events is None or progress.events < args.max_events):
+        read = reader.read_next_event()
+        if read is None:
+            break  # the tail of every segment: the end cut's bytes are gone (truncated since) or all read
+        segment, offset = read.pointer.segment_id, read.pointer.offset
+        if offset >= ends.get(segment, 0):
+            continue  # a segment after the end cut
         _print_event(args, read)
         progress.add(len(read.event))
-        if args.max_events is not None and progress.events >= args.max_events:
-            break
+        if offset + read.pointer.length >= ends[segment]:
+            unfinished.discard(segment)
     progress.done()
 
 
