@@ -89,3 +89,17 @@ def test_retention_in_human_terms(capsys, url, stream, unique):
 
     code, out, err = run(capsys, url, "retention", "status", f"{unique}/missing")
     assert code != 0 and out == "" and err.startswith("error: StreamNotFound: ")
+
+
+def test_reader_group_bad_input(capsys, url, stream, unique):
+    code, out, err = run(capsys, url, "rg", "create", f"{unique}/g", "--stream", f"{unique}/missing")
+    assert code != 0 and out == "" and err.startswith("error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+    run(capsys, url, "rg", "create", f"{unique}/g", "--stream", stream)
+    code, out, err = run(capsys, url, "rg", "reset", f"{unique}/g", "--from", "not a cut")
+    assert code != 0 and out == "" and err.startswith("error: InvalidArgument: ")
+    code, out, err = run(capsys, url, "--json", "rg", "describe", f"{unique}/nope")
+    assert code != 0 and out == "" and json.loads(err)["code"] == "ReaderGroupNotFound"
+    with pytest.raises(SystemExit):
+        main(["--endpoint", url, "rg", "create", f"{unique}/g2"])  # no --stream
+    assert "--stream" in capsys.readouterr().err

@@ -79,3 +79,11 @@ def test_bad_input(capsys, url, stream, unique):
     assert code != 0 and err.startswith("error: InvalidArgument: invalid stream cut")
     code, _, err = run(capsys, url, "stream", "segments", f"{unique}/missing")
     assert code != 0 and err.startswith("error: StreamNotFound: ")
+
+
+def test_cut_bad_input(capsys, url, stream, unique):
+    with pytest.raises(SystemExit):
+        main(["--endpoint", url, "stream", "cut", stream, "middle"])
+    assert "invalid choice: 'middle'" in capsys.readouterr().err
+    code, out, err = run(capsys, url, "--json", "stream", "cut", f"{unique}/missing", "head")
+    assert code != 0 and out == "" and json.loads(err)["code"] == "StreamNotFound"
