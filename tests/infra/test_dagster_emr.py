@@ -148,6 +148,8 @@ def test_instance_config_is_the_ecs_launcher_with_postgres(monkeypatch, tmp_path
     postgres = config["storage"]["postgres"]
     assert process_config(PostgresEventLogStorage.config_type(), postgres).success
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert config["run_monitoring"]["max_resume_run_attempts"] == 0, (
+        "resuming runs makes every process build the launcher, which only the daemon's role may use")
     assert "password" not in yaml.safe_load(rendered)["storage"]["postgres"]["postgres_db"]["password"].get(
         "value", ""), "the rendered instance holds no password"
 
