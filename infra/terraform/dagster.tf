@@ -31,6 +31,7 @@ locals {
   # dagster_project/resources.py RilletDeployment.from_env) and the Dagster instance reads; every
   # container of the three task definitions gets all of it.
   dagster_environment = {
+    AWS_REGION                = local.region # for the clients dagster-aws builds (ECS, EMR Serverless, Logs)
     RILLET_REGION             = local.region
     RILLET_METADATA_TABLE     = aws_dynamodb_table.metadata.name
     RILLET_SEGMENTS_TABLE     = aws_dynamodb_table.segments.name

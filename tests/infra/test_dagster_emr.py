@@ -110,6 +110,7 @@ def test_task_definitions_pass_the_environment_the_code_reads(tf):
             | _env_names_read(ROOT / "dagster_project" / "resources.py"))
     read.discard("RILLET_AWS_ENDPOINT")  # standalone only: on AWS it would point at a missing moto
     assert "RILLET_AWS_ENDPOINT" not in environment
+    assert "AWS_REGION" in environment, "dagster-aws builds its boto3 clients with the default region"
     missing = read - set(environment)
     assert not missing, f"the Dagster containers do not get {sorted(missing)}, which the code reads"
     assert ("aws_dynamodb_table", "metadata") in refs(environment["RILLET_METADATA_TABLE"])

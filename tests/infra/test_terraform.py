@@ -11,7 +11,8 @@ tests parse the HCL with python-hcl2 and check what matters most:
   the handlers import;
 * every function has an AWS_IAM Function URL, a log group with a retention period, a role of its own
   with exactly the permissions reviewed below, and the environment the code reads;
-* no IAM statement allows a wildcard action or a "*" resource (except X-Ray, which has no resources);
+* no IAM statement allows a wildcard action, or a "*" resource except for the few actions AWS authorizes
+  on nothing else (UNSCOPED_ACTIONS: X-Ray, ECS Exec channels, the ECR login, DescribeTaskDefinition);
 * the files are formatted as ``terraform fmt`` would format them (indentation, aligned ``=``, no tabs
   or trailing whitespace); where a terraform binary is installed, ``terraform fmt -check`` runs too.
 """
