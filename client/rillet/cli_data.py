@@ -10,7 +10,9 @@ import argparse
 import json
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from typing import TextIO
 
 from rillet.connection import Connection
@@ -22,6 +24,7 @@ from rillet.serializers import BytesSerializer
 from rillet.stream_cut import StreamCut
 from rillet.writer import EventStreamWriter
 
+UNCONFIRMED_EVENTS = 10_000  # events written but not yet known durable, before ``write`` waits for the oldest
 FOLLOW_POLL_MS = 2_000  # how long one read waits at the tail while following (the server long-polls)
 
 
@@ -57,11 +60,14 @@ class Progress:
 
 
 def human_bytes(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if count < 1000 or unit == "TB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    """Rounded for reading (``1.5 KB``); cli_admin.human_size states a configured size exactly."""
+    if count < 1000:
+        return f"{count:.0f} B"
+    for unit in ("KB", "MB", "GB"):
         count /= 1000
-    raise AssertionError("unreachable")
+        if count < 1000:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1000:.1f} TB"
 
 
 def positive_int(text: str) -> int:
@@ -103,13 +109,15 @@ def stream_write(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
     progress = Progress("wrote")
-    futures = []
+    unconfirmed: deque[Future] = deque()  # at most UNCONFIRMED_EVENTS, so memory stays flat for any input
     with EventStreamWriter(connection, scope, stream, BytesSerializer()) as writer:
         for event, key in _events_to_write(args):
             payload = event.encode("utf-8")
-            futures.append(writer.write_event(payload, routing_key=key))
+            unconfirmed.append(writer.write_event(payload, routing_key=key))
             progress.add(len(payload))
-    for future in futures:
+            if len(unconfirmed) > UNCONFIRMED_EVENTS:
+                unconfirmed.popleft().result()
+    for future in unconfirmed:
         future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
     progress.done()
     _print(args, {"stream": args.stream, "events": progress.events, "bytes": progress.bytes},
