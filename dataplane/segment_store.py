@@ -567,7 +567,7 @@ class SegmentStore:
                                   length=meta.length)
         end = min(meta.length, offset + max_bytes)
         try:
-            data = self._read_range(segment, offset, end, self._may_have_chunks(meta, offset)) if end > offset else b""
+            data = self._read_range(segment, offset, end, self._may_have_chunks(meta, offset), meta) if end > offset else b""
         except (_IndexGap, _ObjectUnreadable) as gone:
             # A truncation released the range after the head record was read: say so, typed. Otherwise
             # (a permission problem, a missing object above the start) it stays an error.
@@ -608,7 +608,13 @@ class SegmentStore:
                 parts.append(PlanPart(lo + shift, hi - lo))
         return parts
 
-    def _read_range(self, segment: str, start: int, end: int, chunked: bool = True) -> bytes:
+    def _read_range(self, segment: str, start: int, end: int, chunked: bool = True,
+                    meta: SegmentMeta | None = None) -> bytes:
+        """The bytes [start, end); with ``meta`` (the head record the range was checked against), an entry
+        that record proves uncommitted counts as a gap (see ``_not_committed_in``)."""
+        covering = self._covering(segment, start, end, chunked)
+        if meta is not None and any(self._not_committed_in(meta, entry) for entry, _, _ in covering):
+            raise _IndexGap(f"an entry of {segment} in [{start}, {end}) is a claim made after the head record was read")
         parts: list[bytes] = []
         pending: list[tuple[str, int, int]] = []  # adjacent ranges of one S3 object, fetched in one GET
 
@@ -618,7 +624,7 @@ class SegmentStore:
                 parts.append(self._get_object_range(key, lo, hi))
                 pending.clear()
 
-        for entry, lo, hi in self._covering(segment, start, end, chunked):
+        for entry, lo, hi in covering:
             if entry.data is not None:
                 flush()
                 parts.append(entry.data[lo - entry.offset:hi - entry.offset])
@@ -633,6 +639,20 @@ class SegmentStore:
                 parts.append(self._read_range(entry.source, lo - entry.offset, hi - entry.offset))
         flush()
         return b"".join(parts)
+
+    @staticmethod
+    def _not_committed_in(meta: SegmentMeta, entry: IndexEntry) -> bool:
+        """Whether ``meta`` proves that ``entry``, below its length, is not the committed block there: the
+        writer's events it holds were not all appended yet, or it is the writer's last block, committed
+        at another offset. Such an entry is a stale appender's claim on a key that a truncation racing
+        the read freed (the reader then answers Truncated). Costs no request: the head record is at hand.
+        Not caught: a stale claim of an older block of a writer that appended since (see docs)."""
+        if entry.sk.startswith(CHUNK_PREFIX) or entry.source is not None:
+            return False  # chunks are never claimed; a merge names its source, de-duplicated by it
+        state = meta.writers.as_dict().get(entry.writer) if meta.writers else None
+        if not state or entry.last > int(state["l"]):
+            return True
+        return (int(state["f"]), int(state["l"])) == (entry.first, entry.last) and int(state["o"]) != entry.offset
 
     @staticmethod
     def _may_have_chunks(meta: SegmentMeta, offset: int) -> bool:

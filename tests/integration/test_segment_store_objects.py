@@ -10,7 +10,8 @@ from dataplane_model import SimulatedCrash, index_entries, inject_crash, object_
 from interleave import Actor, explore
 
 from dataplane import models
-from dataplane.segment_store import SegmentStore, StoreSettings
+from dataplane.models import IndexEntry, entry_key
+from dataplane.segment_store import SegmentStore, StoreSettings, now_ms
 from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed, Truncated
 
 SETTINGS = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20)
@@ -177,3 +178,31 @@ def test_a_duplicate_request_never_removes_the_object_its_twin_commits(store, un
         assert object_keys(store, seg) == _named(seg), schedule
 
     assert explore(make, check, max_switches=2) > 1
+
+
+@pytest.mark.parametrize("stale", ["new-writer", "retry-of-the-last-block"])
+def test_a_stale_claim_on_a_key_a_racing_truncation_freed_reads_as_truncated(store, unique, deployment, stale):
+    """The reader reads the head record; a truncation then releases the range and frees the key at the
+    reader's offset, where a stale appender's claim lands (emulated by saving the claim item). The
+    reader answers Truncated instead of the claim's bytes."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    offsets = [store.append(seg, "w", i, 1, payload(f"i{i}", 40)).offset for i in range(8)]  # inline
+    writer, first = ("x", 0) if stale == "new-writer" else ("w", 7)
+    truncator = SegmentStore(deployment, SETTINGS)
+    real_meta = SegmentStore._meta
+    fired = []
+
+    def meta_then_race(segment):
+        meta = real_meta(store, segment)
+        if not fired:
+            fired.append(True)
+            truncator.truncate(segment, offsets[5])
+            IndexEntry(segment, entry_key(offsets[2]), offset=offsets[2], size=40, data=b"S" * 40, writer=writer,
+                       first=first, last=first, created_ms=now_ms()).save(condition=IndexEntry.pk.does_not_exist())
+        return meta
+
+    store._meta = meta_then_race  # this store instance only
+    with pytest.raises(Truncated) as refused:
+        store.read(seg, offsets[2], 40)
+    assert refused.value.details == {"start_offset": offsets[5]}
