@@ -19,8 +19,17 @@ $(STAMP): $(BIN)/uv requirements.lock pyproject.toml client/pyproject.toml
 up: $(STAMP)
 	$(BIN)/rillet standalone
 
-test: $(STAMP)
-	$(BIN)/pytest
+# checkov pins its own boto3/botocore far below ours, so it gets a venv of its own (as pipx would give
+# it); its version is pinned here, and tests/infra runs it over infra/terraform.
+CHECKOV_VERSION := 3.3.30
+CHECKOV := .venv-checkov/bin/checkov
+
+$(CHECKOV): $(BIN)/uv
+	$(PYTHON) -m venv .venv-checkov
+	$(BIN)/uv pip install --quiet --python .venv-checkov/bin/python checkov==$(CHECKOV_VERSION)
+
+test: $(STAMP) $(CHECKOV)
+	RILLET_CHECKOV=$(CHECKOV) $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
@@ -32,7 +41,7 @@ lock: $(BIN)/uv
 		--no-emit-package rillet --no-emit-package rillet-server
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-checkov build .pytest_cache .hypothesis
 
 # Regenerate the checked-in OpenAPI documents from the handlers.
 openapi: $(STAMP)
