@@ -1,5 +1,7 @@
 # Segment chunks: large append blocks (segments/<segment>/b/...) and tiered chunks
-# (segments/<segment>/c/...), written once and deleted explicitly by truncation and stream deletion.
+# (segments/<segment>/c/...), written once and deleted explicitly: by truncation and stream deletion,
+# by an append that refuses its own block, and by the tiering pass that sweeps a sealed segment's
+# unreferenced objects older than the segment store's orphan grace period (10 minutes).
 resource "aws_s3_bucket" "segments" {
   #checkov:skip=CKV_AWS_18:access logs would add a log object per append and read, costing more than the data; CloudTrail S3 data events are the option for audits
   #checkov:skip=CKV_AWS_21:segment objects are written once and deleted explicitly by truncation; versions would keep truncated bytes billed

@@ -121,8 +121,9 @@ EXPECTED_GRANTS = {
     READ: {
         "segments": {"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query"},
         "objects": {"s3:GetObject"},
-        # Makes S3 answer a GET of a missing (truncated) key with 404 NoSuchKey, which the read path
-        # turns into Truncated, instead of 403 AccessDenied.
+        # Limited to segments/*: S3 may then answer a GET of a missing (truncated) key with 403
+        # AccessDenied rather than 404; the read path re-reads the head record on either and answers
+        # Truncated when the range was truncated, so both are handled.
         "bucket": {"s3:ListBucket"},
         "logs": LOGS,
         "any": XRAY,
