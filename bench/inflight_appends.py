@@ -30,7 +30,7 @@ def _write(stack: Stack, inflight: int, total_mb: int, event_size: int) -> dict:
     manager.create_scope(scope)
     manager.create_stream(scope, "s", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(1)))
     factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
-    config = rillet.EventWriterConfig(batch_size_bytes=BLOCK, linger_ms=0, max_inflight_blocks=inflight,
+    config = rillet.EventWriterConfig(batch_size_bytes=BLOCK, max_inflight_blocks=inflight,
                                       max_concurrency=max(16, inflight))
     payload = os.urandom(event_size)
     events = total_mb * MB // event_size
