@@ -299,6 +299,9 @@ class FunctionUrl:
                     if name not in ("content-length", "connection", "transfer-encoding"):
                         self.send_header(name, value)
                 self.send_header("content-length", str(len(body)))
+                if self.close_connection:
+                    # Say so: a client that pools connections must not send its next request on this one.
+                    self.send_header("connection", "close")
                 self.end_headers()
                 self.wfile.write(body)
 

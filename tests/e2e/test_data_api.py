@@ -187,3 +187,11 @@ def test_append_to_a_sealed_segment_is_409(url, unique):
     assert_error(response, 409, "SegmentSealed")
     end = http.request("GET", connection.controller.endpoints.read_url + path + "?offset=8&wait_ms=5000")
     assert end.status == 200 and end.data == b"" and end.headers[api.END_OF_SEGMENT] == "true"
+
+
+def test_a_refused_oversize_body_closes_its_connection_and_says_so(data):
+    """The gateway drops the connection after refusing a body it did not fully read; it must answer
+    ``Connection: close`` so that a pooling client never sends its next request on the dead socket."""
+    response = _append(data, b"\0" * (6 * 1024 * 1024 + 1))
+    assert response.status == 413
+    assert response.headers.get("connection", "").lower() == "close"
