@@ -30,6 +30,9 @@ EVENT_COUNT = "x-rillet-event-count"
 EXPECTED_OFFSET = "x-rillet-expected-offset"
 AFTER_EVENT = "x-rillet-after-event"
 RAW_BYTES = "x-rillet-raw"
+# How long ago (ms, the writer's monotonic clock) the block was first sent: a resend older than the
+# server's writer expiry window, from a writer id it no longer knows, is refused (WriterExpired).
+BLOCK_AGE_MS = "x-rillet-block-age-ms"
 OFFSET = "x-rillet-offset"
 NEXT_OFFSET = "x-rillet-next-offset"
 START_OFFSET = "x-rillet-start-offset"

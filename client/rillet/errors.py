@@ -134,6 +134,14 @@ class OutOfOrder(RilletError):
     code, status = "OutOfOrder", 409
 
 
+class WriterExpired(RilletError):
+    """A resend of a block first sent longer ago than the writer expiry window, from a writer id the
+    segment no longer remembers: it may have been appended before the id expired, so it is not
+    appended again. The outcome of that block is unknown; new blocks need a new writer id."""
+
+    code, status = "WriterExpired", 409
+
+
 class OffsetMismatch(RilletError):
     """A conditional append expected a different segment length."""
 
