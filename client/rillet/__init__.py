@@ -25,6 +25,7 @@ from rillet.errors import (
     TxnFailed,
     TxnNotFound,
     WriteConflict,
+    WriterExpired,
 )
 from rillet.factory import BatchClientFactory, ByteStreamClientFactory, EventStreamClientFactory
 from rillet.keyspace import KeyRange, hash_routing_key, segment_epoch, segment_id, segment_number
@@ -133,6 +134,7 @@ __all__ = [
     "UTF8StringSerializer",
     "WriteAck",
     "WriteConflict",
+    "WriterExpired",
     "group_config",
     "hash_routing_key",
     "segment_epoch",
