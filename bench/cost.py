@@ -7,6 +7,7 @@ November 2024 reduction; Lambda on arm64, which the Terraform deploys).
 from __future__ import annotations
 
 import base64
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,7 +21,14 @@ PRICES = {
     "s3_get": 0.0004 / 1_000,  # GET and all other requests
     "lambda_request": 0.20 / 1_000_000,
     "lambda_gb_second": 0.0000133334,  # arm64
-    "kinesis_on_demand_ingest_gb": 0.08,  # for comparison only
+    # Kinesis Data Streams, for comparison only (aws.amazon.com/kinesis/data-streams/pricing,
+    # us-east-1, as listed in 2025). On-demand: ingest per GB (each record rounded up to 1 KiB) plus
+    # an hourly charge per stream. Provisioned: per shard-hour (1 MB/s or 1,000 records/s of ingest
+    # each) plus PUT payload units (25 KB each, every record at least one).
+    "kinesis_on_demand_ingest_gb": 0.08,
+    "kinesis_on_demand_stream_hour": 0.04,
+    "kinesis_shard_hour": 0.015,
+    "kinesis_put_payload_unit": 0.014 / 1_000_000,
 }
 S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects", "CreateBucket"}
 
@@ -49,8 +57,8 @@ def item_size(item: dict | None) -> int:
     return sum(len(name.encode()) + _value_size(value) for name, value in (item or {}).items())
 
 
-def _write_units(item: dict | None) -> int:
-    return max(1, math.ceil(item_size(item) / 1024))
+def _write_units(size: int) -> int:
+    return max(1, math.ceil(size / 1024))
 
 
 def _read_units(size: int, consistent: bool) -> float:
@@ -82,33 +90,72 @@ class Usage:
 
 
 def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seconds: float = 0.0) -> Usage:
-    """Request counts and DynamoDB request units of metered requests (records must keep bodies)."""
+    """Request counts and DynamoDB request units of metered requests (records must keep bodies).
+
+    A write is charged on the larger of the item's size before and after it (DynamoDB's rule for
+    updates, overwriting puts and deletes). The size before is the last one these records showed for
+    the key (a read, a put, an update's ALL_NEW answer); a write to a key not seen before is charged
+    on what it shows alone, so a window that starts without reading an item may undercount it.
+    """
     result = Usage(lambda_requests=lambda_requests, lambda_gb_seconds=lambda_gb_seconds)
+    seen: dict[tuple, int] = {}  # (table, pk, sk) -> the item's last known size
+
+    def key_of(table: str, item: dict) -> tuple:
+        return table, json.dumps(item.get("pk")), json.dumps(item.get("sk"))
+
+    def write(table: str, key: dict, after: dict | None, deleted: bool = False) -> int:
+        """Write units of a write that leaves ``after`` (None: unknown, or deleted) at ``key``."""
+        k = key_of(table, key)
+        size = max(seen.get(k, 0), item_size(after) if after is not None else item_size(key))
+        if deleted:
+            seen.pop(k, None)
+        elif after is not None:
+            seen[k] = item_size(after)
+        return _write_units(size)
+
+    def read(table: str, items: list[dict]) -> int:
+        for item in items:
+            seen[key_of(table, item)] = item_size(item)
+        return sum(item_size(i) for i in items)
+
     for r in records:
         result.requests[(r.service, r.operation)] += 1
         if r.service != "dynamodb":
             continue
         req, resp = r.request or {}, r.response or {}
+        table = req.get("TableName", "")
         consistent = bool(req.get("ConsistentRead"))
         op = r.operation
         if op == "PutItem":
-            result.write_units += _write_units(req.get("Item"))
-        elif op == "UpdateItem" or op == "DeleteItem":
-            result.write_units += _write_units(resp.get("Attributes") or req.get("Key"))
+            result.write_units += write(table, req["Item"], req["Item"])
+        elif op == "UpdateItem":
+            new = resp.get("Attributes") if req.get("ReturnValues") == "ALL_NEW" else None
+            result.write_units += write(table, req["Key"], new)
+        elif op == "DeleteItem":
+            result.write_units += write(table, resp.get("Attributes") or req["Key"], None, deleted=True)
         elif op == "TransactWriteItems":
             for action in req.get("TransactItems", []):
-                (body,) = action.values()
-                result.write_units += 2 * _write_units(body.get("Item") or body.get("Key"))
+                (kind, body), = action.items()
+                name = body.get("TableName", "")
+                if kind == "Put":
+                    result.write_units += 2 * write(name, body["Item"], body["Item"])
+                elif kind == "Delete":
+                    result.write_units += 2 * write(name, body["Key"], None, deleted=True)
+                else:  # Update (its new size is not answered) or ConditionCheck
+                    result.write_units += 2 * write(name, body["Key"], None)
         elif op == "BatchWriteItem":
-            for writes in req.get("RequestItems", {}).values():
+            for name, writes in req.get("RequestItems", {}).items():
                 for w in writes:
-                    body = w.get("PutRequest") or w.get("DeleteRequest") or {}
-                    result.write_units += _write_units(body.get("Item") or body.get("Key"))
+                    if "PutRequest" in w:
+                        result.write_units += write(name, w["PutRequest"]["Item"], w["PutRequest"]["Item"])
+                    else:
+                        result.write_units += write(name, w["DeleteRequest"]["Key"], None, deleted=True)
         elif op == "GetItem":
-            result.read_units += _read_units(item_size(resp.get("Item")), consistent)
+            item = resp.get("Item")
+            result.read_units += _read_units(read(table, [item] if item else []), consistent)
         elif op == "Query":
-            result.read_units += _read_units(sum(item_size(i) for i in resp.get("Items", [])), consistent)
+            result.read_units += _read_units(read(table, resp.get("Items", [])), consistent)
         elif op == "BatchGetItem":
-            for items in resp.get("Responses", {}).values():
-                result.read_units += sum(_read_units(item_size(i), consistent) for i in items)
+            for name, items in resp.get("Responses", {}).items():
+                result.read_units += sum(_read_units(read(name, [i]), consistent) for i in items)
     return result
