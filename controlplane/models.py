@@ -17,6 +17,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``sink#<name>`` -- :class:`SinkRecord`: a streaming writer's batches.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
 * ``rg#<scope>/<group>`` / ``lease`` -- :class:`ReaderLeaseRecord`: when its readers' leases next need a look.
+* ``rgs#<scope>`` / ``<group>`` -- :class:`ReaderGroupNameRecord`: a scope's reader groups, listed by one query.
 
 Records that are the subject of a workflow in flight carry ``pending`` / ``pending_since``, which
 puts them in the sparse ``workflows`` index the sweeper reads; a finished workflow removes them.
@@ -59,6 +60,10 @@ def epoch_sk(epoch: int) -> str:
 
 def reader_group_pk(scope: str, group: str) -> str:
     return f"rg#{scope}/{group}"
+
+
+def reader_groups_pk(scope: str) -> str:
+    return f"rgs#{scope}"
 
 
 def txn_sk(txn_id: str) -> str:
@@ -291,10 +296,22 @@ class ReaderLeaseRecord(MetadataItem, discriminator="rg-lease"):
     group_version = NumberAttribute()
 
 
+class ReaderGroupNameRecord(MetadataItem, discriminator="rg-name"):
+    """A reader group's entry in its scope's listing, written and deleted in one transaction with the
+    group's record, so the listing never names a group that is not there (nor misses one)."""
+
+    created_ms = NumberAttribute()
+
+    @property
+    def group(self) -> str:
+        return self.sk
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
     for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
-                  SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord, ReaderLeaseRecord):
+                  SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord, ReaderLeaseRecord,
+                  ReaderGroupNameRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

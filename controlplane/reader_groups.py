@@ -35,10 +35,17 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
-from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError
+from pynamodb.transactions import TransactWrite
 
-from controlplane.models import ReaderGroupRecord, ReaderLeaseRecord, reader_group_pk
-from controlplane.store import conditional, failed_condition
+from controlplane.models import (
+    ReaderGroupNameRecord,
+    ReaderGroupRecord,
+    ReaderLeaseRecord,
+    reader_group_pk,
+    reader_groups_pk,
+)
+from controlplane.store import _decode_token, _encode_token, conditional, failed_condition
 from rillet.api import (
     AssignedSegment,
     Assignment,
@@ -64,7 +71,7 @@ from rillet.models import (
     StreamDataRetention,
     SuccessorInfo,
 )
-from rillet.names import validate_reader_group_name
+from rillet.names import validate_reader_group_name, validate_scope_name
 from rillet.stream_cut import segment_is_after, segment_is_before, validity_problem
 
 GROUP_KEY = "rg"
@@ -516,11 +523,14 @@ class ReaderGroups:
         state = _storable(new_state(config, starts), f"reader group {scope}/{group}")
         self._subscribe(scope, group, config, starts, replace=False)
         record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group, state=state)
+        listed = ReaderGroupNameRecord(reader_groups_pk(scope), group, created_ms=_now())
         try:
-            record.save(condition=ReaderGroupRecord.pk.does_not_exist())
+            with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
+                tx.save(record, condition=ReaderGroupRecord.pk.does_not_exist())
+                tx.save(listed)
             return True
-        except PutError as e:
-            if failed_condition(e):
+        except TransactWriteError as e:
+            if _cancelled_by_condition(e, 0):
                 return False
             raise
 
@@ -541,8 +551,14 @@ class ReaderGroups:
         except DoesNotExist:
             return False
         self._unsubscribe(scope, group, GroupState.model_validate(record.state).config, keep=None)
-        with conditional(f"reader group {scope}/{group} changed while being deleted"):
-            record.delete()
+        try:
+            with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
+                tx.delete(record, condition=ReaderGroupRecord.version == record.version)
+                tx.delete(ReaderGroupNameRecord(reader_groups_pk(scope), group))
+        except TransactWriteError as e:
+            if _cancelled_by_condition(e, 0):
+                raise WriteConflict(f"reader group {scope}/{group} changed while being deleted") from e
+            raise
         self._drop_lease(scope, group, ReaderLeaseRecord.group_version <= record.version)
         return True
 
@@ -595,6 +611,14 @@ class ReaderGroups:
         return ReaderGroupInfo(scope=scope, group=group, config=state.config, online_readers=sorted(state.readers),
                                outstanding_checkpoints=[c.name for c in state.checkpoints],
                                last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned))
+
+    def list_groups(self, scope: str, limit: int, token: str | None) -> tuple[list[str], str | None]:
+        """A page of the scope's reader groups by name: one query of the scope's listing partition."""
+        self.streams.store.get_scope(validate_scope_name(scope))
+        result = ReaderGroupNameRecord.query(reader_groups_pk(scope), limit=limit,
+                                             last_evaluated_key=_decode_token(token))
+        names = [r.group for r in result]
+        return names, _encode_token(result.last_evaluated_key)
 
     def add_reader(self, scope: str, group: str, reader: str, instance: str | None = None) -> Assignment:
         """A reader joins (AlreadyExists if another instance is online under its name). Its lease is
@@ -729,6 +753,12 @@ class ReaderGroups:
         except DeleteError as e:
             if not failed_condition(e):
                 raise
+
+
+def _cancelled_by_condition(error: TransactWriteError, index: int) -> bool:
+    """Whether a transaction was refused because the condition of its ``index``-th write failed."""
+    reasons = error.cancellation_reasons or []
+    return len(reasons) > index and reasons[index] is not None and reasons[index].code == "ConditionalCheckFailed"
 
 
 def _now() -> int:

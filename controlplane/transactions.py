@@ -52,7 +52,7 @@ from controlplane.models import (
     stream_pk,
     txn_sk,
 )
-from controlplane.store import conditional, failed_condition
+from controlplane.store import _decode_token, _encode_token, conditional, failed_condition
 from controlplane.streams import StreamTasks, _range
 from rillet.errors import (
     IllegalState,
@@ -148,6 +148,17 @@ class TransactionTasks:
 
     def status(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
         return info(self._get(scope, stream, txn_id))
+
+    def list_unfinished(self, scope: str, stream: str, limit: int,
+                        token: str | None) -> tuple[list[TxnInfo], str | None]:
+        """A page of the stream's open, committing and aborting transactions: one query of the stream's
+        ``txn#`` items (finished ones are filtered out until their TTL removes them)."""
+        self.store.get_stream(scope, stream)
+        unfinished = [TxnState.OPEN.value, TxnState.COMMITTING.value, TxnState.ABORTING.value]
+        result = TxnRecord.query(stream_pk(scope, stream), TxnRecord.sk.startswith("txn#"), limit=limit,
+                                 filter_condition=TxnRecord.state.is_in(*unfinished),
+                                 last_evaluated_key=_decode_token(token))
+        return [info(r) for r in result], _encode_token(result.last_evaluated_key)
 
     def ping(self, scope: str, stream: str, txn_id: str, lease_ms: int) -> TxnInfo:
         """Renew the lease to ``lease_ms`` from now: LeaseTooLarge, TxnFailed once closed, or TxnFailed

@@ -10,7 +10,7 @@ import time
 from rillet.cli_data import human_bytes, resolve_cut
 from rillet.connection import Connection
 from rillet.models import RetentionPolicy, RetentionType, StreamDataRetention, TxnInfo, TxnState
-from rillet.names import split_scoped_name
+from rillet.names import split_scoped_name, validate_scope_name
 from rillet.reader_group import ReaderGroupManager, group_config
 from rillet.serializers import BytesSerializer
 from rillet.transaction import TransactionalEventStreamWriter
@@ -75,6 +75,11 @@ def rg_create(args: argparse.Namespace) -> None:
            f"reader group {args.group} {'created' if created else 'already exists'}")
 
 
+def rg_list(args: argparse.Namespace) -> None:
+    names = list(Connection(args.endpoint).controller.list_reader_groups(validate_scope_name(args.scope)))
+    _print(args, names, "\n".join(names) or "(no reader groups)")
+
+
 def rg_describe(args: argparse.Namespace) -> None:
     groups, name = _group(args)
     group = groups.get_reader_group(name)
@@ -137,6 +142,13 @@ def _txn(args: argparse.Namespace):
     return writer.get_txn(args.txn_id)
 
 
+def txn_list(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    txns = list(Connection(args.endpoint).controller.list_transactions(scope, stream))
+    _print(args, [t.model_dump(mode="json") for t in txns],
+           "\n".join(_txn_info_text(t) for t in txns) or "(no open transactions)")
+
+
 def txn_info(args: argparse.Namespace) -> None:
     info = _txn(args).info
     _print(args, info.model_dump(mode="json"), _txn_info_text(info))
@@ -169,8 +181,11 @@ def retention_status(args: argparse.Namespace) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Adds ``rg``, ``txn`` and ``retention`` to ``rillet``."""
-    rg = commands.add_parser("rg", help="reader groups: create, describe, reset, delete").add_subparsers(
+    rg = commands.add_parser("rg", help="reader groups: list, create, describe, reset, delete").add_subparsers(
         dest="action", required=True)
+    p = rg.add_parser("list", help="the reader groups of a scope")
+    p.add_argument("scope")
+    p.set_defaults(func=rg_list)
     p = rg.add_parser("create", help="create a reader group over streams (from their heads)")
     p.add_argument("group", help="SCOPE/GROUP")
     p.add_argument("--stream", action="append", required=True, help="SCOPE/STREAM to read (repeatable)")
@@ -187,7 +202,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="from_cut", default="head", help="head (default), tail or a stream cut")
     p.set_defaults(func=rg_reset)
 
-    txn = commands.add_parser("txn", help="transactions: info, abort").add_subparsers(dest="action", required=True)
+    txn = commands.add_parser("txn", help="transactions: list, info, abort").add_subparsers(dest="action", required=True)
+    p = txn.add_parser("list", help="a stream's open, committing and aborting transactions")
+    p.add_argument("stream", help="SCOPE/STREAM")
+    p.set_defaults(func=txn_list)
     for name, fn, help_text in (("info", txn_info, "a transaction's state, epoch and lease"),
                                 ("abort", txn_abort, "abort an open transaction")):
         p = txn.add_parser(name, help=help_text)

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from rillet import api
 from rillet.models import (
+    ReaderGroupList,
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
@@ -15,6 +16,8 @@ from rillet.models import (
     StreamInfo,
     StreamState,
     SuccessorInfo,
+    TxnInfo,
+    TxnList,
 )
 from rillet.names import validate_scope_name
 from rillet.transport import Transport
@@ -146,3 +149,27 @@ class ControllerClient:
     def predecessors(self, scope: str, stream: str, segment_id: int) -> list[SegmentRange]:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/predecessors")
         return api.SegmentList.model_validate(data).segments
+
+    # -- listings for operators ------------------------------------------------------------------
+
+    def list_reader_groups(self, scope: str) -> Iterator[str]:
+        """The names of a scope's reader groups, page by page."""
+        token = None
+        while True:
+            page = ReaderGroupList.model_validate(self.transport.json(
+                "GET", f"/v1/scopes/{quote(scope, safe='')}/reader-groups", params={"token": token}))
+            yield from page.groups
+            if not page.next_token:
+                return
+            token = page.next_token
+
+    def list_transactions(self, scope: str, stream: str) -> Iterator[TxnInfo]:
+        """A stream's unfinished transactions (open, committing or aborting), page by page."""
+        token = None
+        while True:
+            page = TxnList.model_validate(self.transport.json(
+                "GET", _stream_path(scope, stream) + "/transactions", params={"token": token}))
+            yield from page.transactions
+            if not page.next_token:
+                return
+            token = page.next_token

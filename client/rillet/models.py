@@ -296,3 +296,17 @@ class ReaderGroupConfig(_Model):
 class ScopeInfo(_Model):
     scope: str
     created_at_ms: int
+
+
+class ReaderGroupList(_Model):
+    """A page of a scope's reader groups, by name."""
+
+    groups: list[str]
+    next_token: str | None = None
+
+
+class TxnList(_Model):
+    """A page of a stream's unfinished transactions (open, committing or aborting)."""
+
+    transactions: list[TxnInfo]
+    next_token: str | None = None

@@ -50,12 +50,14 @@ from rillet.api import (
 from rillet.errors import InvalidArgument
 from rillet.models import (
     ReaderGroupConfig,
+    ReaderGroupList,
     ScopeInfo,
     SegmentRange,
     StreamConfiguration,
     StreamCutBody,
     StreamInfo,
     TxnInfo,
+    TxnList,
 )
 from rillet.names import validate_internal_stream_name, validate_scope_name, validate_stream_name
 from rillet.stream_cut import StreamCut
@@ -222,6 +224,12 @@ def begin_txn(scope: str, stream: str, request: BeginTxnRequest) -> TxnInfo:
     return txns.begin(scope, stream, request.lease_ms)
 
 
+@app.get(TXNS, summary="A page of the stream's open, committing and aborting transactions")
+def list_txns(scope: str, stream: str, limit: Limit = 100, token: Token = None) -> TxnList:
+    transactions, next_token = txns.list_unfinished(scope, stream, limit, token)
+    return TxnList(transactions=transactions, next_token=next_token)
+
+
 @app.get(TXNS + "/<txn_id>", summary="A transaction's state, segments and deadlines")
 def get_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
     return txns.status(scope, stream, txn_id)
@@ -276,6 +284,12 @@ GROUP = "/v1/scopes/<scope>/reader-groups/<group>"
 @app.post("/v1/scopes/<scope>/reader-groups", summary="Create a reader group")
 def create_reader_group(scope: str, request: CreateReaderGroupRequest) -> Created:
     return Created(created=groups.create(scope, request.group, _named_streams(request.config)))
+
+
+@app.get("/v1/scopes/<scope>/reader-groups", summary="List the reader groups of a scope")
+def list_reader_groups(scope: str, limit: Limit = 100, token: Token = None) -> ReaderGroupList:
+    names, next_token = groups.list_groups(scope, limit, token)
+    return ReaderGroupList(groups=names, next_token=next_token)
 
 
 @app.get(GROUP, summary="A reader group's configuration, readers and checkpoints")
