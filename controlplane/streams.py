@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+from controlplane.kvt_records import scope_has_key_value_tables
 from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
@@ -130,11 +131,11 @@ class StreamTasks:
         return self.finish_delete_scope(record)
 
     def finish_delete_scope(self, record: ScopeRecord) -> bool:
-        if self.store.scope_has_streams(record.scope):
+        if self.store.scope_has_streams(record.scope) or scope_has_key_value_tables(record.scope):
             self.store.update(record, [ScopeRecord.state.set("ACTIVE"), ScopeRecord.pending.remove(),
                                               ScopeRecord.pending_since.remove()],
                                      f"scope {record.scope} changed concurrently")
-            raise ScopeNotEmpty(f"scope {record.scope} still has streams; delete them first")
+            raise ScopeNotEmpty(f"scope {record.scope} still has streams or key-value tables; delete them first")
         self.store.delete_scope_record(record)
         return True
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from controlplane.kvt_records import KeyValueTableRecord
+from controlplane.kvtables import KeyValueTables
 from controlplane.models import ScopeRecord, StreamRecord, TxnRecord
 from controlplane.streams import StreamTasks, now_ms
 from controlplane.transactions import TransactionTasks
@@ -41,10 +43,12 @@ class Sweeper:
             outcomes.append(self._finish(item))
         return outcomes
 
-    def _finish(self, item: ScopeRecord | StreamRecord | TxnRecord) -> SweepOutcome:
+    def _finish(self, item: ScopeRecord | StreamRecord | TxnRecord | KeyValueTableRecord) -> SweepOutcome:
         store = self.tasks.store
         if isinstance(item, TxnRecord):
             return self._finish_txn(item)
+        if isinstance(item, KeyValueTableRecord):
+            return self._finish_table_delete(item)
         if isinstance(item, ScopeRecord):
             try:
                 self.tasks.finish_delete_scope(store.get_scope(item.scope))
@@ -72,6 +76,16 @@ class Sweeper:
         except Exception:
             log.exception("sweeper failed on %s of %s", name, subject)
             return SweepOutcome(subject, name, "InternalError")
+
+    def _finish_table_delete(self, item: KeyValueTableRecord) -> SweepOutcome:
+        """Deleting is the only key-value table workflow with steps (see controlplane.kvtables)."""
+        subject = f"{item.scope}/{item.table}"
+        try:
+            KeyValueTables(self.tasks.store).delete(item.scope, item.table)
+            return SweepOutcome(subject, "delete-kvt", "completed")
+        except RilletError as e:
+            log.warning("sweeper could not finish delete-kvt of %s: %s", subject, e)
+            return SweepOutcome(subject, "delete-kvt", e.code)
 
     def _finish_txn(self, item: TxnRecord) -> SweepOutcome:
         subject = f"{item.scope}/{item.stream}"

@@ -47,6 +47,14 @@ class Unauthorized(RilletError):
     code, status = "Unauthorized", 403
 
 
+class AccessDenied(Unauthorized):
+    """The caller's identity lacks a permission the operation needs. ``details`` names the
+    ``permission`` (READ or READ_UPDATE) and the ``resource`` (``prn::/scope:S/stream:T``, ...); the
+    answer is the same whether or not the resource exists."""
+
+    code = "AccessDenied"
+
+
 class NotFound(RilletError):
     code, status = "NotFound", 404
 
@@ -71,6 +79,10 @@ class SegmentNotFound(NotFound):
 
 class TxnNotFound(NotFound):
     code = "TxnNotFound"
+
+
+class KeyValueTableNotFound(NotFound):
+    code = "KeyValueTableNotFound"
 
 
 class AlreadyExists(RilletError):
@@ -156,6 +168,44 @@ class Truncated(RilletError):
 
 class TooLarge(RilletError):
     code, status = "TooLarge", 413
+
+
+class ConditionalTableUpdate(RilletError):
+    """A conditional key-value table update did not hold, so none of the request's updates was applied
+    (Pravega's ConditionalTableUpdateException). ``details["key"]`` names the key, as base64 JSON."""
+
+    code, status = "ConditionalTableUpdate", 412
+
+
+class BadKeyVersion(ConditionalTableUpdate):
+    """The key exists with another version than the one named (or exists when it must not):
+    Pravega's BadKeyVersionException."""
+
+    code = "BadKeyVersion"
+
+
+class NoSuchKey(ConditionalTableUpdate):
+    """A version was named for a key that does not exist: Pravega's NoSuchKeyException."""
+
+    code = "NoSuchKey"
+
+
+class BadKeyLength(InvalidArgument):
+    """A key's primary or secondary part is not exactly the length the table was created with."""
+
+    code = "BadKeyLength"
+
+
+class ValueTooLong(InvalidArgument):
+    """A key-value table value is longer than a DynamoDB item can hold (rillet.kvt_models.MAX_VALUE_LENGTH)."""
+
+    code = "ValueTooLong"
+
+
+class TooManyUpdates(InvalidArgument):
+    """More updates (or bytes) in one atomic key-value table request than one DynamoDB transaction takes."""
+
+    code = "TooManyUpdates"
 
 
 class Throttled(RilletError):
