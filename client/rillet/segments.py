@@ -36,12 +36,16 @@ class SegmentClient:
 
     def append(self, scope: str, stream: str, segment: str | int, writer_id: str, first_event: int,
                event_count: int, block: bytes, expected_offset: int | None = None,
-               raw: bool = False, after: int | None = None) -> api.AppendAck:
+               raw: bool = False, after: int | None = None, block_age_ms: int | None = None) -> api.AppendAck:
         """Append a block; with ``after`` (the writer's last event number before this block, -1 for its
-        first block) the server commits it only after that event, whatever order requests arrive in."""
+        first block) the server commits it only after that event, whatever order requests arrive in.
+        ``block_age_ms`` (since the block was first sent) lets a server that forgot the writer id refuse
+        a resend that may already be stored (WriterExpired) rather than store it twice."""
         headers = {api.WRITER_ID: writer_id, api.EVENT_NUMBER: str(first_event), api.EVENT_COUNT: str(event_count)}
         if after is not None:
             headers[api.AFTER_EVENT] = str(after)
+        if block_age_ms is not None:
+            headers[api.BLOCK_AGE_MS] = str(block_age_ms)
         if expected_offset is not None:
             headers[api.EXPECTED_OFFSET] = str(expected_offset)
         if raw:

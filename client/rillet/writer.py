@@ -4,8 +4,11 @@ How a write travels:
 
 * The routing key hashes to a point of [0, 1); the writer's segment map (key ranges of the current
   segments) picks the segment. Events without a routing key get a random point.
-* Each segment has a queue. Events wait there until ``batch_size_bytes`` have gathered or the oldest
-  has waited ``linger_ms``; then they leave as one block (one request, one S3 PUT at most). Up to
+* Each segment has a queue, batched adaptively (Pravega's and Kafka's behaviour): when nothing of the
+  segment is in flight, its events leave as one block (one request, one S3 PUT at most) once the
+  oldest has waited ``linger_ms``; while blocks are in flight, events gather and leave when an answer
+  comes back, or as soon as ``batch_size_bytes`` have gathered. So a lone event leaves at once and a
+  busy segment sends what gathered during one round trip per request. Up to
   ``max_inflight_blocks`` blocks per segment are in flight at once: each names the event number of
   the block before it (``after``), and the server commits a block only after that one, so blocks
   commit in the order written however their requests race, and the upload of one overlaps the commit
@@ -31,6 +34,9 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
 * So an answer that does not prove what happened (any 5xx including a bare 500, a timeout, a reset
   connection, throttling) leaves the block unresolved, and it is sent again, same writer id, same
   event numbers, until an answer proves its outcome.
+* Every attempt says how long ago the block was first sent (``x-rillet-block-age-ms``, this
+  writer's monotonic clock), so that a server which has forgotten the writer id (idle longer than its
+  expiry window, days) can tell a fresh block from a resend that may already be stored under it.
 * Its events fail only when an answer proves they are not stored (a 4xx such as InvalidArgument,
   TooLarge, SegmentNotFound, or OutOfOrder for an attempt sent when every block before it was
   acknowledged), or once ``retry_timeout_s`` has passed since the block was first sent, with
@@ -39,6 +45,13 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   depends on the block's content alone (InvalidArgument, TooLarge: every attempt was refused). An
   exception that is no answer at all (a fault in the SDK itself) ends the block at once, as
   OutcomeUnknown, so that ``flush()`` never waits on it.
+* WriterExpired (409) answers a resend older than the server's writer expiry window from a writer id
+  it no longer remembers: the block will never be appended under that id, but an earlier attempt may
+  have been, so its events fail with WriterExpired and their outcome is unknown. Only a block resent
+  for longer than that window (``retry_timeout_s`` above days) can meet it.
+* A writer id left without an acknowledged block for ``idle_writer_id_s`` (an hour; the server's
+  window is days) is not continued: the segment's next block starts a new one, so a rarely-writing
+  process never sends under an id the server may have forgotten.
 
 What happens to the blocks behind a block that failed (same segment and writer id; they name it with
 ``after``, so none of them can commit before it does):
@@ -47,8 +60,8 @@ What happens to the blocks behind a block that failed (same segment and writer i
   their events return to the queue, in the order written, to be sent again under a new writer id.
   (Not renumbered under the old one: a request of a withdrawn block still on its way, carrying its
   old numbers, could then commit behind the renumbered blocks and store its events twice.)
-* Its outcome is unknown: they commit if and only if it did (requests may still be on their way),
-  so they fail with OutcomeUnknown too.
+* Its outcome is unknown (OutcomeUnknown, WriterExpired): they commit if and only if it did
+  (requests may still be on their way), so they fail with OutcomeUnknown too.
 * Either way the writer id of the segment changes, but only once no block of the segment is
   unresolved: a block sent under a new id could otherwise land before an earlier event whose outcome
   is still open. Acknowledged events therefore keep their order; an event given up as unknown may
@@ -76,6 +89,7 @@ from rillet.errors import (
     SegmentNotFound,
     SegmentSealed,
     TooLarge,
+    WriterExpired,
 )
 from rillet.framing import MAX_BLOCK_SIZE, MAX_EVENT_SIZE, frame
 from rillet.keyspace import hash_routing_key
@@ -87,24 +101,38 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class EventWriterConfig:
-    """Batching and retry bounds of a writer.
+    """Batching and retry bounds of a writer: the trade-off between latency and requests per GB.
 
-    The defaults favour cost: a block of up to 4 MiB (the most one request carries) is one S3 PUT and
-    a few small DynamoDB writes, and waiting up to a second lets a 1 MB/s writer fill 1 MB blocks,
-    which keeps ingest under $0.01 per GB (see docs/benchmarks.md). Lower ``linger_ms`` for latency.
+    The defaults favour latency (adaptive batching, see the module docstring): a block leaves as soon
+    as nothing of its segment is in flight, after ``linger_ms`` (5 ms: a burst written in a loop
+    leaves as one request rather than its first event alone, for less than one round trip's time),
+    and events gather behind the requests in flight. Each request costs an invocation, an S3 PUT and a
+    few DynamoDB writes, so a busy segment sends one request per round trip, whatever its size:
+    at 1 MB/s that is tens of requests per MB. ``cost_optimized()`` waits up to a second instead, so
+    a 1 MB/s writer sends about one 1 MB block a second (under $0.01 per GB, with latencies of about a
+    second). docs/sdk.md and docs/benchmarks.md give the measured figures of both.
     """
 
-    batch_size_bytes: int = MAX_EVENT_SIZE
-    linger_ms: int = 1000
+    batch_size_bytes: int = MAX_EVENT_SIZE  # a block leaves once this much gathered (4 MiB: one request's most)
+    linger_ms: int = 5  # how long an event may wait for others when nothing of its segment is in flight
     retry_timeout_s: float = 300.0  # how long a block is resent without proof of its outcome, then OutcomeUnknown
     max_concurrency: int = 16
     max_inflight_blocks: int = 3  # per segment: a block's upload overlaps the commit of the one before
+    idle_writer_id_s: float = 3600.0  # a segment's writer id unacknowledged this long is replaced by a new one
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size_bytes <= MAX_BLOCK_SIZE:
             raise ValueError(f"batch_size_bytes must be between 1 and {MAX_BLOCK_SIZE}")
-        if self.linger_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1 or self.max_inflight_blocks < 1:
-            raise ValueError("linger_ms >= 0, retry_timeout_s > 0, max_concurrency >= 1 and max_inflight_blocks >= 1")
+        if (self.linger_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1 or self.max_inflight_blocks < 1
+                or self.idle_writer_id_s <= 0):
+            raise ValueError("linger_ms >= 0, retry_timeout_s > 0, max_concurrency >= 1, max_inflight_blocks >= 1 "
+                             "and idle_writer_id_s > 0")
+
+    @classmethod
+    def cost_optimized(cls, **overrides: Any) -> EventWriterConfig:
+        """The lowest dollars per GB: events wait up to a second for others, so blocks are large (about
+        1 MB at 1 MB/s: one S3 PUT and a few small DynamoDB writes per MB), at about a second of latency."""
+        return cls(**{"linger_ms": 1000, "batch_size_bytes": MAX_EVENT_SIZE, **overrides})
 
 
 @dataclass(frozen=True)
@@ -148,6 +176,7 @@ class _SegmentQueue:
     sealed: bool = False  # found sealed: waiting for the successors, holds its events meanwhile
     resolving: bool = False
     new_writer_id: bool = False  # a block failed: the next block starts a new writer id (once none is in flight)
+    acked_at: float | None = None  # when a block under ``writer_id`` was last acknowledged (monotonic)
     closed_by: RilletError | None = None  # the stream was sealed: this range takes no more events
 
 
@@ -274,18 +303,28 @@ class EventStreamWriter(Generic[T]):
             queue.resolving = True  # an earlier successors lookup was given up: ask again
             self._pool.submit(self._resolve_sealed, queue)
         self._maybe_send(queue)
+        if len(queue.pending) == 1 and not queue.inflight:
+            self._cond.notify_all()  # a new linger deadline: the linger thread sleeps until the earliest
 
-    def _maybe_send(self, queue: _SegmentQueue) -> None:
+    def _maybe_send(self, queue: _SegmentQueue, answered: bool = False) -> None:
         """Send due blocks, up to ``max_inflight_blocks`` at once per segment; each names the event
-        number before it, so the server commits them in order however the requests race."""
+        number before it, so the server commits them in order however the requests race.
+
+        A full block is due at once. A partial one is due once its oldest event has waited
+        ``linger_ms`` and nothing of the segment is in flight, or an answer for the segment just came
+        back (``answered``): events gather behind the requests in flight, one block per answer."""
         while (not queue.sealed and queue.pending and len(queue.inflight) < self.config.max_inflight_blocks
                and not (queue.new_writer_id and queue.inflight)
                and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
-                    or time.monotonic() - queue.pending[0].queued_at >= self.config.linger_ms / 1000)):
+                    or ((answered or not queue.inflight) and self._lingered(queue)))):
+            answered = False
+            if (not queue.inflight and queue.acked_at is not None
+                    and time.monotonic() - queue.acked_at > self.config.idle_writer_id_s):
+                queue.new_writer_id = True  # the server may forget an idle writer id: do not continue it
             if queue.new_writer_id:  # nothing of the segment is unresolved now
                 self._generation += 1
                 queue.writer_id, queue.next_event_number = f"{self.writer_id}-{self._generation}", 0
-                queue.new_writer_id = False
+                queue.new_writer_id, queue.acked_at = False, None
             items: list[_Pending] = []
             size = 0
             while queue.pending and (not items or size + len(queue.pending[0].framed) <= self.config.batch_size_bytes):
@@ -298,13 +337,25 @@ class EventStreamWriter(Generic[T]):
             queue.inflight.append(block)
             self._pool.submit(self._send, queue, block)
 
+    def _lingered(self, queue: _SegmentQueue) -> bool:
+        return time.monotonic() >= self._linger_deadline(queue)
+
+    def _linger_deadline(self, queue: _SegmentQueue) -> float:
+        return queue.pending[0].queued_at + self.config.linger_ms / 1000
+
     def _linger_loop(self) -> None:
-        tick = max(0.005, self.config.linger_ms / 4000)
+        """Send the partial blocks whose linger ran out on segments with nothing in flight (the others
+        leave on answers). Sleeps until the earliest such deadline, or until woken by a new event on an
+        idle segment, an answer or close: an idle writer never polls."""
         with self._cond:
             while not self._closed:
-                self._cond.wait(timeout=tick)
+                deadline: float | None = None
                 for queue in list(self._queues.values()):
                     self._maybe_send(queue)
+                    if queue.pending and not queue.inflight and not queue.sealed:
+                        due = self._linger_deadline(queue)
+                        deadline = due if deadline is None else min(deadline, due)
+                self._cond.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _fail(self, items: list[_Pending], error: RilletError) -> None:
         for item in items:
@@ -316,7 +367,8 @@ class EventStreamWriter(Generic[T]):
     def _send(self, queue: _SegmentQueue, block: _InFlight) -> None:
         """Send the block until an answer proves its outcome, or until the deadline."""
         payload = b"".join(p.framed for p in block.items)
-        deadline = time.monotonic() + self.config.retry_timeout_s
+        first_sent = time.monotonic()
+        deadline = first_sent + self.config.retry_timeout_s
         attempt = 0
         while True:
             attempt += 1
@@ -327,9 +379,12 @@ class EventStreamWriter(Generic[T]):
             try:
                 ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
                                                       block.writer_id, block.first, len(block.items), payload,
-                                                      after=block.first - 1)
+                                                      after=block.first - 1,
+                                                      block_age_ms=int((time.monotonic() - first_sent) * 1000))
             except SegmentSealed:
                 return self._refused(queue, block)
+            except WriterExpired as e:  # never appended under this id now; an earlier attempt may have been
+                return self._failed(queue, block, e)
             except OutOfOrder as e:
                 if not predecessor_open:  # everything before it was acknowledged when it left
                     return self._failed(queue, block, self._proven(block, e))
@@ -388,6 +443,7 @@ class EventStreamWriter(Generic[T]):
                 end = self._acked_end.get(queue.segment.segment_id, 0)
                 self._acked_end[queue.segment.segment_id] = max(end, position)
             self._outstanding -= len(block.items)
+            queue.acked_at = time.monotonic()
             resolve = self._settled(queue)
         if resolve:
             self._resolve_sealed(queue)
@@ -405,7 +461,7 @@ class EventStreamWriter(Generic[T]):
                 queue.inflight.remove(b)
             self._fail(block.items, error)
             withdrawn = [item for b in behind for item in b.items]
-            if isinstance(error, OutcomeUnknown):
+            if isinstance(error, (OutcomeUnknown, WriterExpired)):
                 self._fail(withdrawn, self._unknown(f"it was sent behind an event whose outcome is unknown ({error})"))
             else:
                 queue.pending = deque(sorted([*withdrawn, *queue.pending], key=lambda item: item.seq))
@@ -437,7 +493,7 @@ class EventStreamWriter(Generic[T]):
                 queue.resolving = True
                 return True
         else:
-            self._maybe_send(queue)
+            self._maybe_send(queue, answered=True)
         return False
 
     def _target(self, segment: SegmentRange) -> int | str:
