@@ -32,7 +32,7 @@ def test_an_append_costs_one_put_and_three_dynamodb_requests():
 
 
 def test_the_paced_data_path_stays_under_a_cent_per_gigabyte():
-    """1 KiB events at 1 MB/s into one segment with default batching: the issue's cost target."""
+    """1 KiB events at 1 MB/s into one segment with the cost profile: the issue's cost target."""
     result = _run("data_path", "data_path.run(total_mb=4, rate_mb_s=1.0)")
     write, read = result["write"], result["read"]
     # Everything but Lambda's billed duration follows from request counts; the duration is measured
