@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from functools import cached_property
 from urllib.parse import quote
 
-from rillet import api
+from rillet import api, kvt_models
 from rillet.models import (
     ReaderGroupList,
     ScopeInfo,
@@ -25,6 +25,10 @@ from rillet.transport import Transport
 
 def _stream_path(scope: str, stream: str) -> str:
     return f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}"
+
+
+def _table_path(scope: str, table: str) -> str:
+    return f"/v1/scopes/{quote(scope, safe='')}/key-value-tables/{quote(table, safe='')}"
 
 
 class ControllerClient:
@@ -89,6 +93,50 @@ class ControllerClient:
 
     def delete_stream(self, scope: str, stream: str) -> bool:
         return api.Deleted.model_validate(self.transport.json("DELETE", _stream_path(scope, stream))).deleted
+
+    # -- key-value tables ------------------------------------------------------------------------
+
+    def create_key_value_table(self, scope: str, table: str,
+                               configuration: kvt_models.KeyValueTableConfiguration) -> bool:
+        body = kvt_models.CreateKeyValueTableRequest(table=table, configuration=configuration).model_dump(mode="json")
+        path = f"/v1/scopes/{quote(scope, safe='')}/key-value-tables"
+        return api.Created.model_validate(self.transport.json("POST", path, json_body=body)).created
+
+    def list_key_value_tables(self, scope: str) -> Iterator[str]:
+        token = None
+        while True:
+            page = kvt_models.KeyValueTableList.model_validate(self.transport.json(
+                "GET", f"/v1/scopes/{quote(scope, safe='')}/key-value-tables", params={"token": token}))
+            yield from page.tables
+            if not page.next_token:
+                return
+            token = page.next_token
+
+    def key_value_table_info(self, scope: str, table: str) -> kvt_models.KeyValueTableInfo:
+        return kvt_models.KeyValueTableInfo.model_validate(self.transport.json("GET", _table_path(scope, table)))
+
+    def seal_key_value_table(self, scope: str, table: str) -> kvt_models.KeyValueTableInfo:
+        return kvt_models.KeyValueTableInfo.model_validate(
+            self.transport.json("POST", _table_path(scope, table) + "/seal"))
+
+    def delete_key_value_table(self, scope: str, table: str) -> bool:
+        return api.Deleted.model_validate(self.transport.json("DELETE", _table_path(scope, table))).deleted
+
+    def update_entries(self, scope: str, table: str, request: kvt_models.UpdateRequest) -> list[str | None]:
+        data = self.transport.json("POST", _table_path(scope, table) + "/entries/update",
+                                   json_body=request.model_dump(mode="json"))
+        return kvt_models.UpdateResult.model_validate(data).versions
+
+    def get_entries(self, scope: str, table: str,
+                    keys: list[kvt_models.TableKey]) -> list[kvt_models.WireEntry | None]:
+        body = kvt_models.GetRequest(keys=keys).model_dump(mode="json")
+        data = self.transport.json("POST", _table_path(scope, table) + "/entries/get", json_body=body)
+        return kvt_models.GetResult.model_validate(data).entries
+
+    def iterate_entries(self, scope: str, table: str, request: kvt_models.IterateRequest) -> kvt_models.IteratePage:
+        data = self.transport.json("POST", _table_path(scope, table) + "/entries/iterate",
+                                   json_body=request.model_dump(mode="json"))
+        return kvt_models.IteratePage.model_validate(data)
 
     # -- segments --------------------------------------------------------------------------------
 

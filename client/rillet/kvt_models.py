@@ -123,6 +123,9 @@ class KeyValueTableList(_Body):
 
 class UpdateRequest(_Body):
     updates: list[TableUpdate] = Field(min_length=1)
+    # Names the request: a retry with the same id (after an unknown outcome) is applied at most once
+    # and answers the same versions (DynamoDB's ClientRequestToken, honoured for 10 minutes).
+    request_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,36}$")
 
 
 class UpdateResult(_Body):
