@@ -157,5 +157,6 @@ def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seco
             result.read_units += _read_units(read(table, resp.get("Items", [])), consistent)
         elif op == "BatchGetItem":
             for name, items in resp.get("Responses", {}).items():
-                result.read_units += sum(_read_units(read(name, [i]), consistent) for i in items)
+                strong = bool(req.get("RequestItems", {}).get(name, {}).get("ConsistentRead"))  # set per table here
+                result.read_units += sum(_read_units(read(name, [i]), strong) for i in items)
     return result
