@@ -262,6 +262,8 @@ class KeyValueTables:
     def _raise_failed(self, record: KeyValueTableRecord, updates: Sequence[TableUpdate],
                       error: TransactWriteError) -> None:
         """Turn a cancelled transaction into the typed reason: the table changed, or a key's condition."""
+        if getattr(error, "cause_response_code", None) == "IdempotentParameterMismatchException":
+            raise InvalidArgument("this request_id was used for a different update in the last 10 minutes") from error
         reasons = [r.code if r else None for r in (error.cancellation_reasons or [])]
         if not reasons or not any(r == "ConditionalCheckFailed" for r in reasons):
             raise error
@@ -269,8 +271,10 @@ class KeyValueTables:
             current = self._get(record.scope, record.table)
             raise IllegalState(f"key-value table {record.scope}/{record.table} is {current.state.lower()}; "
                                "its entries cannot change", state=current.state) from error
-        index = next(i for i, r in enumerate(reasons[1:]) if r == "ConditionalCheckFailed")
-        u = updates[index]
+        # PynamoDB sends a transaction's items grouped: condition checks, then deletes, then puts.
+        sent = ([u for u in updates if u.type == UpdateType.REMOVE]
+                + [u for u in updates if u.type != UpdateType.REMOVE])
+        u = next(u for u, r in zip(sent, reasons[1:], strict=True) if r == "ConditionalCheckFailed")
         if u.type == UpdateType.INSERT:
             raise BadKeyVersion("the key already exists", key=_key_text(u.key)) from error
         pk = entries_pk(record.scope, record.table, partition_of(u.key.primary, record.partition_count))

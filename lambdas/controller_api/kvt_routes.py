@@ -67,7 +67,11 @@ def get_entries(scope: str, table: str, request: GetRequest) -> GetResult:
     return GetResult(entries=tables.get(scope, table, request.keys))
 
 
-@router.post(TABLE + "/entries/update",
+CONDITION_FAILED = {412: {"description": "A condition failed (BadKeyVersion, NoSuchKey): nothing was applied",
+                          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}}
+
+
+@router.post(TABLE + "/entries/update", responses=CONDITION_FAILED,
              summary="Put, insert, replace or remove entries of one primary key, atomically",
              description="All updates apply or none does. A failed condition is 412 BadKeyVersion (the key has "
                          "another version, or exists for an insert) or 412 NoSuchKey (a version was named for a "

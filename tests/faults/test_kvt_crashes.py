@@ -148,3 +148,19 @@ def test_a_scope_with_a_table_is_not_empty(controller):
     assert tables.delete(scope, TABLE) and tables.delete(scope, "another")
     assert controller.streams.delete_scope(scope)
     assert not any(True for _ in KeyValueTableRecord.query(f"kvts#{scope}"))
+
+
+def test_a_repeated_update_answers_the_versions_it_stored(controller):
+    """After an unknown outcome the SDK repeats an update with its request id: DynamoDB applies it at
+    most once (the id is the transaction's token), and the answer names the versions that were stored."""
+    tables = KeyValueTables(controller.store)
+    scope = "c" + uuid.uuid4().hex[:10]
+    controller.streams.create_scope(scope)
+    tables.create(scope, TABLE, CONFIG)
+    changes = [TableUpdate(type=UpdateType.PUT, key=TableKey(primary=b"pk", secondary=bytes([s])), value=b"v")
+               for s in range(3)]
+    first = tables.update(scope, TABLE, changes, request_id="retried-1")
+    again = tables.update(scope, TABLE, changes, request_id="retried-1")
+    assert first == again
+    assert [e.version for e in tables.get(scope, TABLE, [c.key for c in changes])] == first
+    assert tables.update(scope, TABLE, changes, request_id="another") != first
