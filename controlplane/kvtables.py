@@ -192,10 +192,9 @@ class KeyValueTables:
                request_id: str | None = None) -> list[str | None]:
         """Apply updates of one primary key atomically: all of them, or none (a failed condition is
         BadKeyVersion or NoSuchKey naming the key). Returns each key's new version (None if removed)."""
-        record = self._readable(scope, table)
-        if record.state != ACTIVE:
-            raise IllegalState(f"key-value table {scope}/{table} is sealed: its entries cannot change",
-                               state=record.state)
+        # The state is left to the transaction's check: a repeat of an update that was applied before the
+        # table was sealed must answer success (DynamoDB does, for the same token), not IllegalState.
+        record = self._get(scope, table)
         self._check_updates(record, updates)
         request_id = request_id or uuid.uuid4().hex
         pk = entries_pk(scope, table, partition_of(updates[0].key.primary, record.partition_count))
