@@ -50,3 +50,20 @@ def test_kvt_commands(capsys, url, unique):
     assert run(capsys, url, "kvt", "delete", table) == (0, f"key-value table {table} did not exist\n", "")
     code, _, err = run(capsys, url, "kvt", "describe", table)
     assert (code, err.startswith("error: KeyValueTableNotFound:")) == (1, True)
+
+
+def test_the_readme_kvt_block_runs_as_written(capsys, url, unique):
+    """Each command of the README's key-value table block exits as its comment says."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"Key-value tables sit beside streams.*?```sh\n(.*?)```", readme, re.DOTALL).group(1)
+    assert main(["--endpoint", url, "scope", "create", unique]) == 0
+    capsys.readouterr()
+    for line in block.splitlines():
+        command, _, comment = line.partition("#")
+        code, out, err = run(capsys, url, *shlex.split(command.replace("demo", unique))[1:])
+        assert code == (1 if "BadKeyVersion" in comment else 0), (line, err)
+    assert out.startswith("anna\t3 apples\t")
