@@ -311,7 +311,7 @@ class KeyValueTables:
         partition, last = _parse_position(position, record.partition_count)
         prefix = ""
         if primary_key is not None:
-            _check_key(record, TableKey(primary=primary_key, secondary=b"\0" * record.secondary_key_length))
+            _check_primary(record, primary_key)
             prefix = primary_key.hex()
             partition = partition_of(primary_key, record.partition_count)
             if last is not None and not last.startswith(prefix):
@@ -338,9 +338,13 @@ class KeyValueTables:
         return IteratePage(entries=entries, next_token=_encode_token(json.dumps([partition, None])))
 
 
+def _check_primary(record: KeyValueTableRecord, primary: bytes) -> None:
+    if len(primary) != record.primary_key_length:
+        raise BadKeyLength(f"the primary key must be {record.primary_key_length} bytes, not {len(primary)}")
+
+
 def _check_key(record: KeyValueTableRecord, key: TableKey) -> None:
-    if len(key.primary) != record.primary_key_length:
-        raise BadKeyLength(f"the primary key must be {record.primary_key_length} bytes, not {len(key.primary)}")
+    _check_primary(record, key.primary)
     if len(key.secondary) != record.secondary_key_length:
         raise BadKeyLength(f"the secondary key must be {record.secondary_key_length} bytes, not "
                            f"{len(key.secondary)}")
