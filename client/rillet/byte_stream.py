@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -40,15 +41,18 @@ class _Sender:
     raised by the next ``write`` or ``flush``: a typed refusal (4xx: the block is not stored) every
     time; an unknown outcome (5xx, timeout, reset or throttling past the transport's retries) once, as
     OutcomeUnknown, after which the next call resends the same block under the same number, so it is
-    stored exactly once.
+    stored exactly once. Each attempt says how long ago its block was first sent (``age_ms``): a resend
+    older than the server's writer expiry window is refused with WriterExpired (the block may have been
+    stored before; the writer stops for good, as after any refusal).
     """
 
-    def __init__(self, append: Callable[[bytes, int, int | None], int], block_size: int) -> None:
+    def __init__(self, append: Callable[[bytes, int, int | None, int], int], block_size: int) -> None:
         self._append = append
         self._block_size = block_size
         self._changed = threading.Condition()
         self._pending = bytearray()
-        self._unacked: tuple[bytes, int | None] | None = None  # (block, expected offset) in flight or unresolved
+        # (block, expected offset, when first sent) in flight or unresolved
+        self._unacked: tuple[bytes, int | None, float] | None = None
         self._next_block = 0
         self._running = False
         self._error: RilletError | None = None
@@ -76,12 +80,13 @@ class _Sender:
         with self._changed:
             self.drain()
             self._running = True
+        first_sent = time.monotonic()
         try:
-            length = self._append(block, self._next_block, expected_offset)
+            length = self._append(block, self._next_block, expected_offset, 0)
         except RilletError as e:
             if e.retryable or e.status >= 500:
                 with self._changed:
-                    self._unacked = (block, expected_offset)
+                    self._unacked = (block, expected_offset, first_sent)
             raise
         else:
             self._next_block += 1
@@ -102,15 +107,15 @@ class _Sender:
         while True:
             with self._changed:
                 if self._unacked is None and self._pending:
-                    self._unacked = (bytes(self._pending[:self._block_size]), None)
+                    self._unacked = (bytes(self._pending[:self._block_size]), None, time.monotonic())
                     del self._pending[:len(self._unacked[0])]
                 if self._unacked is None:
                     self._running = False
                     self._changed.notify_all()
                     return
-                (block, expected_offset), number = self._unacked, self._next_block
+                (block, expected_offset, first_sent), number = self._unacked, self._next_block
             try:
-                self._append(block, number, expected_offset)
+                self._append(block, number, expected_offset, int((time.monotonic() - first_sent) * 1000))
             except RilletError as e:
                 with self._changed:
                     if isinstance(e, OffsetMismatch) and expected_offset is not None:
@@ -168,9 +173,9 @@ class ByteStreamWriter(io.RawIOBase):
             raise InvalidArgument(f"a conditional append carries at most {MAX_BLOCK_SIZE} bytes")
         return self._sender.send_now(data, expected_offset)
 
-    def _send(self, block: bytes, number: int, expected_offset: int | None) -> int:
+    def _send(self, block: bytes, number: int, expected_offset: int | None, age_ms: int) -> int:
         ack = self.connection.segments.append(self.scope, self.stream, self.segment.segment_id, self.writer_id,
-                                              number, 1, block, expected_offset, raw=True)
+                                              number, 1, block, expected_offset, raw=True, block_age_ms=age_ms)
         return ack.length
 
     def truncate_data_before(self, offset: int) -> None:

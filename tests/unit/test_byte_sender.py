@@ -21,11 +21,13 @@ class Store:
         # "lost": applied, then the answer is lost; "dropped": lost before applied; "refused": a typed 4xx
         self.faults: list[str] = []
         self.calls = 0
+        self.ages: list[int] = []  # each attempt's age_ms
         self.release = threading.Event()
         self.release.set()
 
-    def append(self, block: bytes, number: int, expected_offset: int | None) -> int:
+    def append(self, block: bytes, number: int, expected_offset: int | None, age_ms: int) -> int:
         self.calls += 1
+        self.ages.append(age_ms)
         self.release.wait()
         fault = self.faults.pop(0) if self.faults else None
         if fault == "refused":
