@@ -205,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_segments.register(actions)
 
     cli_admin.register(commands)
-    cli_kvt.register(commands)
     cli_completion.register(commands, parser)
+    cli_kvt.register(commands)
     for plugin in entry_points(group="rillet.cli"):
         register: Callable[[Any], None] = plugin.load()
         register(commands)
