@@ -3,12 +3,17 @@
 Items of a segment's partition (hash key ``pk`` = the segment's name):
 
 * ``sk = "m"`` -- the :class:`SegmentMeta` head record: committed length, start offset (after
-  truncation), sealed flag, the last block of every writer (for de-duplication), traffic rates and
-  tiering bookkeeping. Every append ends with one conditional update of this item.
+  truncation), sealed flag, the last block of the few most recently active writers (for
+  de-duplication), traffic rates and tiering bookkeeping. Every append ends with one conditional
+  update of this item.
 * ``sk = "e#<offset>"`` -- :class:`IndexEntry` items, one per append block (a claim until the head
   record's length passes it), saying where the bytes are: inline in the item (small appends), in an S3
   object (a large append block), or in another segment (a merged transaction segment, so merges copy
   no payload).
+* ``sk = "w#<writer id>"`` -- :class:`WriterState` items: the last block of a writer that the head
+  record no longer lists (it keeps only the most recently active few, so that its size, and what every
+  append pays to read and rewrite it, does not grow with the number of writers). DynamoDB's TTL deletes
+  one once its writer has been idle for the writer expiry window.
 * ``sk = "c#<offset>"`` -- :class:`IndexEntry` items for chunks: a run of inline entries that tiering
   packed into one S3 object. They have their own key range so that no claim can ever land on one, and
   an ``e#`` entry that starts inside a chunk is known to be garbage (see docs/dataplane.md).
@@ -35,12 +40,18 @@ from dataplane.deployment import Deployment
 META_KEY = "m"
 ENTRY_PREFIX = "e#"
 CHUNK_PREFIX = "c#"
+WRITER_PREFIX = "w#"
+EXPIRES_AT = "ex"  # the TTL attribute of the segments table (epoch seconds; only writer state items set it)
 OFFSET_DIGITS = 20
 EVENTS, BYTES = "e", "b"  # what a segment holds: framed events, or raw bytes (a byte stream)
 
 
 def entry_key(offset: int) -> str:
     return f"{ENTRY_PREFIX}{offset:0{OFFSET_DIGITS}d}"
+
+
+def writer_key(writer: str) -> str:
+    return f"{WRITER_PREFIX}{writer}"
 
 
 def chunk_key(offset: int) -> str:
@@ -76,6 +87,8 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     created_ms = NumberAttribute(attr_name="c")
     # writer id -> {"f": first event number, "l": last event number, "o": offset, "t": time ms} of
     # the writer's last block; "_merge" -> {"src": source segment, "o": offset} of the last merge.
+    # Bounded: at most StoreSettings.head_writers writers plus "_merge"; an append of another writer
+    # moves the least recently active one out to its WriterState item first (SegmentStore._advance).
     writers = MapAttribute(default=dict, attr_name="w")
     # Exponentially decayed event and byte rates: {"t": ms, "e": [...], "b": [...]} (see rates.py).
     rates = MapAttribute(null=True, attr_name="r")
@@ -117,9 +130,23 @@ class IndexEntry(SegmentItem, discriminator="e"):
         return self.offset + self.size
 
 
+class WriterState(SegmentItem, discriminator="w"):
+    """A writer's last block on the segment, once the head record no longer lists the writer. Only
+    ever replaced by a later block of the same writer (the put is conditioned on it)."""
+
+    first = NumberAttribute(attr_name="f")
+    last = NumberAttribute(attr_name="l")
+    offset = NumberAttribute(attr_name="o")
+    time_ms = NumberAttribute(attr_name="t")
+    expires_at = NumberAttribute(attr_name=EXPIRES_AT)  # TTL: DynamoDB deletes the item after this
+
+    def as_state(self) -> dict[str, int]:
+        return {"f": int(self.first), "l": int(self.last), "o": int(self.offset), "t": int(self.time_ms)}
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in (SegmentItem, SegmentMeta, IndexEntry):
+    for model in (SegmentItem, SegmentMeta, IndexEntry, WriterState):
         model.Meta.table_name = deployment.segments_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -6,8 +6,9 @@ How an append commits (one S3 PUT for a large block, then three small DynamoDB r
    first event number, a random token), so no resend can change the object of an acknowledged block,
    and a request that ends up not appending its block can delete its object. (A retry of a block the
    head record already shows as appended is acknowledged without a PUT.)
-2. Read the head record (consistently). De-duplicate: a block whose event numbers the writer already
-   appended is acknowledged with its original offset.
+2. Read the head record (consistently), and for a writer it does not list (it lists the few most
+   recently active), the writer's own state item. De-duplicate: a block whose event numbers the
+   writer already appended is acknowledged with its original offset.
 3. *Claim* the tail: put the index entry at ``e#<length>`` on the condition that no entry exists there.
 4. *Advance*: update the head record on the condition that its length is still ``length`` and it is
    not sealed, setting the new length and the writer's last block.
@@ -40,10 +41,11 @@ and an ``e#`` entry is garbage exactly when it starts inside a chunk.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from botocore.exceptions import ClientError
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
@@ -57,10 +59,13 @@ from dataplane.models import (
     ENTRY_PREFIX,
     EVENTS,
     META_KEY,
+    WRITER_PREFIX,
     IndexEntry,
     SegmentMeta,
+    WriterState,
     chunk_key,
     entry_key,
+    writer_key,
 )
 from dataplane.rates import Rates
 from rillet.errors import (
@@ -72,6 +77,7 @@ from rillet.errors import (
     StreamKindMismatch,
     TooLarge,
     Truncated,
+    WriterExpired,
 )
 from rillet.framing import MAX_BLOCK_SIZE, MAX_READ_SIZE
 from rillet.names import validate_writer_id
@@ -103,6 +109,25 @@ class StoreSettings:
     # over. The append function's timeout is 30 s (infra/terraform/lambda.tf); twenty times that covers
     # a request in flight when the function is stopped and skew between S3's clock and ours.
     orphan_grace_ms: int = 10 * 60_000
+    # How many writers the head record lists (every append reads and rewrites it, so its size sets the
+    # cost of an append); the others' last blocks are WriterState items, read only when such a writer
+    # appends. Eight entries keep the head record near 1 KB: about 1 write unit per rewrite.
+    head_writers: int = 8
+    # A writer id unused for this long may be forgotten (its WriterState item expires): a resend of a
+    # block first sent longer ago than this, from a writer id the segment does not know, is refused with
+    # WriterExpired rather than appended a second time. Kafka expires idle producer ids the same way.
+    writer_expiry_ms: int = 7 * 24 * 3_600_000
+
+    @classmethod
+    def from_env(cls) -> StoreSettings:
+        """The settings of a deployed function: ``RILLET_WRITER_EXPIRY_HOURS`` (at least 1) sets the
+        writer expiry window."""
+        hours = os.environ.get("RILLET_WRITER_EXPIRY_HOURS")
+        if hours is None:
+            return cls()
+        if not hours.isdigit() or int(hours) < 1:
+            raise ValueError(f"RILLET_WRITER_EXPIRY_HOURS must be a whole number of hours >= 1, not {hours!r}")
+        return cls(writer_expiry_ms=int(hours) * 3_600_000)
 
 
 @dataclass(frozen=True)
@@ -160,6 +185,7 @@ class _Block:
     object_key: str | None = None
     source: str | None = None
     raw: bool = False  # bytes of a byte stream, not framed events
+    age_ms: int | None = field(default=None, compare=False)  # since the writer first sent it (None: unknown)
 
     @property
     def content(self) -> str:
@@ -200,11 +226,22 @@ class _ObjectUnreadable(RuntimeError):
 
 
 # What an append answers when it knows its block is not appended by this request and will not be.
-_REFUSALS = (SegmentSealed, StreamKindMismatch, OutOfOrder, OffsetMismatch, InvalidArgument, SegmentNotFound)
+_REFUSALS = (SegmentSealed, StreamKindMismatch, OutOfOrder, OffsetMismatch, InvalidArgument, SegmentNotFound,
+             WriterExpired)
+_UNREAD = object()  # no writer state read yet
+
+# DynamoDB's TTL deletes an expired item some time after it expires, never before; the margin covers
+# the skew between the functions' clocks and DynamoDB's.
+_EXPIRY_MARGIN_MS = 3_600_000
 
 # A GET of a missing key answers 403 AccessDenied, not 404, when the caller may not list the bucket
 # (the read role may list only under segments/).
 _MISSING_OBJECT_CODES = ("NoSuchKey", "404", "AccessDenied", "403")
+
+
+def _last_event(state: dict | None) -> int:
+    """The writer's last appended event number (-1: none known)."""
+    return int(state["l"]) if state else -1
 
 
 def _failed_condition(error: Exception) -> bool:
@@ -292,6 +329,12 @@ class SegmentStore:
             if item.source:
                 self.delete(item.source)
             self._delete_unchanged(item)
+        for state in WriterState.query(segment, WriterState.sk.startswith(WRITER_PREFIX), consistent_read=True):
+            try:  # sealed: no append saves writer state any more
+                state.delete(condition=WriterState.last == state.last)
+            except DeleteError as e:
+                if not _failed_condition(e):
+                    raise
         self._delete_objects(self._object_prefix(segment))
         try:
             SegmentMeta(segment, META_KEY).delete(condition=SegmentMeta.sealed == True)
@@ -302,7 +345,8 @@ class SegmentStore:
     # -- append ------------------------------------------------------------------------------
 
     def append(self, segment: str, writer: str, first_event: int, event_count: int, data: bytes,
-               expected_offset: int | None = None, after: int | None = None, raw: bool = False) -> AppendResult:
+               expected_offset: int | None = None, after: int | None = None, raw: bool = False,
+               block_age_ms: int | None = None) -> AppendResult:
         """Append a block of events atomically; see the module docstring for the protocol.
 
         ``raw`` says the block is bytes of a byte stream rather than framed events. A segment's first
@@ -313,6 +357,10 @@ class SegmentStore:
         briefly (``order_wait_ms``), then answers OutOfOrder with ``awaiting_event_number``; the
         writer sends it again while the predecessor is in flight. So a writer may have several blocks
         in flight and they still commit in order.
+
+        ``block_age_ms`` is how long ago the writer first sent this block. From a writer id the segment
+        does not know (never seen, or expired: see ``StoreSettings.writer_expiry_ms``), a block older
+        than the expiry window gets WriterExpired: it may have been appended before the id expired.
         """
         if not data:
             raise InvalidArgument("an append carries at least one byte")
@@ -322,7 +370,7 @@ class SegmentStore:
             raise InvalidArgument("event numbers are >= 0 and a block holds at least one event")
         validate_writer_id(writer)
         block = _Block(size=len(data), writer=writer, first=first_event, last=first_event + event_count - 1,
-                       raw=raw)
+                       raw=raw, age_ms=block_age_ms)
         if after is not None and after != first_event - 1:
             raise InvalidArgument(f"the block after event {after} must start at event {after + 1}")
         meta = None
@@ -330,7 +378,7 @@ class SegmentStore:
             block = replace(block, data=data)
         else:
             meta = self._meta(segment)  # also fails fast on unknown segments
-            done = self._already_placed(meta, block)
+            done = self._already_placed(meta, self._writer_state(meta, block), block)
             if done is not None:
                 return done  # a retry of an acknowledged block: no PUT needed
             # The key is this request's alone: no resend can overwrite the object of committed data, and
@@ -384,7 +432,7 @@ class SegmentStore:
         last event moved past the block's predecessor), which also stops helpers from committing it.
         """
         owned_at = None  # where this request's own claim put the block
-        waiting_since = None
+        waiting_since, waited = None, None
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
         while True:
             if block.source is not None:
@@ -394,7 +442,10 @@ class SegmentStore:
                 if source.merged_into == segment:
                     return AppendResult(int(source.merged_offset), self._meta(segment).length, duplicate=True)
             meta = meta or self._meta(segment)
-            done = self._already_placed(meta, block)
+            # Read after the head record (see _writer_state). While waiting for a predecessor only the
+            # head record is polled: the predecessor's commit lists the writer there.
+            state = self._writer_state(meta, block, waited if waiting_since is not None else _UNREAD)
+            done = self._already_placed(meta, state, block)
             if done is not None:
                 if owned_at is not None and done.offset == owned_at:
                     # Our claim, which another appender helped through: appended by this request.
@@ -417,13 +468,15 @@ class SegmentStore:
                 held, sent = ("raw bytes", "framed events") if meta.content == BYTES else ("framed events", "raw bytes")
                 raise StreamKindMismatch(f"segment {segment} holds {held}; this append sends {sent}",
                                          segment_kind="bytes" if meta.content == BYTES else "events")
-            if after is not None and self._last_event(meta, block.writer) < after:
+            if owned_at is None:
+                self._check_not_expired(segment, state, block)
+            if after is not None and _last_event(state) < after:
                 # The writer's previous block is still on its way (a pipelined writer): wait for it.
-                waiting_since = waiting_since or time.monotonic()
+                waiting_since, waited = waiting_since or time.monotonic(), state
                 if time.monotonic() - waiting_since > self.settings.order_wait_ms / 1000:
                     raise OutOfOrder(f"writer {block.writer}'s event {after} is not appended to {segment} yet: "
                                      f"send this block again once it is",
-                                     last_event_number=self._last_event(meta, block.writer), awaiting_event_number=after)
+                                     last_event_number=_last_event(state), awaiting_event_number=after)
                 time.sleep(poll_s)
                 poll_s *= 1.5
                 meta = None
@@ -431,7 +484,7 @@ class SegmentStore:
             if expected_offset is not None and expected_offset != meta.length:
                 raise OffsetMismatch(f"expected offset {expected_offset} but the segment's length is {meta.length}",
                                      length=meta.length)
-            self._check_event_order(meta, block)
+            self._check_event_order(state, block)
             tail = meta.length
             meta_read, meta = meta, None  # the next round reads the head record again
             claimed = self._claim(segment, tail, block)
@@ -440,13 +493,36 @@ class SegmentStore:
             if claimed is not None and self._advance(meta_read, tail, claimed) and claimed is block:
                 return AppendResult(tail, tail + block.size)
 
-    @staticmethod
-    def _last_event(meta: SegmentMeta, writer: str) -> int:
-        state = meta.writers.as_dict().get(writer) if meta.writers else None
-        return int(state["l"]) if state else -1
+    def _writer_state(self, meta: SegmentMeta, block: _Block, unlisted: object = _UNREAD) -> dict | None:
+        """The writer's last block on the segment as of ``meta``: from the head record, or, for a writer
+        it does not list, from the writer's own item (one more read).
 
-    def _already_placed(self, meta: SegmentMeta, block: _Block) -> AppendResult | None:
-        state = meta.writers.as_dict().get(block.writer) if meta.writers else None
+        The item is read after the head record, so it is exact whenever the advance conditioned on
+        that head record's length succeeds: a writer leaves the head record only in an advance, which
+        first saves its item, and no advance can happen between the two reads and a successful one.
+        ``unlisted``, unless _UNREAD, is the answer for a writer the head record does not list, read
+        earlier (such an answer may be old: only good for deciding to wait).
+        """
+        listed = meta.writers.as_dict().get(block.writer) if meta.writers else None
+        if listed or block.source is not None:
+            return listed
+        if unlisted is not _UNREAD:
+            return unlisted
+        try:
+            return WriterState.get(meta.pk, writer_key(block.writer), consistent_read=True).as_state()
+        except DoesNotExist:
+            return None
+
+    def _check_not_expired(self, segment: str, state: dict | None, block: _Block) -> None:
+        if state is None and block.source is None and block.age_ms is not None \
+                and block.age_ms > self.settings.writer_expiry_ms:
+            raise WriterExpired(
+                f"writer {block.writer} is unknown to {segment} and this block was first sent "
+                f"{block.age_ms} ms ago, beyond the writer expiry window of {self.settings.writer_expiry_ms} ms: "
+                f"it may have been appended before the writer id expired, so it is not appended again",
+                expiry_ms=self.settings.writer_expiry_ms)
+
+    def _already_placed(self, meta: SegmentMeta, state: dict | None, block: _Block) -> AppendResult | None:
         if not state:
             return None
         if block.source is not None:
@@ -472,8 +548,8 @@ class SegmentStore:
                 return int(entry.offset)
         return None
 
-    def _check_event_order(self, meta: SegmentMeta, block: _Block) -> None:
-        state = meta.writers.as_dict().get(block.writer) if meta.writers else None
+    @staticmethod
+    def _check_event_order(state: dict | None, block: _Block) -> None:
         if block.source is None and state and block.first != int(state["l"]) + 1:
             raise InvalidArgument(
                 f"writer {block.writer} must continue at event number {int(state['l']) + 1}, got {block.first}",
@@ -516,6 +592,12 @@ class SegmentStore:
             SegmentMeta.writers[block.writer].set(writer_state),
             SegmentMeta.rates.set(rates.to_item()),
         ]
+        leaving = self._writer_to_move_out(meta, block)
+        if leaving is not None:
+            name, state = leaving
+            self._save_writer_state(meta.pk, name, state)  # before it leaves the head record: see _writer_state
+            actions.append(SegmentMeta.writers[name].remove())
+            order &= SegmentMeta.writers[name]["l"] == int(state["l"])
         if meta.content is None:
             actions.append(SegmentMeta.content.set(block.content))  # the first append pins the kind
         # Part of the advance's one condition, so pinning and checking the kind costs no request.
@@ -537,6 +619,27 @@ class SegmentStore:
             # the other kind: release it so the tail is free again.
             self._release_claim(meta.pk, tail, block)
         return False
+
+    def _writer_to_move_out(self, meta: SegmentMeta, block: _Block) -> tuple[str, dict] | None:
+        """The least recently active writer, when the head record is full and ``block``'s writer is not
+        in it (merges keep their own entry and never count)."""
+        listed = {name: state for name, state in (meta.writers.as_dict() if meta.writers else {}).items()
+                  if name != MERGE_KEY}
+        if block.writer in listed or block.source is not None or len(listed) < self.settings.head_writers:
+            return None
+        return min(listed.items(), key=lambda item: (int(item[1]["t"]), item[0]))
+
+    def _save_writer_state(self, segment: str, writer: str, state: dict) -> None:
+        """Save the writer's last block to its own item, unless the item already holds a later one (a
+        request acting on an old head record must not move a writer's state back)."""
+        expires_at = (int(state["t"]) + self.settings.writer_expiry_ms + _EXPIRY_MARGIN_MS) // 1000
+        item = WriterState(segment, writer_key(writer), first=int(state["f"]), last=int(state["l"]),
+                           offset=int(state["o"]), time_ms=int(state["t"]), expires_at=expires_at)
+        try:
+            item.save(condition=WriterState.last.does_not_exist() | (WriterState.last <= int(state["l"])))
+        except PutError as e:
+            if not _failed_condition(e):
+                raise  # else the item holds a later block: this head record is old and its advance fails
 
     def _release_claim(self, segment: str, offset: int, block: _Block) -> None:
         try:
@@ -613,8 +716,13 @@ class SegmentStore:
         """The bytes [start, end); with ``meta`` (the head record the range was checked against), an entry
         that record proves uncommitted counts as a gap (see ``_not_committed_in``)."""
         covering = self._covering(segment, start, end, chunked)
-        if meta is not None and any(self._not_committed_in(meta, entry) for entry, _, _ in covering):
-            raise _IndexGap(f"an entry of {segment} in [{start}, {end}) is a claim made after the head record was read")
+        if meta is not None:
+            proofs = {self._not_committed_in(meta, entry) for entry, _, _ in covering}
+            if True in proofs or (None in proofs and self._meta(segment).start > start):
+                # A claim the head record proves uncommitted, or, for entries of writers it does not
+                # list, a truncation that freed keys of the range since the head record was read (only
+                # then can a stale claim sit below the length).
+                raise _IndexGap(f"an entry of {segment} in [{start}, {end}) is a claim made after the head record was read")
         parts: list[bytes] = []
         pending: list[tuple[str, int, int]] = []  # adjacent ranges of one S3 object, fetched in one GET
 
@@ -641,16 +749,19 @@ class SegmentStore:
         return b"".join(parts)
 
     @staticmethod
-    def _not_committed_in(meta: SegmentMeta, entry: IndexEntry) -> bool:
+    def _not_committed_in(meta: SegmentMeta, entry: IndexEntry) -> bool | None:
         """Whether ``meta`` proves that ``entry``, below its length, is not the committed block there: the
         writer's events it holds were not all appended yet, or it is the writer's last block, committed
         at another offset. Such an entry is a stale appender's claim on a key that a truncation racing
         the read freed (the reader then answers Truncated). Costs no request: the head record is at hand.
+        None when the head record does not list the entry's writer (it lists only the most recent few).
         Not caught: a stale claim of an older block of a writer that appended since (see docs)."""
         if entry.sk.startswith(CHUNK_PREFIX) or entry.source is not None:
             return False  # chunks are never claimed; a merge names its source, de-duplicated by it
         state = meta.writers.as_dict().get(entry.writer) if meta.writers else None
-        if not state or entry.last > int(state["l"]):
+        if not state:
+            return None
+        if entry.last > int(state["l"]):
             return True
         return (int(state["f"]), int(state["l"])) == (entry.first, entry.last) and int(state["o"]) != entry.offset
 

@@ -37,6 +37,10 @@ def create_resources(deployment: Deployment) -> None:
         for model in TABLE_MODELS:
             if not model.exists():
                 model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+                if model is data_models.SegmentMeta:  # its TTL attribute is on another item type
+                    model._get_connection().connection.client.update_time_to_live(
+                        TableName=model.Meta.table_name,
+                        TimeToLiveSpecification={"Enabled": True, "AttributeName": data_models.EXPIRES_AT})
     finally:
         bind_all(previous)
     s3 = deployment.s3

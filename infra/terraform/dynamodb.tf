@@ -149,6 +149,12 @@ resource "aws_dynamodb_table" "segments" {
     projection_type = "ALL"
   }
 
+  # Writer state items of writers idle longer than the writer expiry window (dataplane/models.py).
+  ttl {
+    attribute_name = "ex"
+    enabled        = true
+  }
+
   point_in_time_recovery {
     enabled = true
   }

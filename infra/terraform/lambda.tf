@@ -92,6 +92,7 @@ resource "aws_lambda_function" "append" {
       RILLET_METADATA_TABLE        = aws_dynamodb_table.metadata.name
       RILLET_SEGMENTS_TABLE        = aws_dynamodb_table.segments.name
       RILLET_BUCKET                = aws_s3_bucket.segments.bucket
+      RILLET_WRITER_EXPIRY_HOURS   = tostring(var.writer_expiry_hours)
       POWERTOOLS_SERVICE_NAME      = "append"
       POWERTOOLS_METRICS_NAMESPACE = "Rillet"
       POWERTOOLS_LOG_LEVEL         = var.log_level

@@ -68,6 +68,17 @@ variable "log_retention_days" {
   default     = 14
 }
 
+variable "writer_expiry_hours" {
+  description = "How long a writer id may be idle before a segment may forget it (its de-duplication state expires); a resend older than this from a forgotten id is refused with WriterExpired."
+  type        = number
+  default     = 168
+
+  validation {
+    condition     = var.writer_expiry_hours >= 1 && floor(var.writer_expiry_hours) == var.writer_expiry_hours
+    error_message = "writer_expiry_hours must be a whole number of hours, at least 1."
+  }
+}
+
 variable "log_level" {
   description = "POWERTOOLS_LOG_LEVEL of the three functions."
   type        = string

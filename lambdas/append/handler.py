@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from dataplane import models
 from dataplane.deployment import Deployment
-from dataplane.segment_store import SegmentStore
+from dataplane.segment_store import SegmentStore, StoreSettings
 from lambdas.http import ScopeName, SegmentToken, StreamName, build_resolver, powertools, raw_body
 from rillet import api
 from rillet.api import AppendAck
@@ -22,7 +22,7 @@ logger, metrics, tracer = powertools("append")
 app = build_resolver(logger)
 deployment = Deployment.from_env()
 models.bind(deployment)
-store = SegmentStore(deployment)
+store = SegmentStore(deployment, StoreSettings.from_env())
 
 
 @app.post("/v1/segments/<scope>/<stream>/<segment>", summary="Append a block of events to a segment")
@@ -38,6 +38,9 @@ def append(
     after: Annotated[int | None, Header(alias=api.AFTER_EVENT, ge=-1, le=api.INT63_MAX, description=(
         "The writer's last event number before this block (-1 for its first block): the block "
         "commits only after it, so a writer may pipeline blocks."))] = None,
+    block_age_ms: Annotated[int | None, Header(alias=api.BLOCK_AGE_MS, ge=0, le=api.INT63_MAX, description=(
+        "How long ago (ms) the writer first sent this block: a resend older than the writer expiry "
+        "window from a writer id the segment no longer knows gets WriterExpired."))] = None,
 ) -> AppendAck:
     if event_number + event_count - 1 > api.INT63_MAX:
         raise InvalidArgument(f"the block's last event number must not exceed {api.INT63_MAX} (2**63 - 1)")
@@ -45,7 +48,7 @@ def append(
     if not raw and count_frames(block) != event_count:
         raise InvalidArgument(f"the block holds {count_frames(block)} events, the header says {event_count}")
     result = store.append(segment_name(scope, stream, segment), writer_id, event_number, event_count, block,
-                          expected_offset, after, raw=raw)
+                          expected_offset, after, raw=raw, block_age_ms=block_age_ms)
     if not result.duplicate:
         metrics.add_metric(name="AppendedBytes", unit=MetricUnit.Bytes, value=len(block))
         metrics.add_metric(name="AppendedEvents", unit=MetricUnit.Count, value=event_count)

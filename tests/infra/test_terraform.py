@@ -458,6 +458,15 @@ def test_table_is_recoverable_and_encrypted(tf, table_name):
     assert one_block(table, "server_side_encryption", where).get("enabled") is True, f"{where}: enable SSE"
 
 
+def test_segments_table_expires_writer_state_by_ttl(tf):
+    """Idle writers' state items carry the attribute DynamoDB's TTL must watch (dataplane/models.py)."""
+    from dataplane.models import EXPIRES_AT
+
+    table = tf.of_type("aws_dynamodb_table")["segments"]
+    ttl = one_block(table, "ttl", "aws_dynamodb_table.segments")
+    assert (ttl.get("attribute_name"), ttl.get("enabled")) == (EXPIRES_AT, True)
+
+
 def test_schema_check_detects_drift(tf):
     """The schema check itself works: a renamed index key, a stray attribute, a missing index all fail it."""
     metadata = tf.of_type("aws_dynamodb_table")["metadata"]
