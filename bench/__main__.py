@@ -8,6 +8,7 @@ from bench import (
     fault_history,
     idle_stack,
     inflight_appends,
+    latency,
     reader_group_state,
     retention_cycle,
     segment_requests,
@@ -19,6 +20,8 @@ def main() -> None:
     print(data_path.report(data_path.run(total_mb=64)))
     print()
     print(data_path.report(data_path.run(total_mb=8, rate_mb_s=1.0)))
+    print()
+    print(latency.report(latency.run()))
     print()
     print(append_breakdown.report(append_breakdown.run(blocks=8)))
     print()

@@ -1,0 +1,136 @@
+"""Append latency: how long an event waits for its acknowledgement, and until a tailing reader has it.
+
+For each writer profile (``default``: adaptive batching; ``cost``: ``EventWriterConfig.cost_optimized()``)
+and each rate, one writer paces 1 KiB events into a one-segment stream of a standalone stack while a
+reader-group reader tails it. Each event carries the time it was written (``time.perf_counter``, one
+clock for writer and reader in this process). Printed per cell: append-ack latency p50/p99 (write_event
+to its future's answer), write-to-read latency p50/p99 (write_event to ``read_next_event`` returning it)
+and the append requests the writer sent per GB of payload (what the cost of a profile follows from).
+Everything runs in one process on the machine's cores, as standalone does, so the figures include the
+server's time on a shared CPU.
+
+Run: ``.venv/bin/python -m bench.latency`` (``--seconds``, ``--rates``, ``--profiles``; ``--quick`` for a
+smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+
+import rillet
+from standalone.stack import Stack, StackConfig
+
+STAMP = struct.Struct(">dq")  # the time write_event was called, and the event's sequence number
+PROFILES = ("default", "cost")
+GB = 1e9
+
+
+def writer_config(profile: str) -> rillet.EventWriterConfig:
+    return rillet.EventWriterConfig() if profile == "default" else rillet.EventWriterConfig.cost_optimized()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile (the largest value for p99 of fewer than 100 samples)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))]
+
+
+def _cell(stack: Stack, scope: str, profile: str, rate: float, seconds: float, event_size: int) -> dict:
+    stream = f"{profile}-{int(rate)}"
+    manager = rillet.StreamManager(stack.controller_url)
+    manager.create_stream(scope, stream, rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(1)))
+    groups = rillet.ReaderGroupManager(scope, stack.controller_url)
+    groups.create_reader_group(stream, rillet.group_config([f"{scope}/{stream}"]))
+    factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+    reader = factory.create_reader("tail", stream, rillet.BytesSerializer())
+    events = max(1, round(rate * seconds))
+    read_latency: list[float] = []
+    done_reading = threading.Event()
+
+    def tail() -> None:
+        seen = set()
+        while len(seen) < events and not done_reading.is_set():
+            read = reader.read_next_event(timeout_ms=500)
+            if read is None or read.event is None:
+                continue
+            written_at, seq = STAMP.unpack_from(read.event)
+            if seq not in seen:
+                seen.add(seq)
+                read_latency.append(time.perf_counter() - written_at)
+        done_reading.set()
+
+    tailer = threading.Thread(target=tail, name="latency-tail")
+    tailer.start()
+    writer = factory.create_event_writer(stream, rillet.BytesSerializer(), writer_config(profile))
+    segments = writer.connection.segments
+    requests: list[int] = []
+    append = segments.append
+    segments.append = lambda *a, **k: requests.append(1) or append(*a, **k)
+    ack_latency: list[float] = []
+    lock = threading.Lock()
+
+    def on_ack(written_at: float, future: Future) -> None:
+        answered = time.perf_counter()
+        if future.exception() is None:
+            with lock:
+                ack_latency.append(answered - written_at)
+
+    padding = b"x" * (event_size - STAMP.size)
+    started = time.perf_counter()
+    for seq in range(events):
+        due = started + seq / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        written_at = time.perf_counter()
+        future = writer.write_event(STAMP.pack(written_at, seq) + padding, routing_key="k")
+        future.add_done_callback(lambda f, t=written_at: on_ack(t, f))
+    writer.flush()
+    writer.close()
+    tailer.join(timeout=60)
+    done_reading.set()
+    tailer.join()
+    reader.close()
+    return {"profile": profile, "rate": rate, "events": events, "acked": len(ack_latency), "read": len(read_latency),
+            "ack_p50_ms": percentile(ack_latency, 0.50) * 1000, "ack_p99_ms": percentile(ack_latency, 0.99) * 1000,
+            "read_p50_ms": percentile(read_latency, 0.50) * 1000, "read_p99_ms": percentile(read_latency, 0.99) * 1000,
+            "append_requests": len(requests), "requests_per_gb": len(requests) / (events * event_size / GB)}
+
+
+def run(rates: tuple[float, ...] = (1, 100, 1000), profiles: tuple[str, ...] = PROFILES, seconds: float = 15,
+        event_size: int = 1024) -> list[dict]:
+    with Stack(StackConfig.ephemeral()) as stack:
+        scope = "latency" + uuid.uuid4().hex[:8]
+        rillet.StreamManager(stack.controller_url).create_scope(scope)
+        return [_cell(stack, scope, profile, rate, seconds, event_size) for profile in profiles for rate in rates]
+
+
+def report(results: list[dict]) -> str:
+    lines = ["append latency, 1 KiB events into one segment, standalone (ms; requests per GB of payload)",
+             (f"{'profile':<8} {'events/s':>8} {'events':>7} {'ack p50':>8} {'ack p99':>8} {'read p50':>9} "
+              f"{'read p99':>9} {'requests':>9} {'req/GB':>10}")]
+    lines += [f"{r['profile']:<8} {r['rate']:>8g} {r['events']:>7} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
+              f"{r['read_p50_ms']:>9.1f} {r['read_p99_ms']:>9.1f} {r['append_requests']:>9} "
+              f"{r['requests_per_gb']:>10.0f}" for r in results]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=15, help="how long each cell writes")
+    parser.add_argument("--rates", type=float, nargs="+", default=[1, 100, 1000], help="events per second")
+    parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
+    parser.add_argument("--quick", action="store_true", help="2 s per cell at 10 and 100 events/s")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rates = 2, [10, 100]
+    print(report(run(tuple(args.rates), tuple(args.profiles), args.seconds)))
+
+
+if __name__ == "__main__":
+    main()
