@@ -301,8 +301,9 @@ class KeyValueTables:
         return entries
 
     def iterate(self, scope: str, table: str, primary_key: bytes | None, with_values: bool, limit: int,
-                token: str | None) -> IteratePage:
-        """A page of entries: those of one primary key, or all of them partition by partition.
+                token: str | None, secondary_prefix: bytes | None = None) -> IteratePage:
+        """A page of entries: those of one primary key (optionally only secondary keys with a prefix, as
+        Pravega's forPrimaryKey(pk, prefix)), or all of them partition by partition.
 
         The token names the partition and the last key returned; it is checked against the request,
         so a token of another table or primary key is InvalidArgument rather than a wrong page."""
@@ -310,12 +311,15 @@ class KeyValueTables:
         position = _decode_token(token) if token else None
         partition, last = _parse_position(position, record.partition_count)
         prefix = ""
+        if secondary_prefix is not None and (primary_key is None
+                                             or len(secondary_prefix) > record.secondary_key_length):
+            raise InvalidArgument("a secondary key prefix needs a primary key, and is at most the secondary key length")
         if primary_key is not None:
             _check_primary(record, primary_key)
-            prefix = primary_key.hex()
+            prefix = primary_key.hex() + (secondary_prefix or b"").hex()
             partition = partition_of(primary_key, record.partition_count)
             if last is not None and not last.startswith(prefix):
-                raise InvalidArgument("the page token belongs to another primary key")
+                raise InvalidArgument("the page token belongs to another primary key or prefix")
         attributes = None if with_values else ["pk", "sk", "entry_version"]
         entries: list[WireEntry] = []
         for _ in range(MAX_PARTITIONS_PER_PAGE):

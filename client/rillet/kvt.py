@@ -140,21 +140,26 @@ class KeyValueTable:
         found = self.controller.get_entries(self.scope, self.table, [_as_key(k) for k in keys])
         return [None if e is None else _entry(e) for e in found]
 
-    def entries(self, primary_key: KeyPart | None = None, page_size: int = 100) -> Iterator[TableEntry]:
-        """Every entry, or those of one primary key, a page at a time (each page is read consistently;
-        entries changed while iterating may or may not be seen, as in Pravega)."""
-        return self._iterate(primary_key, page_size, with_values=True)
+    def entries(self, primary_key: KeyPart | None = None, secondary_prefix: KeyPart | None = None,
+                page_size: int = 100) -> Iterator[TableEntry]:
+        """Every entry, or those of one primary key (and secondary keys starting with
+        ``secondary_prefix``), a page at a time, in key order within a partition. Each page is read
+        consistently; entries changed while iterating may or may not be seen, as in Pravega."""
+        return self._iterate(primary_key, secondary_prefix, page_size, with_values=True)
 
-    def keys(self, primary_key: KeyPart | None = None, page_size: int = 100) -> Iterator[TableEntry]:
+    def keys(self, primary_key: KeyPart | None = None, secondary_prefix: KeyPart | None = None,
+             page_size: int = 100) -> Iterator[TableEntry]:
         """As :meth:`entries`, without the values (``value`` is None)."""
-        return self._iterate(primary_key, page_size, with_values=False)
+        return self._iterate(primary_key, secondary_prefix, page_size, with_values=False)
 
-    def _iterate(self, primary_key: KeyPart | None, page_size: int, with_values: bool) -> Iterator[TableEntry]:
+    def _iterate(self, primary_key: KeyPart | None, secondary_prefix: KeyPart | None, page_size: int,
+                 with_values: bool) -> Iterator[TableEntry]:
         token = None
         primary = None if primary_key is None else _bytes(primary_key)
+        prefix = None if secondary_prefix is None else _bytes(secondary_prefix)
         while True:
             page = self.controller.iterate_entries(self.scope, self.table, IterateRequest(
-                primary_key=primary, with_values=with_values, limit=page_size, token=token))
+                primary_key=primary, secondary_prefix=prefix, with_values=with_values, limit=page_size, token=token))
             yield from (_entry(e) for e in page.entries)
             if not page.next_token:
                 return

@@ -12,7 +12,15 @@ import binascii
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from rillet.errors import InvalidArgument
 from rillet.names import MAX_GIVEN_NAME_SIZE
@@ -44,7 +52,8 @@ def _decode(value: Any) -> bytes:
 
 
 Base64Bytes = Annotated[bytes, BeforeValidator(_decode),
-                        PlainSerializer(lambda b: base64.b64encode(b).decode(), return_type=str, when_used="json")]
+                        PlainSerializer(lambda b: base64.b64encode(b).decode(), return_type=str, when_used="json"),
+                        WithJsonSchema({"type": "string", "contentEncoding": "base64"})]
 
 
 class _Body(BaseModel):
@@ -148,6 +157,7 @@ class GetResult(_Body):
 
 class IterateRequest(_Body):
     primary_key: Base64Bytes | None = None  # only this primary key's entries; all entries without it
+    secondary_prefix: Base64Bytes | None = None  # with primary_key: only secondary keys starting so
     with_values: bool = True
     limit: int = Field(default=100, ge=1, le=1000)
     token: str | None = Field(default=None, max_length=4096)

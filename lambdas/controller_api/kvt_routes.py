@@ -82,4 +82,5 @@ def update_entries(scope: str, table: str, request: UpdateRequest) -> UpdateResu
 
 @router.post(TABLE + "/entries/iterate", summary="A page of entries (or keys): of one primary key, or all")
 def iterate_entries(scope: str, table: str, request: IterateRequest) -> IteratePage:
-    return tables.iterate(scope, table, request.primary_key, request.with_values, request.limit, request.token)
+    return tables.iterate(scope, table, request.primary_key, request.with_values, request.limit, request.token,
+                          request.secondary_prefix)

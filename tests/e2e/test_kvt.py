@@ -137,6 +137,9 @@ def test_get_all_and_iteration_by_primary_key_and_over_all_partitions(kvt):
     assert got[0].value == b"4/1" and got[1] is None and got[2].value == b"0/0"
     one = list(table.entries(b"k005", page_size=2))
     assert [(e.key.secondary, e.value) for e in one] == [(b"s0", b"5/0"), (b"s1", b"5/1"), (b"s2", b"5/2")]
+    table.put(key("k005", "t0"), b"other")
+    assert [e.key.secondary for e in table.keys(b"k005", secondary_prefix=b"s", page_size=1)] == [b"s0", b"s1", b"s2"]
+    table.remove(key("k005", "t0"))
     everything = list(table.entries(page_size=4))  # pages cross partition boundaries
     assert {(e.key.primary, e.key.secondary): e.version for e in everything} == written
     assert len(everything) == 27

@@ -66,5 +66,12 @@ def test_a_token_that_does_not_fit_the_request_is_invalid(tables, unique):
         tables.iterate(unique, "kv", b"b", True, 1, token)
     with pytest.raises(BadKeyLength):
         tables.iterate(unique, "kv", b"ab", True, 1, None)
+    prefixed = tables.iterate(unique, "kv", b"a", True, 1, None, secondary_prefix=b"x").next_token
+    with pytest.raises(InvalidArgument, match="another primary key or prefix"):
+        tables.iterate(unique, "kv", b"a", True, 1, prefixed, secondary_prefix=b"y")
+    with pytest.raises(InvalidArgument, match="needs a primary key"):
+        tables.iterate(unique, "kv", None, True, 1, None, secondary_prefix=b"x")
+    with pytest.raises(InvalidArgument, match="at most the secondary key length"):
+        tables.iterate(unique, "kv", b"a", True, 1, None, secondary_prefix=b"xy")
     with pytest.raises(InvalidArgument, match="malformed page token"):
         tables.iterate(unique, "kv", None, True, 1, "bm90IGpzb24=")  # base64 of "not json"
