@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 
 from controlplane.models import StreamRecord
-from controlplane.streams import AUTOSCALED, StreamTasks
+from controlplane.streams import AUTOSCALED, MAX_CURRENT_SEGMENTS, StreamTasks
 from dataplane.rates import WINDOWS_S
 from dataplane.segment_store import SegmentInfo
 from rillet.keyspace import split_evenly
@@ -81,7 +81,8 @@ def decide(policy: ScalingPolicy, segments: list[tuple[SegmentRange, SegmentInfo
         cold.append(mature and age > w20 and r2 < target and r5 < target and r10 < target and r20 < target / 2)
     if hottest is not None:
         rate, segment = hottest
-        pieces = min(policy.scale_factor, max(2, int(rate / target)))
+        # Never wider than a stream may be: a split that would be takes the room left, if any.
+        pieces = min(policy.scale_factor, max(2, int(rate / target)), MAX_CURRENT_SEGMENTS - len(segments) + 1)
         if pieces >= 2:
             ranges = split_evenly(segment.low, segment.high, pieces)
             return ScaleDecision([segment.segment_id], [(r.low, r.high) for r in ranges],

@@ -56,6 +56,12 @@ from rillet.stream_cut import (
 
 RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches every stream
 AUTOSCALED = "1"  # the value that puts a stream in the auto-scaling index
+# The most current segments a stream may have, as many as it can be created with
+# (ScalingPolicy.min_num_segments). Its epoch and transaction records list every current segment
+# (about 20 B each) and its cuts give each an offset (about 25 B): DynamoDB's 400 KB item limit would
+# come at some 16,000; a reader group's state (about 200 B per live segment) stops at some 1,200
+# (docs/limits.md).
+MAX_CURRENT_SEGMENTS = 1000
 
 
 def now_ms() -> int:
@@ -320,6 +326,10 @@ class StreamTasks:
         if merge_adjacent(wanted) != merge_adjacent(sealed_ranges) or any(
                 a.overlaps(b) for a, b in zip(sorted(wanted), sorted(wanted)[1:])):
             raise InvalidArgument("the new key ranges must cover exactly the key ranges of the sealed segments")
+        width = len(current) - len(seal) + len(ranges)
+        if width > MAX_CURRENT_SEGMENTS:
+            raise InvalidArgument(f"the scale would leave {width} current segments; a stream has at most "
+                                  f"{MAX_CURRENT_SEGMENTS}")
         epoch = record.current_epoch + 1
         new_ids = [segment_id(epoch, record.segment_count + i) for i in range(len(ranges))]
         workflow = {"name": "scale", "seal": seal, "ranges": [list(r) for r in ranges], "epoch": epoch,
