@@ -7,8 +7,8 @@ How a write travels:
 * Each segment has a queue, batched adaptively (Pravega's and Kafka's behaviour): when nothing of the
   segment is in flight, its events leave as one block (one request, one S3 PUT at most) once the
   oldest has waited ``linger_ms``; while blocks are in flight, events gather and leave when an answer
-  comes back, or as soon as ``batch_size_bytes`` have gathered. So a lone event leaves at once and a
-  busy segment sends what gathered during one round trip per request. Up to
+  comes back, or as soon as ``batch_size_bytes`` have gathered. So a lone event waits no more than
+  ``linger_ms`` and a busy segment sends what gathered during one round trip per request. Up to
   ``max_inflight_blocks`` blocks per segment are in flight at once: each names the event number of
   the block before it (``after``), and the server commits a block only after that one, so blocks
   commit in the order written however their requests race, and the upload of one overlaps the commit
@@ -236,7 +236,8 @@ class EventStreamWriter(Generic[T]):
         """Queue an event; the Future resolves to a :class:`WriteAck` once the event is durable.
 
         It fails only with an error that proves the event is not stored, or with
-        :class:`OutcomeUnknown` once ``retry_timeout_s`` passed without proof either way."""
+        :class:`OutcomeUnknown` once ``retry_timeout_s`` passed without proof either way, or with
+        :class:`WriterExpired` when a resend outlived the server's writer expiry (outcome unknown too)."""
         framed = frame(self.serializer.serialize(event))
         point = hash_routing_key(routing_key) if routing_key is not None else random.random()
         future: Future = Future()
