@@ -13,6 +13,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``txn#<id>`` -- :class:`TxnRecord`: a transaction.
 * ``stream#<scope>/<stream>`` / ``rs#<time>`` -- :class:`RetentionRecord`: the retention set.
 * ``stream#<scope>/<stream>`` / ``sub#<scope>/<group>`` -- :class:`SubscriberRecord`: a subscriber's cut.
+* ``stream#<scope>/<stream>`` / ``retention-decision`` -- :class:`RetentionDecisionRecord`: retention's last decision.
 * ``stream#<scope>/<stream>`` / ``mark#<writer>`` -- :class:`WriterMarkRecord`: a writer's noted time.
 * ``stream#<scope>/<stream>`` / ``sink#<name>`` -- :class:`SinkRecord`: a streaming writer's batches.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
@@ -239,6 +240,20 @@ class RetentionRecord(MetadataItem, discriminator="retention"):
     cut = JSONAttribute()  # [[segment id, low, high, offset], ...]
 
 
+class RetentionDecisionRecord(MetadataItem, discriminator="retention-decision"):
+    """The last retention cycle's decision about a stream and why, for operators: one item per stream,
+    overwritten by each cycle (only by a later one). An item of its own rather than fields of the
+    stream record, so a cycle neither bumps the stream's version (racing its workflows) nor rewrites
+    the stream's index entries."""
+
+    decided_ms = NumberAttribute()
+    stream_created_ms = NumberAttribute()  # which incarnation of the stream name it is about
+    outcome = UnicodeAttribute()  # truncated, kept or skipped
+    reason = UnicodeAttribute()  # one sentence
+    retained_bytes = NumberAttribute()
+    cut = JSONAttribute(null=True)  # [[segment id, low, high, offset], ...] truncated at: one epoch's segments at most
+
+
 class SubscriberRecord(MetadataItem, discriminator="subscriber"):
     """A subscriber reader group of a stream and the latest truncation stream cut it acknowledged."""
 
@@ -310,8 +325,8 @@ class ReaderGroupNameRecord(MetadataItem, discriminator="rg-name"):
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
     for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
-                  SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord, ReaderLeaseRecord,
-                  ReaderGroupNameRecord):
+                  RetentionDecisionRecord, SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord,
+                  ReaderLeaseRecord, ReaderGroupNameRecord):
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -64,7 +64,10 @@ from rillet.errors import (
     WriteConflict,
 )
 from rillet.models import (
+    AcknowledgedCut,
     ReaderGroupConfig,
+    ReaderSegment,
+    ReaderStatus,
     SegmentPosition,
     SegmentRange,
     StreamCutBody,
@@ -619,6 +622,30 @@ class ReaderGroups:
                                              last_evaluated_key=_decode_token(token))
         names = [r.group for r in result]
         return names, _encode_token(result.last_evaluated_key)
+
+    def reader_statuses(self, scope: str, group: str) -> list[ReaderStatus]:
+        """Each online reader's segments at the offsets it last reported, with what it has yet to read of
+        them: one segment length read per held segment (bounded by the group's live segments)."""
+        statuses = []
+        for name, entry in sorted(self.state(scope, group).readers.items()):
+            segments = [self._reader_segment(h) for h in sorted(entry.segments.values(), key=lambda h: h.key)]
+            statuses.append(ReaderStatus(reader=name, last_seen_ms=entry.seen_ms, segments=segments,
+                                         unread_bytes=sum(s.unread_bytes for s in segments)))
+        return statuses
+
+    def _reader_segment(self, held: Held) -> ReaderSegment:
+        length = self.streams.segments.info(f"{held.stream}/{held.segment.segment_id}").length
+        end = length if held.end_offset is None else min(length, held.end_offset)
+        return ReaderSegment(stream=held.stream, segment=held.segment, offset=held.offset,
+                             end_offset=held.end_offset, unread_bytes=max(0, end - held.offset))
+
+    def acknowledged_cuts(self, scope: str, group: str) -> list[AcknowledgedCut]:
+        """A subscriber's acknowledged cut in each of its streams (none for a group that is no subscriber)."""
+        config = self.state(scope, group).config
+        if config.retention_type == StreamDataRetention.NONE:
+            return []
+        cuts = (self.retention.acknowledged_cut(s.scope, s.stream, f"{scope}/{group}") for s in config.streams)
+        return [cut for cut in cuts if cut is not None]
 
     def add_reader(self, scope: str, group: str, reader: str, instance: str | None = None) -> Assignment:
         """A reader joins (AlreadyExists if another instance is online under its name). Its lease is

@@ -32,19 +32,33 @@ from dataclasses import dataclass, field
 from pynamodb.exceptions import PutError
 
 from controlplane.cuts import lower_bound
-from controlplane.models import RetentionRecord, SegmentRecord, StreamRecord, SubscriberRecord, stream_pk
+from controlplane.models import (
+    RetentionDecisionRecord,
+    RetentionRecord,
+    SegmentRecord,
+    StreamRecord,
+    SubscriberRecord,
+    stream_pk,
+)
 from controlplane.store import conditional, failed_condition
 from controlplane.streams import StreamTasks, _range
 from rillet.errors import InvalidArgument, NotFound, RilletError
 from rillet.models import (
+    AcknowledgedCut,
+    RetentionDecision,
     RetentionPolicy,
+    RetentionStatus,
     RetentionType,
     SegmentPosition,
     SegmentRange,
     StreamConfiguration,
+    StreamCutBody,
     StreamState,
+    SubscriberLag,
 )
 from rillet.stream_cut import Ordering, compare_positions, segment_is_before, validity_problem
+
+DECISION_KEY = "retention-decision"
 
 
 def now_ms() -> int:
@@ -134,6 +148,48 @@ class RetentionTasks:
         return list(SubscriberRecord.query(stream_pk(scope, stream), SubscriberRecord.sk.startswith("sub#"),
                                            consistent_read=True))
 
+    def acknowledged_cut(self, scope: str, stream: str, group: str) -> AcknowledgedCut | None:
+        """The cut subscriber ``group`` ("scope/group") acknowledged in a stream; None if it is none of its."""
+        try:
+            record = SubscriberRecord.get(stream_pk(scope, stream), f"sub#{group}", consistent_read=True)
+        except SubscriberRecord.DoesNotExist:
+            return None
+        return AcknowledgedCut(cut=StreamCutBody(scope=scope, stream=stream, positions=_positions(record.cut)),
+                               updated_ms=record.updated_ms, generation=record.generation)
+
+    def status(self, scope: str, stream: str) -> RetentionStatus:
+        """The last decision and every subscriber with its lag (one query of the stream's subscribers, and
+        the segment list and tail once if there is any)."""
+        record = self.store.get_stream(scope, stream)
+        policy = StreamConfiguration.model_validate(record.configuration).retention_policy
+        timeout = policy.consumption.subscriber_timeout_ms if policy and policy.consumption else None
+        subscribers, now = self.subscribers(scope, stream), now_ms()
+        lags = []
+        if subscribers:
+            segments = self.store.list_segments(scope, stream)
+            tail_size = self.size_till(segments, self.streams.tail(scope, stream, record))
+            for sub in subscribers:
+                cut = _positions(sub.cut)
+                lags.append(SubscriberLag(
+                    group=sub.group, generation=sub.generation, updated_ms=sub.updated_ms,
+                    cut=StreamCutBody(scope=scope, stream=stream, positions=cut),
+                    active=None if timeout is None else now - sub.updated_ms <= timeout,
+                    lag_bytes=tail_size - self.size_till(segments, cut)))
+        return RetentionStatus(last_decision=self._last_decision(record), subscribers=lags)
+
+    @staticmethod
+    def _last_decision(record: StreamRecord) -> RetentionDecision | None:
+        try:
+            last = RetentionDecisionRecord.get(stream_pk(record.scope, record.stream), DECISION_KEY)
+        except RetentionDecisionRecord.DoesNotExist:
+            return None
+        if last.stream_created_ms != record.created_ms:
+            return None  # about an earlier stream of that name, written as it was deleted
+        cut = (StreamCutBody(scope=record.scope, stream=record.stream, positions=_positions(last.cut))
+               if last.cut else None)
+        return RetentionDecision(decided_ms=last.decided_ms, outcome=last.outcome, reason=last.reason,
+                                 retained_bytes=last.retained_bytes, cut=cut)
+
     def update_truncation_cut(self, scope: str, stream: str, group: str, generation: int,
                               offsets: dict[int, int]) -> list[SegmentPosition]:
         """A subscriber acknowledges consumption up to a cut: valid, and never behind its previous one."""
@@ -167,9 +223,30 @@ class RetentionTasks:
         return decisions
 
     def cycle(self, scope: str, stream: str, now: int | None = None) -> Decision:
+        """Decide and apply one stream's retention, and remember the decision for ``status``."""
         now = now if now is not None else now_ms()
-        name = f"{scope}/{stream}"
         record = self.store.get_stream(scope, stream)
+        decision = self._decide(record, now)
+        self._remember(record, decision, now)
+        return decision
+
+    def _remember(self, record: StreamRecord, decision: Decision, now: int) -> None:
+        """Overwrite the stream's last decision, unless a later cycle's is already there (cycles may
+        overlap and finish out of order)."""
+        remembered = RetentionDecisionRecord(
+            stream_pk(record.scope, record.stream), DECISION_KEY, decided_ms=now, stream_created_ms=record.created_ms,
+            outcome=decision.outcome, reason=decision.reason, retained_bytes=decision.retained_bytes,
+            cut=_wire(decision.cut) if decision.cut else None)
+        try:
+            remembered.save(condition=RetentionDecisionRecord.pk.does_not_exist()
+                            | (RetentionDecisionRecord.decided_ms < now))
+        except PutError as e:
+            if not failed_condition(e):
+                raise
+
+    def _decide(self, record: StreamRecord, now: int) -> Decision:
+        scope, stream = record.scope, record.stream
+        name = f"{scope}/{stream}"
         policy = StreamConfiguration.model_validate(record.configuration).retention_policy
         if policy is None:
             return Decision(name, "skipped", "no retention policy")

@@ -9,10 +9,18 @@ import time
 
 from rillet.cli_data import human_bytes, resolve_cut
 from rillet.connection import Connection
-from rillet.models import RetentionPolicy, RetentionType, StreamDataRetention, TxnInfo, TxnState
+from rillet.models import (
+    RetentionPolicy,
+    RetentionType,
+    StreamCutBody,
+    StreamDataRetention,
+    TxnInfo,
+    TxnState,
+)
 from rillet.names import split_scoped_name, validate_scope_name
 from rillet.reader_group import ReaderGroupManager, group_config
 from rillet.serializers import BytesSerializer
+from rillet.stream_cut import StreamCut
 from rillet.transaction import TransactionalEventStreamWriter
 
 _UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
@@ -101,7 +109,32 @@ def rg_describe(args: argparse.Namespace) -> None:
              f"lag           {human_bytes(unread)} unread",
              f"checkpoints   last {data['last_checkpoint'] or '-'}; outstanding {', '.join(info.outstanding_checkpoints) or '-'}"]
     lines += [f"position      {cut.to_text()}" for cut in cuts.values()]
+    readers = groups.connection.controller.reader_statuses(groups.scope, name)
+    acknowledged = groups.connection.controller.acknowledged_cuts(groups.scope, name)
+    data["readers"] = [r.model_dump(mode="json") for r in readers]
+    data["acknowledged_cuts"] = {f"{a.cut.scope}/{a.cut.stream}": {
+        "cut": _cut_text(a.cut), "updated_ms": a.updated_ms, "generation": a.generation} for a in acknowledged}
+    now_ms = time.time() * 1000
+    several = len(info.config.streams) > 1
+    for r in readers:
+        held = ", ".join(f"{s.stream + ' ' if several else ''}{s.segment.number}@{s.offset} "
+                         f"({human_bytes(s.unread_bytes)} unread)" for s in r.segments)
+        lines.append(f"reader        {r.reader}: {held or 'no segments'}; lag {human_bytes(r.unread_bytes)}, "
+                     f"seen {_ago(now_ms - r.last_seen_ms)}")
+    lines += [f"acknowledged  {_cut_text(a.cut)} ({_ago(now_ms - a.updated_ms)})" for a in acknowledged]
     _print(args, data, "\n".join(lines))
+
+
+def _cut_text(body: StreamCutBody) -> str:
+    return StreamCut.of(body.scope, body.stream, list(body.positions)).to_text()
+
+
+def _ago(ms: float) -> str:
+    """``3s ago``, ``2h ago``: the largest unit, rounded down (clocks of different hosts differ)."""
+    for unit, size in _UNITS_MS:
+        if ms >= size:
+            return f"{int(ms // size)}{unit} ago"
+    return "just now"
 
 
 def rg_reset(args: argparse.Namespace) -> None:
@@ -171,12 +204,24 @@ def retention_status(args: argparse.Namespace) -> None:
     info = connection.controller.stream_info(scope, stream)
     retained = connection.controller.slices(scope, stream).size_bytes
     policy = info.configuration.retention_policy
+    status = connection.controller.retention_status(scope, stream)
     data = {"stream": args.stream, "policy": describe_retention(policy),
             "retention_policy": policy.model_dump(mode="json") if policy else None, "retained_bytes": retained,
-            "head": [{"segment_id": p.segment.segment_id, "offset": p.offset} for p in info.head]}
-    _print(args, data, "\n".join([f"stream     {args.stream}", f"policy     {data['policy']}",
-                                  f"retained   {human_bytes(retained)} between head and tail",
-                                  "head       " + ", ".join(f"{p.segment.number}@{p.offset}" for p in info.head)]))
+            "head": [{"segment_id": p.segment.segment_id, "offset": p.offset} for p in info.head],
+            **status.model_dump(mode="json")}
+    lines = [f"stream     {args.stream}", f"policy     {data['policy']}",
+             f"retained   {human_bytes(retained)} between head and tail",
+             "head       " + ", ".join(f"{p.segment.number}@{p.offset}" for p in info.head)]
+    now_ms = time.time() * 1000
+    last = status.last_decision
+    lines.append("decision   none yet (no retention cycle has run)" if last is None else
+                 f"decision   {last.outcome} {_ago(now_ms - last.decided_ms)}"
+                 f"{' at ' + _cut_text(last.cut) if last.cut else ''}: {last.reason}")
+    for sub in status.subscribers:
+        state = "" if sub.active is None else (" active," if sub.active else " timed out,")
+        lines.append(f"subscriber {sub.group}:{state} lag {human_bytes(sub.lag_bytes)}, "
+                     f"acknowledged {_ago(now_ms - sub.updated_ms)} at {_cut_text(sub.cut)}")
+    _print(args, data, "\n".join(lines))
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -214,6 +259,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         p.set_defaults(func=fn)
 
     retention = commands.add_parser("retention", help="a stream's retention").add_subparsers(dest="action", required=True)
-    p = retention.add_parser("status", help="the policy in human terms and what the stream retains")
+    p = retention.add_parser("status", help="the policy in human terms, what the stream retains, the last decision "
+                                           "and the subscribers' lag")
     p.add_argument("stream", help="SCOPE/STREAM")
     p.set_defaults(func=retention_status)

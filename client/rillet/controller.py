@@ -8,7 +8,12 @@ from urllib.parse import quote
 
 from rillet import api, kvt_models
 from rillet.models import (
+    AcknowledgedCut,
+    AcknowledgedCutList,
     ReaderGroupList,
+    ReaderStatus,
+    ReaderStatusList,
+    RetentionStatus,
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
@@ -25,6 +30,10 @@ from rillet.transport import Transport
 
 def _stream_path(scope: str, stream: str) -> str:
     return f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}"
+
+
+def _group_path(scope: str, group: str) -> str:
+    return f"/v1/scopes/{quote(scope, safe='')}/reader-groups/{quote(group, safe='')}"
 
 
 def _table_path(scope: str, table: str) -> str:
@@ -221,3 +230,17 @@ class ControllerClient:
             if not page.next_token:
                 return
             token = page.next_token
+
+    def reader_statuses(self, scope: str, group: str) -> list[ReaderStatus]:
+        """A group's online readers with their segments, offsets and unread bytes."""
+        data = self.transport.json("GET", _group_path(scope, group) + "/readers")
+        return ReaderStatusList.model_validate(data).readers
+
+    def acknowledged_cuts(self, scope: str, group: str) -> list[AcknowledgedCut]:
+        """A subscriber group's acknowledged cut in each of its streams (empty for other groups)."""
+        data = self.transport.json("GET", _group_path(scope, group) + "/acknowledged-cuts")
+        return AcknowledgedCutList.model_validate(data).cuts
+
+    def retention_status(self, scope: str, stream: str) -> RetentionStatus:
+        """The stream's last retention decision and its subscribers with their lag."""
+        return RetentionStatus.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/retention"))

@@ -310,3 +310,71 @@ class TxnList(_Model):
 
     transactions: list[TxnInfo]
     next_token: str | None = None
+
+
+class ReaderSegment(_Model):
+    """A segment an online reader holds: where the reader reported it had read to, and what is left."""
+
+    stream: str = Field(description="scope/stream")
+    segment: SegmentRange
+    offset: int = Field(description="The offset the reader last reported (or was handed the segment at).")
+    end_offset: int | None = Field(None, description="Where the group stops reading it (its end cut); null: its end.")
+    unread_bytes: int = Field(description="From offset to the segment's present length (or end_offset).")
+
+
+class ReaderStatus(_Model):
+    """An online reader of a group: its segments and when it last synced."""
+
+    reader: str
+    last_seen_ms: int
+    segments: list[ReaderSegment]
+    unread_bytes: int = Field(description="The sum over its segments: what it has yet to read of what it holds.")
+
+
+class ReaderStatusList(_Model):
+    """A group's online readers (at most the group's online readers, each with at most its fair share)."""
+
+    readers: list[ReaderStatus]
+
+
+class AcknowledgedCut(_Model):
+    """A subscriber group's acknowledged (truncation) cut in one stream: retention never truncates past it."""
+
+    cut: StreamCutBody
+    updated_ms: int = Field(description="When the subscriber last acknowledged a cut (or registered).")
+    generation: int
+
+
+class AcknowledgedCutList(_Model):
+    """One acknowledged cut per stream the subscriber reads (none for a group that is no subscriber)."""
+
+    cuts: list[AcknowledgedCut]
+
+
+class RetentionDecision(_Model):
+    """What the last retention cycle decided about a stream, and why."""
+
+    decided_ms: int = Field(description="When the cycle decided (its clock).")
+    outcome: str = Field(description="truncated, kept or skipped")
+    reason: str
+    retained_bytes: int = Field(description="Bytes between head and tail after the cycle.")
+    cut: StreamCutBody | None = Field(None, description="The cut it truncated at; null: it truncated nothing.")
+
+
+class SubscriberLag(_Model):
+    """A subscriber of a stream's consumption-based retention and how far behind the tail it is."""
+
+    group: str = Field(description="scope/group")
+    generation: int
+    cut: StreamCutBody = Field(description="Its acknowledged cut: retention never truncates past it.")
+    updated_ms: int = Field(description="When it last acknowledged a cut (or registered).")
+    active: bool | None = Field(description="Heard from within the subscriber timeout; null: the policy is not "
+                                            "consumption-based, so subscribers hold nothing back.")
+    lag_bytes: int = Field(description="Bytes between its acknowledged cut and the tail.")
+
+
+class RetentionStatus(_Model):
+    """A stream's last retention decision and its subscribers (all of them: one per subscriber group)."""
+
+    last_decision: RetentionDecision | None = Field(description="Null until a retention cycle has run.")
+    subscribers: list[SubscriberLag]

@@ -50,8 +50,11 @@ from rillet.api import (
 )
 from rillet.errors import InvalidArgument
 from rillet.models import (
+    AcknowledgedCutList,
     ReaderGroupConfig,
     ReaderGroupList,
+    ReaderStatusList,
+    RetentionStatus,
     ScopeInfo,
     SegmentRange,
     StreamConfiguration,
@@ -363,9 +366,26 @@ def get_group_stream_cuts(scope: str, group: str) -> StreamCutList:
     return StreamCutList(cuts=groups.stream_cuts(scope, group))
 
 
+@app.get(GROUP + "/readers", summary="The online readers, each with its segments, offsets and unread bytes")
+def get_reader_statuses(scope: str, group: str) -> ReaderStatusList:
+    return ReaderStatusList(readers=groups.reader_statuses(scope, group))
+
+
+@app.get(GROUP + "/acknowledged-cuts",
+         summary="A subscriber group's acknowledged (truncation) cut in each of its streams")
+def get_acknowledged_cuts(scope: str, group: str) -> AcknowledgedCutList:
+    return AcknowledgedCutList(cuts=groups.acknowledged_cuts(scope, group))
+
+
 @app.get(GROUP + "/unread-bytes", summary="Bytes between the group's position and the tails of its streams")
 def get_unread_bytes(scope: str, group: str) -> UnreadBytes:
     return UnreadBytes(unread_bytes=groups.unread_bytes(scope, group))
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/retention",
+         summary="The last retention decision and why, and every subscriber with its lag behind the tail")
+def get_retention_status(scope: str, stream: str) -> RetentionStatus:
+    return controller.retention.status(scope, stream)
 
 
 def _status(scope: str, stream: str) -> StreamStatus:

@@ -4,11 +4,15 @@ time-based cuts, against the standalone stack over HTTP."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from rillet import EventStreamClientFactory, UTF8StringSerializer
+from rillet import EventStreamClientFactory, StreamManager, UTF8StringSerializer
 from rillet.cli import main
+from rillet.models import StreamDataRetention
+from rillet.reader_group import ReaderGroupManager, group_config
+from tests.e2e.test_retention_subscribers_e2e import bound_to
 
 
 def run(capsys, url, *args):
@@ -59,3 +63,78 @@ def test_txn_list_shows_unfinished_transactions_with_deadlines(capsys, url, stre
 
     code, out, err = run(capsys, url, "txn", "list", f"{unique}/missing")
     assert code != 0 and out == "" and err.startswith("error: StreamNotFound: ")
+
+
+def test_rg_describe_shows_reader_positions_lag_and_the_acknowledged_cut(capsys, url, stream, unique):
+    scope, name = stream.split("/")
+    manager = StreamManager(url)
+    run(capsys, url, "stream", "write", stream, "hello", "--key", "k")  # 9 bytes with the event header
+    middle = manager.get_tail(scope, name)
+    run(capsys, url, "stream", "write", stream, "world", "--key", "k")
+    groups = ReaderGroupManager(scope, url)
+    groups.create_reader_group("g", group_config(
+        [stream], group_refresh_time_ms=0, retention_type=StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT))
+    groups.get_reader_group("g").update_retention_stream_cut(middle)
+    reader = EventStreamClientFactory(scope, url).create_reader("r1", "g", UTF8StringSerializer())
+    assert reader.read_next_event(timeout_ms=5000).event == "hello"
+    assert reader.read_next_event(timeout_ms=5000).event == "world"  # synced at offset 9 first
+
+    code, out, err = run(capsys, url, "rg", "describe", f"{scope}/g")
+    assert (code, err) == (0, "")
+    assert "\nreader        r1: 0@9 (9 B unread); lag 9 B, seen " in out
+    assert f"\nacknowledged  {middle.to_text()} (" in out
+    code, out, _ = run(capsys, url, "--json", "rg", "describe", f"{scope}/g")
+    described = json.loads(out)
+    [r1] = described["readers"]
+    assert (r1["reader"], r1["unread_bytes"]) == ("r1", 9)
+    assert [(s["offset"], s["unread_bytes"]) for s in r1["segments"]] == [(9, 9)]
+    assert described["acknowledged_cuts"][stream]["cut"] == middle.to_text()
+    reader.close()
+
+    run(capsys, url, "rg", "create", f"{scope}/plain", "--stream", stream)
+    code, out, _ = run(capsys, url, "--json", "rg", "describe", f"{scope}/plain")
+    assert (json.loads(out)["readers"], json.loads(out)["acknowledged_cuts"]) == ([], {})
+    code, out, err = run(capsys, url, "rg", "describe", "no-scope-separator")
+    assert code != 0 and out == "" and err.startswith("error: InvalidArgument: ")
+
+
+def test_retention_status_shows_the_last_decision_and_subscriber_lag(capsys, stack, url, stream, unique):
+    code, out, _ = run(capsys, url, "retention", "status", stream)
+    assert "\ndecision   none yet (no retention cycle has run)\n" in out
+    run(capsys, url, "rg", "create", f"{unique}/sub", "--stream", stream, "--subscriber", "manual")
+    run(capsys, url, "stream", "write", stream, "hello", "world")  # 18 bytes the subscriber has not acknowledged
+    with bound_to(stack) as controller:
+        decision = controller.retention.cycle(unique, "s")
+    assert decision.outcome == "kept"
+
+    code, out, err = run(capsys, url, "retention", "status", stream)
+    assert (code, err) == (0, "")
+    assert f"\ndecision   kept just now: {decision.reason}\n" in out or f" ago: {decision.reason}\n" in out
+    assert f"\nsubscriber {unique}/sub: active, lag 18 B, acknowledged " in out
+    code, out, _ = run(capsys, url, "--json", "retention", "status", stream)
+    status = json.loads(out)
+    assert (status["last_decision"]["outcome"], status["last_decision"]["reason"]) == ("kept", decision.reason)
+    assert [(s["group"], s["active"], s["lag_bytes"]) for s in status["subscribers"]] == [(f"{unique}/sub", True, 18)]
+
+    code, out, err = run(capsys, url, "retention", "status", "no-scope-separator")
+    assert code != 0 and out == "" and err.startswith("error: InvalidArgument: ")
+
+
+def test_retention_status_names_the_cut_a_cycle_truncated_at(capsys, stack, url, unique):
+    plain = f"{unique}/plain"
+    run(capsys, url, "scope", "create", unique)
+    run(capsys, url, "stream", "create", plain, "--retention-time", "7d")
+    run(capsys, url, "stream", "write", plain, "old")
+    scope, name = plain.split("/")
+    cut = StreamManager(url).get_tail(scope, name)
+    with bound_to(stack) as controller:
+        now = int(time.time() * 1000)
+        controller.retention.cycle(scope, name, now=now)  # records the tail in the retention set
+        decision = controller.retention.cycle(scope, name, now=now + 8 * 86_400_000)  # 8 days later
+    assert decision.outcome == "truncated"
+
+    last = json.loads(run(capsys, url, "--json", "retention", "status", plain)[1])["last_decision"]
+    assert (last["outcome"], last["retained_bytes"]) == ("truncated", 0)
+    assert [p["offset"] for p in last["cut"]["positions"]] == [p.offset for p in cut.positions]
+    out = run(capsys, url, "retention", "status", plain)[1]
+    assert f"\ndecision   truncated just now at {cut.to_text()}: {decision.reason}\n" in out
