@@ -10,8 +10,10 @@ import types
 from test_writer_contract import FakeConnection, FakeSegments, outcome, writer_on
 
 import rillet.writer
+from rillet import api
 from rillet.errors import OutcomeUnknown, ServiceUnavailable, WriterExpired
 from rillet.framing import MAX_EVENT_SIZE, frame
+from rillet.segments import SegmentClient
 from rillet.writer import EventWriterConfig
 
 TWO_EVENTS = 2 * len(frame(b"e0"))
@@ -134,3 +136,16 @@ def test_a_writer_id_idle_past_its_window_is_not_continued(monkeypatch):
     assert ids[0][0] == ids[1][0] and ids[1][1] == 1
     assert ids[2][0] != ids[0][0] and ids[2][1] == 0
     assert store.stored(0) == ["e0", "e1", "e2"]
+
+
+def test_the_segment_client_sends_the_block_age_as_a_header():
+    sent: list[dict] = []
+
+    class Transport:
+        def json(self, method, path, body=None, headers=None):
+            sent.append(headers)
+            return {"offset": 0, "length": len(body)}
+
+    segments = SegmentClient(Transport(), Transport())
+    segments.append("sc", "s", 0, "w", 0, 1, frame(b"e0"), after=-1, block_age_ms=1234)
+    assert sent[0][api.BLOCK_AGE_MS] == "1234" and sent[0][api.AFTER_EVENT] == "-1"
