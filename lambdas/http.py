@@ -2,7 +2,8 @@
 
 Handlers stay thin: parse and validate (powertools with ``enable_validation``), call one domain
 function, and let the exception handlers here turn typed domain errors into ``{"code", "message"}``
-with the error's HTTP status. A throttled or transiently failing AWS call (after the AWS clients' own
+with the error's HTTP status. Every route is authorized (lambdas/authorization.py) once its request is
+validated and before it runs. A throttled or transiently failing AWS call (after the AWS clients' own
 retries) is answered 429 ``Throttled`` or 503 ``ServiceUnavailable`` with ``Retry-After``: its outcome
 is unknown, and repeating the request is safe (appends are de-duplicated, control operations are
 idempotent). Anything else unexpected is a bug: logged with its stack trace and answered with a bare
@@ -28,6 +29,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 from aws_lambda_powertools.event_handler.openapi.params import Path
 from pydantic import ValidationError
+
+from lambdas.authorization import authorize
 
 from rillet.errors import (
     InvalidArgument,
@@ -138,6 +141,7 @@ def _validation_message(errors: list[dict]) -> str:
 
 def build_resolver(logger: Logger) -> LambdaFunctionUrlResolver:
     app = LambdaFunctionUrlResolver(enable_validation=True)
+    app.use([authorize])  # every route: validated first, then authorized, then run
 
     @app.exception_handler(RilletError)
     def _typed(error: RilletError) -> Response:

@@ -6,11 +6,18 @@ execution environment does; that matters because powertools' resolvers keep the 
 module state. Requests are turned into payload-format-2.0 events exactly as the Function URL service
 builds them (binary bodies base64-encoded, headers lower-cased, the 6 MB payload limit), and the
 handler's result is turned back into a response the same way.
+
+Identities: on AWS the Function URL service (AuthType AWS_IAM) puts the SigV4 signer's identity in
+``requestContext.authorizer.iam``, and that is all the handlers read. A gateway started with
+``simulate_identities`` turns an ``x-rillet-identity: <IAM ARN>`` header into that context, so tests
+and demos can act as several principals; without it the context has no identity, as for a URL
+without IAM auth. The header never reaches a handler either way.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib
 import json
 import multiprocessing
@@ -34,6 +41,7 @@ MAX_PAYLOAD = 6 * 1024 * 1024
 # holding a server thread forever.
 BODY_TIMEOUT_S = 30
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"  # the methods the three APIs' routes use
+IDENTITY_HEADER = "x-rillet-identity"
 _TEXT_TYPES = ("application/json", "text/", "application/xml", "application/x-www-form-urlencoded")
 
 
@@ -110,8 +118,18 @@ def _invoke(spec: FunctionSpec, event: dict) -> tuple[Any, float]:
     return result, time.perf_counter() - started
 
 
+def iam_context(arn: str) -> dict:
+    """``requestContext.authorizer`` as a Function URL with AWS_IAM auth reports a signer (its IDs
+    derived from the ARN, as this gateway has no real credentials to take them from)."""
+    unique_id = "AIDA" + hashlib.sha256(arn.encode()).hexdigest()[:16].upper()
+    parts = arn.split(":")
+    account = parts[4] if len(parts) > 5 else ""
+    return {"iam": {"accessKey": "ASIASIMULATED", "accountId": account, "callerId": unique_id,
+                    "cognitoIdentity": None, "principalOrgId": None, "userArn": arn, "userId": unique_id}}
+
+
 def build_event(method: str, target: str, headers: dict[str, str], body: bytes, host: str,
-                source_ip: str) -> dict:
+                source_ip: str, identity: str | None = None) -> dict:
     parts = urlsplit(target)
     query = parse_qsl(parts.query, keep_blank_values=True)
     params: dict[str, str] = {}
@@ -140,6 +158,9 @@ def build_event(method: str, target: str, headers: dict[str, str], body: bytes, 
         },
         "isBase64Encoded": bool(body) and text is None,
     }
+    if identity:
+        event["requestContext"]["authorizer"] = iam_context(identity)
+        event["requestContext"]["accountId"] = event["requestContext"]["authorizer"]["iam"]["accountId"]
     if params:
         event["queryStringParameters"] = params
     if body:
@@ -185,9 +206,10 @@ class FunctionUrl:
     """One function behind its own loopback port."""
 
     def __init__(self, spec: FunctionSpec, env: dict[str, str], meter: InvocationMeter,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, simulate_identities: bool = False) -> None:
         self.spec = spec
         self.meter = meter
+        self.simulate_identities = simulate_identities
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         self.pool = ProcessPoolExecutor(spec.workers, mp_context=context, initializer=_load_handler,
                                         initargs=(spec.handler, env))
@@ -234,8 +256,9 @@ class FunctionUrl:
                 for name, value in self.headers.items():
                     key = name.lower()
                     headers[key] = f"{headers[key]},{value}" if key in headers else value
+                identity = headers.pop(IDENTITY_HEADER, None)
                 event = build_event(self.command, self.path, headers, body, self.headers.get("host", "localhost"),
-                                    self.client_address[0])
+                                    self.client_address[0], identity if function.simulate_identities else None)
                 if _payload_size(event) > MAX_PAYLOAD:
                     return self._send(413, {"content-type": "application/json"}, json.dumps(
                         {"code": "TooLarge", "message": f"request payload exceeds {MAX_PAYLOAD} bytes"}).encode())

@@ -62,6 +62,9 @@ class StackConfig:
     # Where the functions and Dagster write their output (one file each, emptied at start); None leaves
     # the functions' output on this process's stdout (with metrics off) and drops Dagster's.
     log_dir: str | None = None
+    # Turn an x-rillet-identity header into the caller's IAM identity (standalone/gateway.py), to try
+    # out grants as several principals; off by default, as on AWS only a signature names the caller.
+    simulate_identities: bool = False
 
     @classmethod
     def ephemeral(cls, with_dagster: bool = False, faults: FaultConfig | None = None, **env: str) -> StackConfig:
@@ -104,13 +107,14 @@ class Stack:
             for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
                                         ("read", "lambdas.read.handler.handler", cfg.read_port)):
                 self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]),
-                                                   self._function_env(name, env), self.invocations, cfg.host, port)
+                                                   self._function_env(name, env), self.invocations, cfg.host, port,
+                                                   cfg.simulate_identities)
             env = {**env, "RILLET_APPEND_URL": self.functions["append"].url,
                    "RILLET_READ_URL": self.functions["read"].url}
             self.functions["controller"] = FunctionUrl(
                 FunctionSpec("controller", "lambdas.controller_api.handler.handler",
                              workers=cfg.workers["controller"]), self._function_env("controller", env),
-                self.invocations, cfg.host, cfg.controller_port)
+                self.invocations, cfg.host, cfg.controller_port, cfg.simulate_identities)
             for function in self.functions.values():
                 function.start()
             if cfg.with_dagster:

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
+from lambdas.controller_api import grant_routes
 from lambdas.controller_api import kvt_routes
 from lambdas.http import build_resolver, powertools
 from rillet.api import (
@@ -69,6 +70,7 @@ from rillet.stream_cut import StreamCut
 logger, metrics, tracer = powertools("controller")
 app = build_resolver(logger)
 app.include_router(kvt_routes.router)
+app.include_router(grant_routes.router)
 controller = Controller.for_deployment(Deployment.from_env())
 streams = controller.streams
 groups = controller.reader_groups
