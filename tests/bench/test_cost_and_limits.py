@@ -1,0 +1,70 @@
+"""The cost, writer-count, throughput and record-size benchmarks run in their quick modes, and their
+figures have the shape and sense the docs rely on (docs/benchmarks.md, docs/limits.md). Counts and
+sizes only: timings on a shared machine are for the benchmarks to print.
+
+Each runs in its own interpreter, as ``python -m bench...`` does (see test_benchmark_figures.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _run(module: str, expression: str) -> object:
+    code = f"import json; from bench import {module}; print(json.dumps({expression}))"
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=580)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_cost_profile_sends_larger_blocks_for_fewer_dollars_and_more_latency():
+    result = _run("append_cost", "append_cost.run({k: append_cost.RATES[k] for k in ('1 event/s', '100 events/s')}, "
+                                 "appends=2)")
+    rows = {(r["rate"], r["profile"]): r for r in result["rows"]}
+    assert set(rows) == {(rate, profile) for rate in ("1 event/s", "100 events/s") for profile in ("default", "cost")}
+    for r in rows.values():
+        assert r["requests"]["dynamodb UpdateItem"] == 1 and r["requests"]["dynamodb PutItem"] == 1
+        assert r["write_units"] >= 2 and r["read_units"] >= 1
+        assert 0 < r["dollars_per_gib"]["total"] and r["ack_ms"]["p50"] <= r["ack_ms"]["p99"]
+        assert ("tiering" in r) == r["inline"] and (r["requests"].get("s3 PutObject", 0) == 1) != r["inline"]
+    # At 1 event/s each block holds one event whatever the profile; the cost profile only waits longer.
+    alone, lingered = rows[("1 event/s", "default")], rows[("1 event/s", "cost")]
+    assert alone["block_events"] == lingered["block_events"] == 1
+    assert lingered["ack_ms"]["p50"] >= alone["ack_ms"]["p50"] + 900
+    # At 100 events/s the cost profile's second of events makes one S3 block: far cheaper per GB.
+    default, cost = rows[("100 events/s", "default")], rows[("100 events/s", "cost")]
+    assert cost["block_events"] == 100 and default["block_events"] < 10
+    assert cost["dollars_per_gib"]["total"] < default["dollars_per_gib"]["total"] / 10
+    assert default["ack_ms"]["p99"] < cost["ack_ms"]["p50"]
+
+
+def test_the_writer_count_benchmark_measures_every_kind_of_append():
+    result = _run("writer_count", "writer_count.run((10, 300))")
+    assert [r["writers"] for r in result["rows"]] == [10, 300]
+    for row in result["rows"]:
+        assert 0 < row["head_record_bytes"] < 400 * 1024
+        for kind in ("new writer", "recent writer", "oldest writer"):
+            assert row[kind]["requests"] >= 3 and row[kind]["write_units"] >= 2 and row[kind]["read_units"] >= 1
+
+
+def test_the_throughput_benchmark_writes_through_every_segment_count():
+    result = _run("segment_throughput", "segment_throughput.run((1, 4), 2, 400)")
+    assert [r["segments"] for r in result["rows"]] == [1, 4]
+    for row in result["rows"]:
+        assert row["events"] == 2 * 1024 and row["events_per_s"] > 0 and row["append_invocations"] >= row["segments"]
+    assert result["raw_put_item_per_s"] > 0
+
+
+def test_every_growing_record_is_measured_below_the_item_limit_and_grows_with_width():
+    result = _run("record_sizes", "record_sizes.run((10, 100))")
+    sizes = {(r["record"], r["at"]): r["bytes"] for r in result["rows"]}
+    assert all(isinstance(s, int) and 0 < s < result["item_limit"] for s in sizes.values()), sizes
+    for record in ("epoch record", "transaction record", "retention-set record (each)", "writer time mark (each)"):
+        narrow, wide = sizes[(record, "10 segments")], sizes[(record, "100 segments")]
+        assert 10 * 90 < wide - narrow < 50 * 90, (record, narrow, wide)  # 10 to 50 bytes per segment
