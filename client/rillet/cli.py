@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from typing import Any
 
-from rillet import cli_admin, cli_completion, cli_data, cli_kvt, cli_segments
+from rillet import cli_admin, cli_completion, cli_data, cli_grants, cli_kvt, cli_segments
 from rillet.errors import RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_admin.register(commands)
     cli_completion.register(commands, parser)
     cli_kvt.register(commands)
+    cli_grants.register(commands)
     for plugin in entry_points(group="rillet.cli"):
         register: Callable[[Any], None] = plugin.load()
         register(commands)

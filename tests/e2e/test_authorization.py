@@ -287,3 +287,27 @@ def test_the_gateway_maps_the_identity_header_only_when_simulating(simulate):
         assert seen["authorizer"]["iam"]["accountId"] == ACCOUNT
     else:
         assert seen["authorizer"] is None
+
+
+def test_cli_grant_add_list_remove(auth_stack, capsys):
+    from rillet.cli import main
+
+    endpoint = ["--endpoint", auth_stack.controller_url]
+    assert main([*endpoint, "grant", "list"]) == 0
+    assert "authorization is off" in capsys.readouterr().out
+    assert main([*endpoint, "grant", "add", ADMIN, "prn::*", "READ_UPDATE"]) == 0
+    assert capsys.readouterr().out.strip() == f"granted READ_UPDATE on prn::* to {ADMIN}"
+    try:
+        # the CLI signs nothing here, so from now on it is an unauthenticated caller
+        assert main([*endpoint, "grant", "list"]) == 1
+        assert capsys.readouterr().err.strip() == ("error: AccessDenied: an unauthenticated caller lacks "
+                                                   "READ_UPDATE on prn::/")
+        assert [p.principal for p in grants_client(auth_stack, ADMIN).principals()] == [ADMIN]
+    finally:
+        assert grants_client(auth_stack, ADMIN).remove(ADMIN, "prn::*", "READ_UPDATE")
+    assert main([*endpoint, "--json", "grant", "list", PRODUCER_SESSION]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main([*endpoint, "grant", "add", "bob", "prn::*", "READ"]) == 1
+    assert capsys.readouterr().err.startswith("error: InvalidArgument: invalid Grant: principal")
+    assert main([*endpoint, "grant", "remove", ADMIN, "prn::*", "READ"]) == 0
+    assert capsys.readouterr().out.strip() == "there was no such grant"
