@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
+from datetime import UTC, datetime
 from typing import TextIO
 
 from rillet.connection import Connection
@@ -74,6 +76,46 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
     return int(text)
+
+
+_RELATIVE_TIME = re.compile(r"^-(\d+)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# "-1h" is a value, not an option: argparse takes an argument for one when it looks like a negative number
+NEGATIVE_OR_RELATIVE = re.compile(r"^-\d+(\.\d+)?(ms|s|m|h|d)?$")
+
+
+def parse_time_ms(text: str, now_ms: int | None = None) -> int:
+    """Milliseconds since the epoch from ``now``, ``-1h`` (``-30s``, ``-15m``, ``-7d``: before now), an
+    ISO-8601 time (``2026-11-25T01:00:00Z``; without a zone, UTC) or plain milliseconds since the epoch."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    text = text.strip()
+    if text == "now":
+        return now_ms
+    if text.isdigit():
+        return int(text)
+    relative = _RELATIVE_TIME.match(text)
+    if relative:
+        return max(0, now_ms - int(relative.group(1)) * _UNIT_MS[relative.group(2)])
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (use now, -1h, -30m, 2026-11-25T01:00:00Z or milliseconds since the epoch)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(0, int(moment.timestamp() * 1000))
+
+
+def accept_relative_times(parser: argparse.ArgumentParser) -> None:
+    """Let ``-1h`` be an argument's value (argparse would take it for an unknown option)."""
+    parser._negative_number_matcher = NEGATIVE_OR_RELATIVE  # argparse's own hook; no option here looks like it
+
+
+def start_of(connection: Connection, scope: str, stream: str, args: argparse.Namespace) -> list[SegmentPosition]:
+    """Where ``read`` starts: the cut at ``--from-time``, else ``--from``."""
+    if args.from_time is not None:
+        return connection.controller.cut_at_time(scope, stream, args.from_time)
+    return resolve_cut(connection, scope, stream, args.from_cut or "head")
 
 
 def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> list[SegmentPosition]:
@@ -150,7 +192,7 @@ def stream_read(args: argparse.Namespace) -> None:
     It stops once every segment is read up to the end cut, so appends racing the read do not keep it going."""
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
-    start = resolve_cut(connection, scope, stream, args.from_cut)
+    start = start_of(connection, scope, stream, args)
     end = resolve_cut(connection, scope, stream, args.to_cut)
     ends = _end_offsets(connection, scope, stream, StreamCut.of(scope, stream, start).to_text(),
                         StreamCut.of(scope, stream, end).to_text())
@@ -203,7 +245,12 @@ def register(actions: argparse._SubParsersAction) -> None:
 
     p = actions.add_parser("read", help="print events between two cuts (head to tail by default)")
     p.add_argument("stream", help="SCOPE/STREAM")
-    p.add_argument("--from", dest="from_cut", default="head", help="head (default), tail or a stream cut")
+    start = p.add_mutually_exclusive_group()
+    # no default here: argparse lets an exclusive option through when its value is the default
+    start.add_argument("--from", dest="from_cut", help="head (default), tail or a stream cut")
+    start.add_argument("--from-time", type=parse_time_ms, metavar="TIME",
+                       help="from the cut at a time: every event appended since (now, -1h, ISO-8601, ms)")
+    accept_relative_times(p)
     p.add_argument("--to", dest="to_cut", default="tail", help="tail (default: as it is now), head or a stream cut")
     p.add_argument("--max-events", type=positive_int, help="stop after this many events")
     p.set_defaults(func=stream_read)

@@ -11,7 +11,7 @@ import argparse
 import json
 import time
 
-from rillet.cli_data import human_bytes, positive_int, resolve_cut
+from rillet.cli_data import accept_relative_times, human_bytes, parse_time_ms, positive_int, resolve_cut
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.keyspace import KeyRange, covers_exactly, merge_adjacent, split_evenly
@@ -121,7 +121,12 @@ def stream_scale(args: argparse.Namespace) -> None:
 
 def stream_cut(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
-    cut = StreamCut.of(scope, stream, resolve_cut(Connection(args.endpoint), scope, stream, args.where))
+    connection = Connection(args.endpoint)
+    if (args.where == "at") != (args.time is not None):
+        raise InvalidArgument("give a time after `at` (and only there): cut head, cut tail or cut at TIME")
+    positions = (connection.controller.cut_at_time(scope, stream, args.time) if args.where == "at"
+                 else resolve_cut(connection, scope, stream, args.where))
+    cut = StreamCut.of(scope, stream, positions)
     if args.json:
         print(json.dumps({"stream": args.stream, "cut": cut.to_text(),
                           "positions": [{"segment_id": p.segment.segment_id, "offset": p.offset}
@@ -156,9 +161,12 @@ def register(actions: argparse._SubParsersAction) -> None:
     p.add_argument("--into", type=positive_int, default=2, help="with --split: how many parts (default 2)")
     p.set_defaults(func=stream_scale)
 
-    p = actions.add_parser("cut", help="print the head or tail stream cut (text form, for --from/--to/--cut)")
+    p = actions.add_parser("cut", help="print the head, tail or at-a-time stream cut (for --from/--to/--cut)")
     p.add_argument("stream", help="SCOPE/STREAM")
-    p.add_argument("where", choices=["head", "tail"])
+    p.add_argument("where", choices=["head", "tail", "at"])
+    p.add_argument("time", nargs="?", type=parse_time_ms,
+                   help="with at: now, -1h (-30s, -15m, -7d), an ISO-8601 time or milliseconds since the epoch")
+    accept_relative_times(p)
     p.set_defaults(func=stream_cut)
 
     p = actions.add_parser("truncate", help="truncate a stream at a stream cut")

@@ -244,3 +244,8 @@ class ControllerClient:
     def retention_status(self, scope: str, stream: str) -> RetentionStatus:
         """The stream's last retention decision and its subscribers with their lag."""
         return RetentionStatus.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/retention"))
+
+    def cut_at_time(self, scope: str, stream: str, time_ms: int) -> list[SegmentPosition]:
+        """The earliest cut from which every event appended at or after ``time_ms`` is read."""
+        data = self.transport.json("GET", _stream_path(scope, stream) + "/cut-at-time", params={"time_ms": time_ms})
+        return api.PositionList.model_validate(data).positions

@@ -9,6 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
+from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
 from lambdas.controller_api import grant_routes
 from lambdas.controller_api import kvt_routes
@@ -197,6 +198,18 @@ def get_slices(scope: str, stream: str,
 def get_next_cut(scope: str, stream: str,
                  start: Annotated[str, Query(alias="from", description="A stream cut in text form.")]) -> PositionList:
     return PositionList(positions=streams.next_cut(scope, stream, _cut_offsets(scope, stream, start)))
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/cut-at-time",
+         summary="The earliest stream cut from which a reader sees every event appended at or after a time",
+         description="Times are those the data plane recorded when each append block was claimed. The cut is "
+                     "exact except where a chunk tiered after the time lies just after it or a scale was under "
+                     "way at the time (then it is earlier); it is never before the head, and past the last "
+                     "append it is the tail. See docs/cli.md (stream cut at).")
+def get_cut_at_time(scope: str, stream: str,
+                    time_ms: Annotated[int, Query(ge=0, le=INT63_MAX, description="Milliseconds since the epoch.")],
+                    ) -> PositionList:
+    return PositionList(positions=cut_at_time(streams, scope, stream, time_ms))
 
 
 def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | None:

@@ -33,8 +33,9 @@ def test_bash_completion_offers_commands_actions_and_options():
     assert complete(script, "rillet", "")[:6] == ["scope", "stream", "rg", "txn", "retention", "completion"]
     assert complete(script, "rillet", "--endpoint", "http://x", "stream", "s") == ["seal", "segments", "scale"]
     assert complete(script, "rillet", "--json", "stream", "scale", "a/b", "--m") == ["--merge"]
-    assert complete(script, "rillet", "rg", "") == ["create", "describe", "delete", "reset"]
+    assert complete(script, "rillet", "rg", "") == ["list", "create", "describe", "delete", "reset"]
     assert complete(script, "rillet", "stream", "tail", "a/b", "--f") == ["--follow", "--from"]
+    assert complete(script, "rillet", "stream", "read", "a/b", "--from") == ["--from", "--from-time"]
 
 
 def test_an_unknown_shell_is_refused():

@@ -138,3 +138,65 @@ def test_retention_status_names_the_cut_a_cycle_truncated_at(capsys, stack, url,
     assert [p["offset"] for p in last["cut"]["positions"]] == [p.offset for p in cut.positions]
     out = run(capsys, url, "retention", "status", plain)[1]
     assert f"\ndecision   truncated just now at {cut.to_text()}: {decision.reason}\n" in out
+
+
+def _a_moment_after_now() -> int:
+    """A time after every block appended so far and before every block appended from now on (the stack
+    runs on this host's clock): one millisecond on, and that millisecond reached."""
+    moment = int(time.time() * 1000) + 1
+    while time.time() * 1000 < moment:
+        pass
+    return moment
+
+
+def test_cut_at_time_and_read_from_time(capsys, url, unique):
+    events = f"{unique}/timed"
+    run(capsys, url, "scope", "create", unique)
+    run(capsys, url, "stream", "create", events, "--scaling", "fixed:2")
+    scope, name = events.split("/")
+    manager = StreamManager(url)
+    run(capsys, url, "stream", "write", events, "old-a", "--key", "a")
+    run(capsys, url, "stream", "write", events, "old-b", "--key", "b")
+    between = manager.get_tail(scope, name)
+    moment = _a_moment_after_now()
+    run(capsys, url, "stream", "write", events, "new-a", "--key", "a")
+    run(capsys, url, "stream", "write", events, "new-b", "--key", "b")
+
+    assert run(capsys, url, "stream", "cut", events, "at", str(moment)) == (0, between.to_text() + "\n", "")
+    code, out, _ = run(capsys, url, "--json", "stream", "cut", events, "at", str(moment))
+    assert (code, json.loads(out)["cut"]) == (0, between.to_text())
+    code, out, err = run(capsys, url, "stream", "read", events, "--from-time", str(moment))
+    assert (code, sorted(out.splitlines()), err) == (0, ["new-a", "new-b"], "")
+    assert sorted(run(capsys, url, "stream", "read", events, "--from-time", "-1d")[1].splitlines()) == [
+        "new-a", "new-b", "old-a", "old-b"]
+    assert run(capsys, url, "stream", "cut", events, "at", "now")[1] == manager.get_tail(scope, name).to_text() + "\n"
+
+    # after a scale: the new epoch's segments from their start, the kept ones from the first block after
+    first = manager.get_stream_info(scope, name).tail[0].segment
+    manager.scale_stream(scope, name, [first.segment_id], [(first.low, (first.low + first.high) / 2),
+                                                          ((first.low + first.high) / 2, first.high)])
+    after_scale = _a_moment_after_now()
+    run(capsys, url, "stream", "write", events, "x", "y", "z")
+    code, out, _ = run(capsys, url, "stream", "read", events, "--from-time", str(after_scale))
+    assert (code, sorted(out.splitlines())) == (0, ["x", "y", "z"])
+
+    # never before the head: a time before it reads from the head
+    manager.truncate_stream(scope, name, manager.get_tail(scope, name))
+    run(capsys, url, "stream", "write", events, "kept", "--key", "a")
+    assert run(capsys, url, "stream", "read", events, "--from-time", "-1d") == (0, "kept\n", "")
+
+
+def test_time_arguments_are_checked(capsys, url, unique):
+    events = f"{unique}/timed"
+    run(capsys, url, "scope", "create", unique)
+    run(capsys, url, "stream", "create", events)
+    for bad in (["stream", "cut", events, "at", "yesterday"],
+                ["stream", "read", events, "--from-time", "-1y"],
+                ["stream", "read", events, "--from", "head", "--from-time", "-1h"]):
+        with pytest.raises(SystemExit):
+            main(["--endpoint", url, *bad])
+        assert "usage:" in capsys.readouterr().err
+    code, out, err = run(capsys, url, "stream", "cut", events, "at")
+    assert code != 0 and out == "" and err.startswith("error: InvalidArgument: ")
+    code, out, err = run(capsys, url, "--json", "stream", "cut", f"{unique}/missing", "at", "-1h")
+    assert code != 0 and out == "" and json.loads(err)["code"] == "StreamNotFound"
