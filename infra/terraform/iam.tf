@@ -148,6 +148,20 @@ data "aws_iam_policy_document" "append" {
     resources = ["${aws_s3_bucket.segments.arn}/segments/*"]
   }
 
+  # Authorization (controlplane/grants.py): the deployment's grant count and the caller's grants, read
+  # only, and only those items (by their partition keys); only the controller writes grants.
+  statement {
+    sid       = "ReadGrants"
+    actions   = ["dynamodb:GetItem", "dynamodb:Query"]
+    resources = [aws_dynamodb_table.metadata.arn]
+
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["grants", "grant#*"]
+    }
+  }
+
   statement {
     sid       = "Logs"
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
@@ -174,6 +188,20 @@ data "aws_iam_policy_document" "read" {
     sid       = "GetSegmentObjects"
     actions   = ["s3:GetObject"]
     resources = ["${aws_s3_bucket.segments.arn}/segments/*"]
+  }
+
+  # Authorization (controlplane/grants.py): the deployment's grant count and the caller's grants, read
+  # only, and only those items (by their partition keys); only the controller writes grants.
+  statement {
+    sid       = "ReadGrants"
+    actions   = ["dynamodb:GetItem", "dynamodb:Query"]
+    resources = [aws_dynamodb_table.metadata.arn]
+
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["grants", "grant#*"]
+    }
   }
 
   # Not for listing: without s3:ListBucket, S3 answers a GET of a missing key with 403 AccessDenied

@@ -99,6 +99,10 @@ _CONTROLLER_SEGMENTS = {
     "dynamodb:Query",
     "dynamodb:UpdateItem",
 }
+# The append and read functions authorize requests: they read the grant items of the metadata table
+# (partition keys "grants" and "grant#<principal>", controlplane/grant_models.py) and nothing else there.
+GRANT_READS = {"dynamodb:GetItem", "dynamodb:Query"}
+GRANT_PARTITIONS = ["grants", "grant#*"]
 EXPECTED_GRANTS = {
     CONTROLLER: {
         "metadata": _CONTROLLER_METADATA,
@@ -115,12 +119,14 @@ EXPECTED_GRANTS = {
         "segments": {"dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem",
                      "dynamodb:Query", "dynamodb:UpdateItem"},
         "objects": {"s3:PutObject"},  # blocks above the inline size
+        "metadata": GRANT_READS,
         "logs": LOGS,
         "any": XRAY,
     },
     READ: {
         "segments": {"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query"},
         "objects": {"s3:GetObject"},
+        "metadata": GRANT_READS,
         # Limited to segments/*: S3 may then answer a GET of a missing (truncated) key with 403
         # AccessDenied rather than 404; the read path re-reads the head record on either and answers
         # Truncated when the range was truncated, so both are handled.
@@ -702,6 +708,19 @@ def test_role_permissions_are_the_reviewed_ones(tf, handler):
             differences.append(f"  {target}: needed by the code but not granted: {sorted(missing)}")
     assert not differences, (f"aws_iam_role.{role} (function {name}) differs from EXPECTED_GRANTS:\n"
                              + "\n".join(differences))
+
+
+@pytest.mark.parametrize("handler", [APPEND, READ])
+def test_data_functions_read_only_the_grant_items_of_the_metadata_table(tf, handler):
+    """Authorization reads grants in every function; outside the controller, no other metadata item."""
+    name, fn = function(tf, handler)
+    for _doc_name, document in role_policy_documents(tf, role_of(tf, name, fn)):
+        for statement in statements(document):
+            if not any(_classify(r).startswith("metadata") for r in as_list(statement.get("resources"))):
+                continue
+            leading = [c for c in blocks(statement, "condition") if c.get("variable") == "dynamodb:LeadingKeys"]
+            assert [(c.get("test"), as_list(c.get("values"))) for c in leading] == [
+                ("ForAllValues:StringLike", GRANT_PARTITIONS)], f"{name}: statement {statement.get('sid')}"
 
 
 def _unbounded_listing(document: dict) -> list[str]:
