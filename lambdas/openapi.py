@@ -160,7 +160,7 @@ standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names t
   `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers.
 
 Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable `code`
-(`InvalidArgument` 400, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/
+(`InvalidArgument` 400, `AccessDenied` 403, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/
 `AlreadyExists`/`OutOfOrder`/`StreamKindMismatch` 409, `Truncated` 410, `OffsetMismatch` 412, `TooLarge` 413, `Throttled` 429,
 `InternalError` 500, `ServiceUnavailable` 503); never a stack trace. The full types are in
 `client/rillet/errors.py`.
@@ -193,6 +193,14 @@ Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable 
   fuzzer) can follow create scope -> create stream -> segments, transactions and reader groups.
   tests/e2e/test_api_fuzz.py runs schemathesis over all three documents against the standalone stack
   (every phase, links followed, a fixed seed): no input gets a 5xx or a dropped connection.
+* **Authorization** ([authorization.md](authorization.md)). Once a deployment has any grant, every
+  route needs a permission of the caller's IAM identity (the SigV4 signer, as the Function URL reports
+  it; an assumed-role session counts as its role): READ or READ_UPDATE on a resource such as
+  `prn::/scope:S/stream:T`, admin (READ_UPDATE on `prn::/`) for scopes and grants. A caller without it
+  gets `AccessDenied` 403 with `details.permission` and `details.resource`, decided before any lookup,
+  so the answer is the same whether the resource exists or not. Without grants, everything is allowed.
+  Admins manage grants with `POST /v1/grants`, `DELETE /v1/grants?principal=&resource=&permission=`,
+  `GET /v1/grants?principal=` and `GET /v1/grants/principals`.
 * **Routing keys** are text with a UTF-8 form (`segment-for-key?routing_key=`, at most 4096
   characters); the SDK refuses anything else with `InvalidArgument` before sending.
 
