@@ -169,7 +169,10 @@ def _add_configuration_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", action="append", default=[], help="a stream tag (repeatable)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command tree. Given the arguments it is about to parse, a plugin (``rillet standalone``, which
+    imports the server) is imported only if they name its command or need every command (help,
+    completion); otherwise it is a placeholder, so that plain commands start without server code."""
     parser = argparse.ArgumentParser(prog="rillet", description="Rillet streams from the command line.")
     parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
                         help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
@@ -208,14 +211,31 @@ def build_parser() -> argparse.ArgumentParser:
     cli_completion.register(commands, parser)
     cli_kvt.register(commands)
     cli_grants.register(commands)
+    word = None if argv is None else _command_word(argv)
+    every = argv is None or word == "completion" or (word is None and "--version" not in argv)
     for plugin in entry_points(group="rillet.cli"):
-        register: Callable[[Any], None] = plugin.load()
-        register(commands)
+        if every or word == plugin.name:
+            register: Callable[[Any], None] = plugin.load()
+            register(commands)
+        else:
+            commands.add_parser(plugin.name, help=f"a plugin ({plugin.value})")
     return parser
 
 
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The command the arguments name (``scope``, ``standalone``, ...), past the global options."""
+    words = iter(argv)
+    for word in words:
+        if word == "--endpoint":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         args.func(args)
     except RilletError as e:
