@@ -58,9 +58,9 @@ RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches ev
 AUTOSCALED = "1"  # the value that puts a stream in the auto-scaling index
 # The most current segments a stream may have, as many as it can be created with
 # (ScalingPolicy.min_num_segments). Its epoch and transaction records list every current segment
-# (about 20 B each) and its cuts give each an offset (about 25 B): DynamoDB's 400 KB item limit would
-# come at some 16,000; a reader group's state (about 200 B per live segment) stops at some 1,200
-# (docs/limits.md).
+# (about 25 B each) and its cuts give each an offset (about 28 B): DynamoDB's 400 KB item limit would
+# come at some 14,500; a reader group's state (about 210 B per live segment) stops at some 1,150
+# (docs/limits.md, measured by bench.record_sizes).
 MAX_CURRENT_SEGMENTS = 1000
 
 

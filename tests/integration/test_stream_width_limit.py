@@ -1,5 +1,5 @@
 """A scale that would leave a stream wider than MAX_CURRENT_SEGMENTS is refused with a typed 400 before
-anything changes (docs/limits.md): past some 16,000 segments the stream's own records would no longer
+anything changes (docs/limits.md): past some 14,500 segments the stream's own records would no longer
 fit in a DynamoDB item, and the scale would fail half done."""
 
 from __future__ import annotations

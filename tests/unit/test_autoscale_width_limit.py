@@ -1,5 +1,5 @@
 """A stream has at most MAX_CURRENT_SEGMENTS current segments (docs/limits.md): its epoch, transaction
-and cut records list them all, and a reader group's state refuses to grow past some 1,200. Auto-scaling
+and cut records list them all, and a reader group's state refuses to grow past some 1,150. Auto-scaling
 never splits a stream past the limit (a manual scale past it is refused, tests/integration)."""
 
 from __future__ import annotations
