@@ -2,6 +2,7 @@
 
 from bench import (
     append_breakdown,
+    append_cost,
     byte_stream,
     control_ops,
     data_path,
@@ -10,9 +11,12 @@ from bench import (
     inflight_appends,
     latency,
     reader_group_state,
+    record_sizes,
     retention_cycle,
     segment_requests,
+    segment_throughput,
     spark_read,
+    writer_count,
 )
 
 
@@ -22,6 +26,14 @@ def main() -> None:
     print(data_path.report(data_path.run(total_mb=8, rate_mb_s=1.0)))
     print()
     print(latency.report(latency.run()))
+    print()
+    print(append_cost.report(append_cost.run()))
+    print()
+    print(writer_count.report(writer_count.run()))
+    print()
+    print(segment_throughput.report(segment_throughput.run()))
+    print()
+    print(record_sizes.report(record_sizes.run()))
     print()
     print(append_breakdown.report(append_breakdown.run(blocks=8)))
     print()
