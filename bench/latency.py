@@ -6,11 +6,12 @@ reader-group reader tails it. Each event carries the time it was written (``time
 clock for writer and reader in this process). Printed per cell: append-ack latency p50/p99 (write_event
 to its future's answer), write-to-read latency p50/p99 (write_event to ``read_next_event`` returning it)
 and the append requests the writer sent per GB of payload (what the cost of a profile follows from).
-Each cell starts with one unmeasured event (written and read). Everything runs in one process on the
-machine's cores, as standalone does, so the figures include the server's time on a shared CPU.
+The run starts with an unreported warm-up cell, and each cell with one unmeasured event (written
+and read). Everything runs in one process on the machine's cores, as standalone does, so the
+figures include the server's time on a shared CPU.
 
-Run: ``.venv/bin/python -m bench.latency`` (``--seconds``, ``--rates``, ``--profiles``; ``--quick`` for a
-smoke run).
+Run: ``.venv/bin/python -m bench.latency`` (``--seconds``, ``--rates``, ``--profiles``, ``--warmup``;
+``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))]
 
 
-def _cell(stack: Stack, scope: str, profile: str, rate: float, seconds: float, event_size: int) -> dict:
-    stream = f"{profile}-{int(rate)}"
+def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seconds: float, event_size: int) -> dict:
     manager = rillet.StreamManager(stack.controller_url)
     manager.create_stream(scope, stream, rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(1)))
     groups = rillet.ReaderGroupManager(scope, stack.controller_url)
@@ -110,11 +110,16 @@ def _cell(stack: Stack, scope: str, profile: str, rate: float, seconds: float, e
 
 
 def run(rates: tuple[float, ...] = (1, 100, 1000), profiles: tuple[str, ...] = PROFILES, seconds: float = 15,
-        event_size: int = 1024) -> list[dict]:
+        event_size: int = 1024, warmup_s: float = 3) -> list[dict]:
+    """Each cell in its own stream of one stack, after an unreported warm-up cell (100 events/s for
+    ``warmup_s``) so that every append and read worker has started: the figures are of a warm
+    deployment, not of cold starts."""
     with Stack(StackConfig.ephemeral()) as stack:
         scope = "latency" + uuid.uuid4().hex[:8]
         rillet.StreamManager(stack.controller_url).create_scope(scope)
-        return [_cell(stack, scope, profile, rate, seconds, event_size) for profile in profiles for rate in rates]
+        _cell(stack, scope, "warmup", "default", 100, warmup_s, event_size)
+        return [_cell(stack, scope, f"{profile}-{int(rate)}", profile, rate, seconds, event_size)
+                for profile in profiles for rate in rates]
 
 
 def report(results: list[dict]) -> str:
@@ -132,11 +137,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15, help="how long each cell writes")
     parser.add_argument("--rates", type=float, nargs="+", default=[1, 100, 1000], help="events per second")
     parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
-    parser.add_argument("--quick", action="store_true", help="2 s per cell at 10 and 100 events/s")
+    parser.add_argument("--warmup", type=float, default=3, help="seconds of unreported writing first")
+    parser.add_argument("--quick", action="store_true", help="2 s per cell at 10 and 100 events/s, 1 s warm-up")
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.rates = 2, [10, 100]
-    print(report(run(tuple(args.rates), tuple(args.profiles), args.seconds)))
+        args.seconds, args.rates, args.warmup = 2, [10, 100], 1
+    print(report(run(tuple(args.rates), tuple(args.profiles), args.seconds, warmup_s=args.warmup)))
 
 
 if __name__ == "__main__":
