@@ -4,6 +4,7 @@ from bench import (
     append_breakdown,
     append_cost,
     byte_stream,
+    cli_throughput,
     control_ops,
     data_path,
     fault_history,
@@ -48,6 +49,8 @@ def main() -> None:
     print(retention_cycle.report(retention_cycle.run(streams=1000)))
     print()
     print(control_ops.report(control_ops.run()))
+    print()
+    print(cli_throughput.report(cli_throughput.run()))
     print()
     print(reader_group_state.report(reader_group_state.run()))
     print()

@@ -6,6 +6,7 @@ Run: ``.venv/bin/python -m bench.cli_throughput``.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -16,6 +17,16 @@ import rillet
 from standalone.stack import Stack, StackConfig
 
 RILLET = str(Path(sys.executable).with_name("rillet"))
+
+
+def startup_s(runs: int = 5) -> float:
+    """Median wall seconds of ``rillet --version``: what every command pays before its first request."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([RILLET, "--version"], check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def run(events: int = 20_000, segments: int = 3) -> dict:
@@ -45,7 +56,7 @@ def run(events: int = 20_000, segments: int = 3) -> dict:
         sdk_write_s = time.perf_counter() - started
     assert read.stdout.count("\n") == events
     return {"events": events, "mb": len(lines) / 1e6, "segments": segments, "write_s": write_s, "read_s": read_s,
-            "sdk_write_s": sdk_write_s}
+            "sdk_write_s": sdk_write_s, "startup_s": startup_s()}
 
 
 def report(r: dict) -> str:
@@ -56,7 +67,8 @@ def report(r: dict) -> str:
         (f"  SDK writer, in-process   {r['sdk_write_s']:6.1f} s  {r['events'] / r['sdk_write_s']:8,.0f} events/s  "
          f"{r['mb'] / r['sdk_write_s']:5.2f} MB/s"),
         (f"  stream read (to a pipe)   {r['read_s']:6.1f} s  {r['events'] / r['read_s']:8,.0f} events/s  "
-        f"{r['mb'] / r['read_s']:5.2f} MB/s")])
+        f"{r['mb'] / r['read_s']:5.2f} MB/s"),
+        f"  rillet --version          {r['startup_s']:6.2f} s  (process start, median of 5)"])
 
 
 def main() -> None:
