@@ -4,6 +4,7 @@ from rillet.batch import BatchClient
 from rillet.byte_stream import ByteStreamReader, ByteStreamWriter
 from rillet.connection import Connection
 from rillet.errors import (
+    AccessDenied,
     AlreadyExists,
     BadKeyLength,
     BadKeyVersion,
@@ -84,6 +85,7 @@ from rillet.transaction import Transaction, TransactionalEventStreamWriter
 from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
 
 __all__ = [
+    "AccessDenied",
     "AlreadyExists",
     "BadKeyLength",
     "BadKeyVersion",
