@@ -311,3 +311,14 @@ def test_cli_grant_add_list_remove(auth_stack, capsys):
     assert capsys.readouterr().err.startswith("error: InvalidArgument: invalid Grant: principal")
     assert main([*endpoint, "grant", "remove", ADMIN, "prn::*", "READ"]) == 0
     assert capsys.readouterr().out.strip() == "there was no such grant"
+
+
+@pytest.mark.parametrize("query", [
+    "principal=bob&resource=prn::*&permission=READ",
+    f"principal={ADMIN}&resource=prn::/topic:x&permission=READ",
+    f"principal={ADMIN}&resource=prn::*&permission=ALL",
+    f"principal={ADMIN}&resource=prn::*",
+])
+def test_bad_revocations_are_invalid_argument(auth_stack, query):
+    response = call(auth_stack, "controller", "DELETE", f"/v1/grants?{query}", ANONYMOUS)
+    assert (response.status, json.loads(response.data)["code"]) == (400, "InvalidArgument")
