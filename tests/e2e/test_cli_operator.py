@@ -7,12 +7,12 @@ import json
 import time
 
 import pytest
+from test_retention_subscribers_e2e import bound_to
 
 from rillet import EventStreamClientFactory, StreamManager, UTF8StringSerializer
 from rillet.cli import main
 from rillet.models import StreamDataRetention
 from rillet.reader_group import ReaderGroupManager, group_config
-from tests.e2e.test_retention_subscribers_e2e import bound_to
 
 
 def run(capsys, url, *args):
