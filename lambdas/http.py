@@ -31,7 +31,6 @@ from aws_lambda_powertools.event_handler.openapi.params import Path
 from pydantic import ValidationError
 
 from lambdas.authorization import authorize
-
 from rillet.errors import (
     InvalidArgument,
     NotFound,

@@ -11,8 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from controlplane.service import Controller
 from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
-from lambdas.controller_api import grant_routes
-from lambdas.controller_api import kvt_routes
+from lambdas.controller_api import grant_routes, kvt_routes
 from lambdas.http import build_resolver, powertools
 from rillet.api import (
     INT63_MAX,
