@@ -22,6 +22,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--moto-port", type=int, default=defaults.moto_port)
     parser.add_argument("--dagster-port", type=int, default=defaults.dagster_port)
     parser.add_argument("--no-dagster", action="store_true", help="do not start Dagster")
+    parser.add_argument("--simulate-identities", action="store_true",
+                        help="take each request's IAM identity from its x-rillet-identity header (rillet --as ARN), "
+                             "to try authorization grants locally")
     parser.add_argument("--log-dir", default=LOG_DIR,
                         help="where the functions' logs and metrics and Dagster's output go (default %(default)s); "
                              "the terminal shows only warnings and errors")
@@ -31,7 +34,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     config = StackConfig(host=args.host, moto_port=args.moto_port, controller_port=args.controller_port,
                          append_port=args.append_port, read_port=args.read_port, dagster_port=args.dagster_port,
-                         with_dagster=not args.no_dagster, log_dir=args.log_dir)
+                         with_dagster=not args.no_dagster, log_dir=args.log_dir,
+                         simulate_identities=args.simulate_identities)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from rillet import api
 from standalone import faults, logs
 
 MAX_PAYLOAD = 6 * 1024 * 1024
@@ -41,7 +42,7 @@ MAX_PAYLOAD = 6 * 1024 * 1024
 # holding a server thread forever.
 BODY_TIMEOUT_S = 30
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"  # the methods the three APIs' routes use
-IDENTITY_HEADER = "x-rillet-identity"
+IDENTITY_HEADER = api.SIMULATED_IDENTITY
 _TEXT_TYPES = ("application/json", "text/", "application/xml", "application/x-www-form-urlencoded")
 
 

@@ -23,6 +23,12 @@ from rillet.models import (
     SuccessorInfo,
 )
 
+# The IAM identity a standalone stack started with --simulate-identities takes a request to come from
+# (deployed functions ignore it: only the signed identity in the request context counts). The SDK sends
+# it on every request when RILLET_SIMULATED_IDENTITY is set (``rillet --as ARN``).
+SIMULATED_IDENTITY = "x-rillet-identity"
+SIMULATED_IDENTITY_ENV = "RILLET_SIMULATED_IDENTITY"
+
 # Headers of the data path.
 WRITER_ID = "x-rillet-writer-id"
 EVENT_NUMBER = "x-rillet-event-number"

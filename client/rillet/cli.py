@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from typing import Any
 
-from rillet import cli_admin, cli_completion, cli_data, cli_grants, cli_kvt, cli_segments
+from rillet import api, cli_admin, cli_completion, cli_data, cli_grants, cli_kvt, cli_segments
 from rillet.errors import RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
@@ -177,6 +177,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
                         help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--as", dest="identity", metavar="IAM_ARN",
+                        help="act as this IAM identity: only a standalone stack started with --simulate-identities "
+                             f"honours it (env {api.SIMULATED_IDENTITY_ENV}); on AWS the signed identity counts")
     parser.add_argument("--version", action="version", version=f"rillet {version('rillet')}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -236,6 +239,8 @@ def _command_word(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
+    if args.identity:
+        os.environ[api.SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
     try:
         args.func(args)
     except RilletError as e:

@@ -34,6 +34,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.session import Session
 
+from rillet import api
 from rillet.errors import InvalidArgument, ServiceUnavailable, from_wire
 
 _FUNCTION_URL = re.compile(r"^[a-z0-9]+\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
@@ -80,6 +81,9 @@ class Transport:
         if query:
             url += "?" + query
         headers = dict(headers or {})
+        identity = os.environ.get(api.SIMULATED_IDENTITY_ENV)
+        if identity:
+            headers[api.SIMULATED_IDENTITY] = identity  # honoured only by a standalone stack that simulates them
         if json_body is not None:
             body = json.dumps(json_body).encode()
             headers["content-type"] = "application/json"
