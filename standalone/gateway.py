@@ -230,7 +230,8 @@ class FunctionUrl:
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self.thread.is_alive():  # shutdown() waits for serve_forever, forever if it never ran
+            self.server.shutdown()
         self.server.server_close()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
