@@ -6,7 +6,7 @@ named here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -291,9 +291,15 @@ class PingTxnRequest(_Body):
     lease_ms: int = Field(gt=0)
 
 
+# The transactions one micro-batch of a streaming writer may commit together (one per Spark partition):
+# the sink record keeps their ids in one DynamoDB item, which holds some 11,000 (docs/limits.md).
+MAX_BATCH_TXNS = 4096
+
+
 class CommitBatchRequest(_Body):
     batch_id: int = Field(ge=0, le=INT63_MAX)
-    txn_ids: list[str]
+    txn_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        max_length=MAX_BATCH_TXNS, description="At most 4,096: coalesce a micro-batch to fewer partitions.")
 
 
 class CommitBatchResult(_Body):

@@ -88,6 +88,11 @@ BAD_REQUESTS = [
     ("GET", "/v1/scopes/{scope}-missing", None, 404, "ScopeNotFound"),
     ("POST", "/v1/scopes/{scope}-missing/streams", b'{"stream": "x"}', 404, "ScopeNotFound"),
     ("GET", "/v1/scopes/{scope}/streams/{stream}/segments/99/predecessors", None, 404, "StreamNotFound"),
+    # A micro-batch whose transaction ids would not fit the sink record (docs/limits.md).
+    ("POST", "/v1/scopes/{scope}/streams/{stream}/sinks/k/batches",
+     b'{"batch_id": 0, "txn_ids": [' + b",".join([b'"t"'] * 4097) + b"]}", 400, "InvalidArgument"),
+    ("POST", "/v1/scopes/{scope}/streams/{stream}/sinks/k/batches", b'{"batch_id": 0, "txn_ids": [""]}', 400,
+     "InvalidArgument"),
 ]
 
 
