@@ -239,6 +239,7 @@ def _command_word(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
+    previous_identity = os.environ.get(api.SIMULATED_IDENTITY_ENV)
     if args.identity:
         os.environ[api.SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
     try:
@@ -252,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors)
         print(f"error: InvalidArgument: {e}", file=sys.stderr)
         return 2
+    finally:
+        if args.identity:  # for this command only (main also runs in-process, from tests and scripts)
+            if previous_identity is None:
+                os.environ.pop(api.SIMULATED_IDENTITY_ENV, None)
+            else:
+                os.environ[api.SIMULATED_IDENTITY_ENV] = previous_identity
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import uuid
@@ -10,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rillet import api
 from rillet.cli import main as cli
 from standalone.stack import Stack, StackConfig
 
@@ -36,19 +34,25 @@ def test_the_readme_authorization_example_works(identities_stack, capsys):
     url, scope = identities_stack.controller_url, "auth" + uuid.uuid4().hex[:8]
     assert cli(["--endpoint", url, "scope", "create", scope]) == 0
     assert cli(["--endpoint", url, "stream", "create", f"{scope}/orders"]) == 0
-    commands = _example()
+    commands = [shlex.split(c.split("  #")[0].replace("demo", scope))[1:] for c in _example()]
     assert len(commands) == 6
+    added = [args[args.index("add") + 1:] for args in commands if "add" in args]
     try:
-        for command in commands:
-            args = shlex.split(command.split("  #")[0].replace("demo", scope))[1:]
-            denied = "AccessDenied" in command
+        for args in commands:
+            denied = args == commands[-1]  # the README marks it: AccessDenied
             capsys.readouterr()
-            assert cli(["--endpoint", url, *args]) == (1 if denied else 0), command
+            assert cli(["--endpoint", url, *args]) == (1 if denied else 0), args
             if denied:
                 assert "AccessDenied" in capsys.readouterr().err
+        capsys.readouterr()
+        # Without an identity nothing is granted any more: the deployment is closed now.
+        assert cli(["--endpoint", url, "stream", "read", f"{scope}/orders", "--max-events", "1"]) == 1
+        assert "AccessDenied" in capsys.readouterr().err
     finally:
-        os.environ.pop(api.SIMULATED_IDENTITY_ENV, None)
-    capsys.readouterr()
-    # Without an identity nothing is granted any more: the deployment is closed now.
-    assert cli(["--endpoint", url, "stream", "read", f"{scope}/orders", "--max-events", "1"]) == 1
-    assert "AccessDenied" in capsys.readouterr().err
+        # Every stack of this process shares moto's in-memory tables (moto keeps them per process): the
+        # grants go again, the admin's last, so that the session's stack stays open.
+        admin = added[0][0]
+        for grant in reversed(added):
+            cli(["--endpoint", url, "--as", admin, "grant", "remove", *grant])
+    assert cli(["--endpoint", url, "grant", "list"]) == 0
+    assert "no grants" in capsys.readouterr().out
