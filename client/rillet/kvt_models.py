@@ -13,16 +13,14 @@ from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
-    ValidationError,
     WithJsonSchema,
 )
 
-from rillet.errors import InvalidArgument
+from rillet.api import _Body
 from rillet.names import MAX_GIVEN_NAME_SIZE
 from rillet.names import _validate as _validate_name
 
@@ -54,19 +52,6 @@ def _decode(value: Any) -> bytes:
 Base64Bytes = Annotated[bytes, BeforeValidator(_decode),
                         PlainSerializer(lambda b: base64.b64encode(b).decode(), return_type=str, when_used="json"),
                         WithJsonSchema({"type": "string", "contentEncoding": "base64"})]
-
-
-class _Body(BaseModel):
-    """A body whose validation failure is the typed InvalidArgument (400) wherever it is built."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5])
-            raise InvalidArgument(f"invalid {type(self).__name__}: {problems}") from None
 
 
 class KeyValueTableConfiguration(_Body):
