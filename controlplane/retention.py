@@ -4,6 +4,8 @@ Each retention cycle of a stream:
 
 1. Records the tail stream cut in the stream's *retention set*, with the time and the stream's size
    from its very beginning up to the cut, unless the latest record is younger than the frequency.
+   Past ``max_records`` records it thins the set (``_thin``), so it stays bounded even when nothing
+   truncates.
 2. Finds the two limit cuts in the retention set, as Pravega does: ``min`` is the most recent cut
    that keeps at least the minimum (bytes or time) and ``max`` the oldest cut that keeps at least the
    minimum and at most the maximum (``min`` if there is none).
@@ -29,7 +31,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from pynamodb.exceptions import PutError
+from pynamodb.exceptions import DeleteError, PutError
 
 from controlplane.cuts import lower_bound
 from controlplane.models import (
@@ -77,6 +79,9 @@ def _wire(positions: list[SegmentPosition]) -> list[list]:
 @dataclass(frozen=True)
 class RetentionSettings:
     frequency_ms: int = 30 * 60_000  # a new retention-set record at most this often
+    # The retention set's bound: past it, each new record thins the oldest dense stretch (see _thin), so
+    # the set a cycle reads in one Query stays within max_records items even while nothing truncates.
+    max_records: int = 500
 
     @classmethod
     def from_env(cls) -> RetentionSettings:
@@ -271,7 +276,7 @@ class RetentionTasks:
         decision.retained_bytes = tail_size - self.size_till(segments, target)
         for old in retention_set:
             if compare_positions(_positions(old.cut), target) in (Ordering.BEFORE, Ordering.EQUAL):
-                old.delete()
+                self._drop(old)
         return decision
 
     def _record_tail(self, scope: str, stream: str, tail: list[SegmentPosition], size: int,
@@ -283,7 +288,30 @@ class RetentionTasks:
                                      cut=_wire(tail))
             latest.save()
             records.append(latest)
+        return self._thin(records)
+
+    def _thin(self, records: list[RetentionRecord]) -> list[RetentionRecord]:
+        """The set within ``max_records``: drop the record whose neighbours are closest in time (the
+        oldest of equals), keeping the first and the last. Sets spaced evenly thin evenly, so a set that
+        nothing truncates keeps covering its whole history at a coarser step. A cut chosen from a
+        thinned set meets the same limits; it may only lie further from the ideal one (the minimum's
+        cut keeps more, the maximum's cut keeps less but still at least the minimum)."""
+        records = sorted(records, key=lambda r: r.sk)
+        while len(records) > max(self.settings.max_records, 2):
+            def span(i: int) -> tuple[int, int]:
+                return records[i + 1].recorded_ms - records[i - 1].recorded_ms, i
+            dropped = records.pop(min(range(1, len(records) - 1), key=span))
+            self._drop(dropped)
         return records
+
+    @staticmethod
+    def _drop(record: RetentionRecord) -> None:
+        """Delete a retention record only as it was read (a concurrent cycle may have dropped it)."""
+        try:
+            record.delete(condition=RetentionRecord.recorded_ms == record.recorded_ms)
+        except DeleteError as e:
+            if not failed_condition(e):
+                raise
 
     def _choose(self, policy: RetentionPolicy, retention_set: list[RetentionRecord], tail_size: int,
                 head: list[SegmentPosition], head_size: int, now: int, scope: str, stream: str,

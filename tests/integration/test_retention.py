@@ -1,8 +1,11 @@
 """Retention with explicit numbers: time and size limits, and consumption-based cases i to v (seed 000)."""
 
+import itertools
+
 import pytest
 
 from controlplane.cuts import lower_bound
+from controlplane.models import RetentionRecord, stream_pk
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
 from rillet.framing import frame
@@ -186,3 +189,36 @@ def test_subscriber_cut_never_moves_backwards_and_must_be_valid(controller, uniq
         controller.retention.update_truncation_cut(unique, "s", f"{unique}/g", 0, {0: 100, 1: 200})
     with pytest.raises(InvalidArgument):
         controller.retention.update_truncation_cut(unique, "s", f"{unique}/g", 0, {0: 300})  # not the key space
+
+
+def _retention_set(scope):
+    return list(RetentionRecord.query(stream_pk(scope, "s"), RetentionRecord.sk.startswith("rs#"), consistent_read=True))
+
+
+def test_a_set_that_nothing_truncates_stays_within_its_bound_and_covers_its_whole_history(deployment, unique):
+    controller = Controller.for_deployment(deployment, retention_settings=RetentionSettings(frequency_ms=1, max_records=5))
+    _stream(controller, unique, RetentionPolicy.by_size(2_000))
+    append, decisions = Appender(controller, unique), []
+    for t in range(1, 26):  # 100 B a second, a cycle each second
+        append(0)
+        decisions.append(controller.retention.cycle(unique, "s", now=t * 1000))
+        if t == 17:  # 1,700 bytes: below the minimum, nothing truncated yet
+            assert all(d.outcome == "kept" for d in decisions)
+            times = [r.recorded_ms for r in _retention_set(unique)]
+            # Evenly spaced records thin evenly: the first and the last stay, the step grows (16 s, 4 gaps).
+            assert len(times) == 5 and times[0] == 1_000 and times[-1] == 17_000
+            assert max(b - a for a, b in itertools.pairwise(times)) <= 5_000
+    # Unthinned, the cut at 500 bytes would keep exactly 2,000; thinned, a record keeping more is taken.
+    truncated = [d for d in decisions if d.outcome == "truncated"]
+    assert truncated and all(d.retained_bytes >= 2_000 for d in truncated)
+    assert 0 < _head_offsets(controller, unique)[0] <= 500
+    assert len(_retention_set(unique)) <= 5
+
+
+def test_dropping_a_retention_record_that_a_racing_cycle_dropped_is_no_error(controller, unique):
+    _stream(controller, unique, RetentionPolicy.by_size(10_000))
+    _grow(controller, unique, ticks=2)
+    stale = _retention_set(unique)[0]
+    RetentionRecord.get(stale.pk, stale.sk, consistent_read=True).delete()
+    controller.retention._drop(stale)
+    assert [r.recorded_ms for r in _retention_set(unique)] == [2_000]
