@@ -590,7 +590,7 @@ class ReaderGroups:
             s.scoped_name for s in keep.streams}
         for spec in old.streams:
             if spec.scoped_name not in kept:
-                self.retention.remove_subscriber(spec.scope, spec.stream, f"{scope}/{group}")
+                self.retention.remove_subscriber(spec.scope, spec.stream, f"{scope}/{group}", old.generation)
 
     def _publish(self, scope: str, group: str, before: CheckpointInfo | None, state: GroupState) -> None:
         """After a completed checkpoint, an automatic subscriber acknowledges its cuts."""

@@ -136,18 +136,27 @@ class RetentionTasks:
                        start: list[SegmentPosition], replace: bool = True) -> None:
         """Register a subscriber; until it publishes, its acknowledged cut is where it starts reading.
 
-        Without ``replace`` an existing registration (and the cut it acknowledged) is left alone.
+        Without ``replace`` an existing registration (and the cut it acknowledged) is left alone; with
+        it, only a registration of the same or an older generation is replaced (a reset that lost a race
+        to a later one must not take its subscription back).
         """
         record = SubscriberRecord(stream_pk(scope, stream), f"sub#{group}", group=group, generation=generation,
                                   cut=_wire(start), updated_ms=now_ms())
+        absent = SubscriberRecord.pk.does_not_exist()
         try:
-            record.save(condition=None if replace else SubscriberRecord.pk.does_not_exist())
+            record.save(condition=absent | (SubscriberRecord.generation <= generation) if replace else absent)
         except PutError as e:
             if not failed_condition(e):
                 raise
 
-    def remove_subscriber(self, scope: str, stream: str, group: str) -> None:
-        SubscriberRecord(stream_pk(scope, stream), f"sub#{group}").delete()
+    def remove_subscriber(self, scope: str, stream: str, group: str, generation: int) -> None:
+        """Drop the registration of ``generation`` (or older): one a later reset made stays."""
+        try:
+            SubscriberRecord(stream_pk(scope, stream), f"sub#{group}").delete(
+                condition=SubscriberRecord.generation <= generation)
+        except DeleteError as e:
+            if not failed_condition(e):
+                raise
 
     def subscribers(self, scope: str, stream: str) -> list[SubscriberRecord]:
         return list(SubscriberRecord.query(stream_pk(scope, stream), SubscriberRecord.sk.startswith("sub#"),

@@ -18,9 +18,11 @@ import json
 import time
 from dataclasses import dataclass
 
+from pynamodb.exceptions import DeleteError, PutError
+
 from controlplane.cuts import upper_bound
 from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
-from controlplane.store import conditional
+from controlplane.store import conditional, failed_condition
 from controlplane.streams import StreamTasks
 from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
 from rillet.framing import frame
@@ -73,10 +75,27 @@ class WatermarkTasks:
                 raise InvalidArgument(f"writer {writer} noted {previous.timestamp_ms}; time cannot go back to {timestamp_ms}")
         except WriterMarkRecord.DoesNotExist:
             pass
-        WriterMarkRecord(*key, writer=writer, timestamp_ms=timestamp_ms, position=_wire(position),
-                         updated_ms=now_ms()).save()
+        mark = WriterMarkRecord(*key, writer=writer, timestamp_ms=timestamp_ms, position=_wire(position),
+                                updated_ms=now_ms())
+        try:  # a note of the same writer racing this one may have saved a later time meanwhile
+            mark.save(condition=WriterMarkRecord.timestamp_ms.does_not_exist()
+                      | (WriterMarkRecord.timestamp_ms <= timestamp_ms))
+        except PutError as e:
+            if not failed_condition(e):
+                raise
+            raise InvalidArgument(f"writer {writer} noted a later time meanwhile; time cannot go back to "
+                                  f"{timestamp_ms}") from None
         if record.watermarked != WATERMARKED:
             self._start_watermarking(record)
+
+    @staticmethod
+    def _forget(mark: WriterMarkRecord) -> None:
+        """Delete a silent writer's mark as it was read: if the writer noted a time since, it stays."""
+        try:
+            mark.delete(condition=WriterMarkRecord.updated_ms == mark.updated_ms)
+        except DeleteError as e:
+            if not failed_condition(e):
+                raise
 
     def remove_writer(self, scope: str, stream: str, writer: str) -> None:
         WriterMarkRecord(stream_pk(scope, stream), f"mark#{writer}").delete()
@@ -104,7 +123,7 @@ class WatermarkTasks:
         active = []
         for mark in marks:
             if now - mark.updated_ms > timeout:
-                mark.delete()  # the writer stopped reporting: it no longer holds watermarks back
+                self._forget(mark)  # the writer stopped reporting: it no longer holds watermarks back
             else:
                 active.append(mark)
         if not active:

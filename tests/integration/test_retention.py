@@ -222,3 +222,16 @@ def test_dropping_a_retention_record_that_a_racing_cycle_dropped_is_no_error(con
     RetentionRecord.get(stale.pk, stale.sk, consistent_read=True).delete()
     controller.retention._drop(stale)
     assert [r.recorded_ms for r in _retention_set(unique)] == [2_000]
+
+
+def test_a_reset_that_lost_a_race_neither_replaces_nor_removes_a_later_generations_subscription(controller, unique):
+    _stream(controller, unique, RetentionPolicy.by_size(10_000))
+    retention, group, head = controller.retention, f"{unique}/g", controller.streams.head(unique, "s")
+    retention.add_subscriber(unique, "s", group, 2, head)
+    retention.add_subscriber(unique, "s", group, 1, head)  # an older reset, answered late
+    assert retention.acknowledged_cut(unique, "s", group).generation == 2
+    retention.remove_subscriber(unique, "s", group, 1)  # the older reset dropping the stream
+    assert [s.generation for s in retention.subscribers(unique, "s")] == [2]
+    retention.remove_subscriber(unique, "s", group, 2)
+    assert retention.subscribers(unique, "s") == []
+    retention.remove_subscriber(unique, "s", group, 2)  # repeated: already gone, no error

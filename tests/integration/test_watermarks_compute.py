@@ -237,3 +237,40 @@ def test_a_committed_transaction_notes_time_for_its_writer(controller, unique):
     w = setup.compute()
     assert (w.lower_ms, w.upper_ms) == (1_000, 4_000)
     assert _offsets(w) == tail
+
+
+def test_a_silent_writers_mark_read_before_it_noted_again_is_not_deleted(controller, unique, monkeypatch):
+    """compute() read A's mark as silent; A noted a time before compute deleted it: the mark stays."""
+    setup = Setup(controller, unique, segments=1, timeout_ms=TIMEOUT_MS)
+    (s0,) = setup.ids()
+    setup.note("A", 1_000, {s0: 0})
+    stale = setup.mark("A")
+    noted_again = False
+    real_query = WriterMarkRecord.query
+
+    def query_then_note(*args, **kwargs):
+        nonlocal noted_again
+        marks = list(real_query(*args, **kwargs))
+        if not noted_again:
+            noted_again = True
+            setup.note("A", 2_000, {s0: 0})
+        return marks
+
+    monkeypatch.setattr(WriterMarkRecord, "query", query_then_note)
+    assert setup.compute(now=stale.updated_ms + TIMEOUT_MS + 1) is None  # A looked silent
+    assert setup.marks() == {"A"} and setup.mark("A").timestamp_ms == 2_000
+
+
+def test_a_note_racing_a_later_note_of_the_same_writer_cannot_move_its_time_back(controller, unique, monkeypatch):
+    setup = Setup(controller, unique, segments=1)
+    (s0,) = setup.ids()
+    setup.note("A", 2_000, {s0: 0})
+
+    def read_before_the_later_note(*_args, **_kwargs):
+        raise WriterMarkRecord.DoesNotExist()
+
+    monkeypatch.setattr(WriterMarkRecord, "get", read_before_the_later_note)
+    with pytest.raises(InvalidArgument, match="time cannot go back"):
+        setup.note("A", 1_000, {s0: 0})
+    monkeypatch.undo()
+    assert setup.mark("A").timestamp_ms == 2_000
