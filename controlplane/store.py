@@ -174,13 +174,6 @@ class MetadataStore:
         return list(EpochRecord.query(stream_pk(scope, stream), EpochRecord.sk.startswith("epoch#"),
                                       consistent_read=True))
 
-    def put_segments(self, scope: str, stream: str, records: list[SegmentRecord]) -> None:
-        with SegmentRecord.batch_write() as batch:
-            for record in records:
-                record.pk = stream_pk(scope, stream)
-                record.sk = segment_sk(record.segment_id)
-                batch.save(record)
-
     def add_segments(self, scope: str, stream: str, records: list[SegmentRecord]) -> None:
         """Write segment records that do not exist yet; existing ones (written by an earlier attempt,
         and possibly updated since) are left as they are, so a delayed workflow finisher never writes

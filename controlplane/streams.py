@@ -178,7 +178,7 @@ class StreamTasks:
         ranges = split_evenly(0.0, 1.0, config.scaling_policy.min_num_segments)
         epoch0 = [[segment_id(0, i), r.low, r.high] for i, r in enumerate(ranges)]
         self.store.put_epoch(record.scope, record.stream, 0, record.created_ms, epoch0)
-        self.store.put_segments(record.scope, record.stream, [
+        self.store.add_segments(record.scope, record.stream, [  # a late finisher must not undo a scale's changes
             SegmentRecord(segment_id=sid, low=low, high=high, created_ms=record.created_ms)
             for sid, low, high in epoch0])
         for sid, _, _ in epoch0:

@@ -81,7 +81,7 @@ XRAY = {"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
 LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 _CONTROLLER_METADATA = {
     "dynamodb:BatchGetItem",  # get_segments
-    "dynamodb:BatchWriteItem",  # put_segments, delete_stream_partition
+    "dynamodb:BatchWriteItem",  # delete_stream_partition, a table's entries on delete
     "dynamodb:ConditionCheckItem",  # create_stream's TransactWriteItems (ConditionCheck on the scope)
     "dynamodb:DeleteItem",
     "dynamodb:DescribeTable",

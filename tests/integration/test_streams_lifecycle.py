@@ -89,6 +89,20 @@ def test_create_is_idempotent(controller, scope):
     assert len(info.current_segments) == 2
 
 
+def test_a_late_create_finisher_leaves_segment_records_a_scale_changed_alone(controller, scope):
+    """A create request that read the stream while CREATING and resumes after the sweeper finished the
+    create and a scale sealed segment 0 must not write segment 0's record back to its first form."""
+    tasks = controller.streams
+    tasks.create_stream(scope, "s", fixed(2))
+    read_while_creating = controller.store.get_stream(scope, "s")
+    tasks.scale_stream(scope, "s", [0], [(0.0, 0.25), (0.25, 0.5)])
+    tasks.finish_create_stream(read_while_creating)  # finds the create finished (its last step is a no-op)
+    (sealed,) = controller.store.get_segments(scope, "s", [0])
+    assert sealed.sealed_size == 0 and len(sealed.successors) == 2
+    assert [s.segment.segment_id for s in tasks.successors(scope, "s", 0)] == list(sealed.successors)
+    assert controller.segments.info(segment_name(scope, "s", 0)).sealed
+
+
 def test_create_validates_names(controller, scope):
     with pytest.raises(InvalidArgument):
         controller.streams.create_stream(scope, "_internal", fixed(1))
