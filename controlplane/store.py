@@ -177,15 +177,18 @@ class MetadataStore:
     def add_segments(self, scope: str, stream: str, records: list[SegmentRecord]) -> None:
         """Write segment records that do not exist yet; existing ones (written by an earlier attempt,
         and possibly updated since) are left as they are, so a delayed workflow finisher never writes
-        stale records over newer ones."""
+        stale records over newer ones. Only a record left by an older incarnation of the stream (created
+        earlier) is replaced."""
         pk = stream_pk(scope, stream)
-        existing = {r.segment_id for r in SegmentRecord.batch_get([(pk, segment_sk(r.segment_id)) for r in records])}
+        existing = {r.segment_id: r.created_ms
+                    for r in SegmentRecord.batch_get([(pk, segment_sk(r.segment_id)) for r in records])}
         for record in records:
-            if record.segment_id in existing:
+            if existing.get(record.segment_id, -1) >= record.created_ms:
                 continue
             record.pk, record.sk = pk, segment_sk(record.segment_id)
             try:
-                record.save(condition=SegmentRecord.pk.does_not_exist())
+                record.save(condition=SegmentRecord.pk.does_not_exist()
+                            | (SegmentRecord.created_ms < record.created_ms))
             except PutError as e:
                 if not failed_condition(e):
                     raise  # otherwise a concurrent finisher wrote it first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.models import SegmentRecord
 from controlplane.streams import now_ms
 from rillet.errors import (
     IllegalState,
@@ -101,6 +102,16 @@ def test_a_late_create_finisher_leaves_segment_records_a_scale_changed_alone(con
     assert sealed.sealed_size == 0 and len(sealed.successors) == 2
     assert [s.segment.segment_id for s in tasks.successors(scope, "s", 0)] == list(sealed.successors)
     assert controller.segments.info(segment_name(scope, "s", 0)).sealed
+
+
+def test_a_segment_record_left_by_an_older_incarnation_of_the_name_is_replaced(controller, scope):
+    """A late finisher may have left items in the partition of a stream since deleted: the stream
+    created anew under that name gets its own segment records."""
+    leftover = SegmentRecord(segment_id=0, low=0.0, high=0.5, created_ms=1, successors=[7])
+    controller.store.add_segments(scope, "t", [leftover])
+    controller.streams.create_stream(scope, "t", fixed(4))
+    (record,) = controller.store.get_segments(scope, "t", [0])
+    assert (record.high, list(record.successors)) == (0.25, [])
 
 
 def test_create_validates_names(controller, scope):
