@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -217,10 +217,18 @@ class MetadataStore:
     def update_segment(self, record: SegmentRecord, actions: list) -> None:
         record.update(actions=actions)
 
-    def delete_stream_partition(self, scope: str, stream: str) -> None:
-        with MetadataItem.batch_write() as batch:
-            for item in MetadataItem.query(stream_pk(scope, stream), consistent_read=True):
-                batch.delete(item)
+    def delete_stream_partition(self, scope: str, stream: str, still: Callable[[], bool]) -> bool:
+        """Delete every item of the stream's partition, 25 at a time (one BatchWriteItem), each batch only
+        while ``still()`` holds; False if it stopped because it no longer did."""
+        items = list(MetadataItem.query(stream_pk(scope, stream), consistent_read=True,
+                                        attributes_to_get=["pk", "sk", "kind"]))
+        for i in range(0, len(items), 25):
+            if not still():
+                return False
+            with MetadataItem.batch_write() as batch:
+                for item in items[i:i + 25]:
+                    batch.delete(item)
+        return True
 
     # -- workflows -------------------------------------------------------------------------------
 

@@ -242,12 +242,27 @@ class StreamTasks:
         self.finish_delete_stream(record)
 
     def finish_delete_stream(self, record: StreamRecord) -> None:
+        """Delete the segments, the stream's partition, then its record. Each destructive step first
+        checks that the record read is still there: a finisher that resumes after another one finished
+        (and the name may have been created again) stops instead of deleting the new stream's data.
+        What is left is the time between that check and the step's own requests."""
         for segment in self.store.list_segments(record.scope, record.stream):
+            if not self._still_deleting(record):
+                return
             self.segments.delete(segment_name(record.scope, record.stream, segment.segment_id))
-        self.store.delete_stream_partition(record.scope, record.stream)
+        if not self.store.delete_stream_partition(record.scope, record.stream,
+                                                  still=lambda: self._still_deleting(record)):
+            return
         if record.watermarked:  # its watermark stream goes with it
             self._delete_internal(record.scope, mark_stream_name(record.stream))
         self.store.delete_stream_record(record)
+
+    def _still_deleting(self, record: StreamRecord) -> bool:
+        """Whether the stream being deleted is still the incarnation ``record`` was read from."""
+        try:
+            return self.store.get_stream(record.scope, record.stream).created_ms == record.created_ms
+        except StreamNotFound:
+            return False
 
     def _delete_internal(self, scope: str, stream: str) -> None:
         try:

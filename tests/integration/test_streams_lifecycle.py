@@ -277,6 +277,24 @@ def test_delete_removes_metadata_and_data(controller, scope, deployment):
 # -- info and queries -------------------------------------------------------------------------------
 
 
+def test_a_late_delete_finisher_leaves_the_stream_created_again_under_the_name_alone(controller, scope):
+    """A delete request that read the sealed stream resumes after another finisher deleted it and the
+    name was created again: it must not seal, empty or delete the new stream."""
+    tasks = controller.streams
+    tasks.create_stream(scope, "s", fixed(2))
+    tasks.seal_stream(scope, "s")
+    read_while_deleting = controller.store.get_stream(scope, "s")
+    tasks.delete_stream(scope, "s")
+    tasks.create_stream(scope, "s", fixed(2))
+    lengths = _fill(controller, scope, "s", {0: [10], 1: [20]})
+    tasks.finish_delete_stream(read_while_deleting)
+    assert controller.store.get_stream(scope, "s").state == StreamState.ACTIVE.value
+    assert len(controller.store.get_segments(scope, "s", [0, 1])) == 2
+    for sid, length in lengths.items():
+        info = controller.segments.info(segment_name(scope, "s", sid))
+        assert (info.length, info.sealed) == (length, False)
+
+
 def test_stream_info(controller, scope):
     tasks = controller.streams
     config = fixed(3, {"t"})
