@@ -163,14 +163,27 @@ class KeyValueTables:
 
     def finish_delete(self, record: KeyValueTableRecord) -> None:
         """Delete every partition's entries, then the record. Nothing writes entries any more (the
-        DELETING state fails every write's check), so deleting what a query finds is safe."""
+        DELETING state fails every write's check), so deleting what a query finds is safe while the
+        record read is still there: each batch of 25 first checks that, so a finisher resuming after
+        another one finished (and the name may have been created again) stops."""
         for partition in range(record.partition_count):
             pk = entries_pk(record.scope, record.table, partition)
-            with EntryRecord.batch_write() as batch:
-                for item in EntryRecord.query(pk, consistent_read=True, attributes_to_get=["pk", "sk"]):
-                    batch.delete(item)
+            items = list(EntryRecord.query(pk, consistent_read=True, attributes_to_get=["pk", "sk"]))
+            for i in range(0, len(items), 25):
+                if not self._still_deleting(record):
+                    return
+                with EntryRecord.batch_write() as batch:
+                    for item in items[i:i + 25]:
+                        batch.delete(item)
         with conditional(f"key-value table {record.scope}/{record.table} changed while being deleted"):
             record.delete()
+
+    def _still_deleting(self, record: KeyValueTableRecord) -> bool:
+        """Whether the table being deleted is still the incarnation ``record`` was read from."""
+        try:
+            return self._get(record.scope, record.table).created_ms == record.created_ms
+        except KeyValueTableNotFound:
+            return False
 
     def _get(self, scope: str, table: str) -> KeyValueTableRecord:
         validate_scope_name(scope)
