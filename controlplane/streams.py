@@ -221,7 +221,12 @@ class StreamTasks:
     def finish_seal_stream(self, record: StreamRecord) -> None:
         """Seal: commits requested before the seal began are applied (an acknowledged commit stands),
         open transactions are aborted (as in Pravega), then every current segment is sealed."""
-        self.transactions.commit_for_seal(record)
+        incarnation = record.created_ms
+        if not self._in_flight(record):
+            return
+        self.transactions.commit_for_seal(record)  # keeps ``record`` up to date
+        if record.created_ms != incarnation or not self._in_flight(record):
+            return
         self.transactions.abort_open(record.scope, record.stream)
         epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
         for sid, _, _ in epoch.segments:
@@ -263,6 +268,18 @@ class StreamTasks:
             return self.store.get_stream(record.scope, record.stream).created_ms == record.created_ms
         except StreamNotFound:
             return False
+
+    def _in_flight(self, record: StreamRecord) -> bool:
+        """Whether the workflow ``record`` was read with is still in flight on that incarnation of the
+        stream. Checked before a workflow's seals and truncations: a finisher that resumes after the
+        workflow was finished, and the stream perhaps deleted and created again, then stops instead
+        of sealing or truncating the new stream. (The version is not compared: steps such as a seal's
+        commits change the record while the workflow is in flight.)"""
+        try:
+            fresh = self.store.get_stream(record.scope, record.stream)
+        except StreamNotFound:
+            return False
+        return (fresh.created_ms, fresh.state, fresh.workflow) == (record.created_ms, record.state, record.workflow)
 
     def _delete_internal(self, scope: str, stream: str) -> None:
         try:
@@ -354,6 +371,8 @@ class StreamTasks:
         return epoch
 
     def finish_scale_stream(self, record: StreamRecord) -> None:
+        if not self._in_flight(record):
+            return
         wf = record.workflow
         epoch, created = int(wf["epoch"]), int(wf["created_ms"])
         sealed = {r.segment_id: r for r in self.store.get_segments(record.scope, record.stream, wf["seal"])}
@@ -370,6 +389,8 @@ class StreamTasks:
         kept = [s for s in previous.segments if int(s[0]) not in sealed]
         segments = sorted(kept + [[n.segment_id, n.low, n.high] for n in new], key=lambda s: s[1])
         self.store.put_epoch(record.scope, record.stream, epoch, created, segments)
+        if not self._in_flight(record):
+            return
         for sid in wf["seal"]:
             self._seal_segment(record, sid, epoch)
         self._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
@@ -424,6 +445,8 @@ class StreamTasks:
     def finish_truncate_stream(self, record: StreamRecord) -> None:
         head = self.head(record.scope, record.stream, record)
         cut = [p.segment for p in head]
+        if not self._in_flight(record):
+            return
         for position in head:
             self.segments.truncate(segment_name(record.scope, record.stream, position.segment.segment_id),
                                    position.offset)

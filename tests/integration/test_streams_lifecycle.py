@@ -295,6 +295,56 @@ def test_a_late_delete_finisher_leaves_the_stream_created_again_under_the_name_a
         assert (info.length, info.sealed) == (length, False)
 
 
+def _new_incarnation_after(controller, scope, late_record):
+    """Seal, delete and create the stream again, then fill it: what a late finisher holding
+    ``late_record`` finds when it resumes."""
+    tasks = controller.streams
+    tasks.seal_stream(scope, "s")
+    tasks.delete_stream(scope, "s")
+    tasks.create_stream(scope, "s", fixed(1))
+    return _fill(controller, scope, "s", {0: [10, 20]})
+
+
+def _intact(controller, scope, lengths):
+    assert controller.store.get_stream(scope, "s").state == StreamState.ACTIVE.value
+    for sid, length in lengths.items():
+        info = controller.segments.info(segment_name(scope, "s", sid))
+        assert (info.start_offset, info.length, info.sealed) == (0, length, False)
+
+
+def test_a_late_truncation_finisher_leaves_the_stream_created_again_alone(controller, scope):
+    tasks = controller.streams
+    tasks.create_stream(scope, "s", fixed(1))
+    _fill(controller, scope, "s", {0: [10, 20]})
+    tasks.truncate_stream(scope, "s", {0: 14})
+    done = controller.store.get_stream(scope, "s")
+    late = controller.store.get_stream(scope, "s")  # as read while the truncation was in flight
+    late.state, late.workflow = StreamState.TRUNCATING.value, {"name": "truncate"}
+    assert done.state == StreamState.ACTIVE.value
+    lengths = _new_incarnation_after(controller, scope, late)
+    tasks.finish_truncate_stream(late)
+    _intact(controller, scope, lengths)
+
+
+def test_late_scale_and_seal_finishers_leave_the_stream_created_again_alone(controller, scope):
+    tasks = controller.streams
+    tasks.create_stream(scope, "s", fixed(1))
+    late_scale = controller.store.get_stream(scope, "s")
+    tasks.scale_stream(scope, "s", [0], [(0.0, 0.5), (0.5, 1.0)])
+    scaled = controller.store.get_stream(scope, "s")
+    late_scale.state, late_scale.workflow = StreamState.SCALING.value, {
+        "name": "scale", "epoch": 1, "created_ms": scaled.created_ms + 1, "seal": [0],
+        "new": [s.segment_id for s in tasks.current_segments(scope, "s")], "ranges": [[0.0, 0.5], [0.5, 1.0]]}
+    late_seal = controller.store.get_stream(scope, "s")
+    late_seal.state, late_seal.workflow = StreamState.SEALING.value, {"name": "seal"}
+    lengths = _new_incarnation_after(controller, scope, late_scale)
+    tasks.finish_scale_stream(late_scale)
+    tasks.finish_seal_stream(late_seal)
+    _intact(controller, scope, lengths)
+    (segment,) = controller.store.get_segments(scope, "s", [0])
+    assert list(segment.successors) == [] and controller.store.get_stream(scope, "s").current_epoch == 0
+
+
 def test_stream_info(controller, scope):
     tasks = controller.streams
     config = fixed(3, {"t"})
