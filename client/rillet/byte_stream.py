@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
+from rillet.clock import Since
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument, OffsetMismatch, OutcomeUnknown, RilletError
 from rillet.framing import MAX_BLOCK_SIZE
@@ -80,7 +80,7 @@ class _Sender:
         with self._changed:
             self.drain()
             self._running = True
-        first_sent = time.monotonic()
+        first_sent = Since()
         try:
             length = self._append(block, self._next_block, expected_offset, 0)
         except RilletError as e:
@@ -107,7 +107,7 @@ class _Sender:
         while True:
             with self._changed:
                 if self._unacked is None and self._pending:
-                    self._unacked = (bytes(self._pending[:self._block_size]), None, time.monotonic())
+                    self._unacked = (bytes(self._pending[:self._block_size]), None, Since())
                     del self._pending[:len(self._unacked[0])]
                 if self._unacked is None:
                     self._running = False
@@ -115,7 +115,7 @@ class _Sender:
                     return
                 (block, expected_offset, first_sent), number = self._unacked, self._next_block
             try:
-                self._append(block, number, expected_offset, int((time.monotonic() - first_sent) * 1000))
+                self._append(block, number, expected_offset, first_sent.elapsed_ms())
             except RilletError as e:
                 with self._changed:
                     if isinstance(e, OffsetMismatch) and expected_offset is not None:

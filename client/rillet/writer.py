@@ -35,7 +35,7 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   connection, throttling) leaves the block unresolved, and it is sent again, same writer id, same
   event numbers, until an answer proves its outcome.
 * Every attempt says how long ago the block was first sent (``x-rillet-block-age-ms``, this
-  writer's monotonic clock), so that a server which has forgotten the writer id (idle longer than its
+  the larger of the monotonic and the wall clock's count, see rillet.clock), so that a server which has forgotten the writer id (idle longer than its
   expiry window, days) can tell a fresh block from a resend that may already be stored under it.
 * Its events fail only when an answer proves they are not stored (a 4xx such as InvalidArgument,
   TooLarge, SegmentNotFound, or OutOfOrder for an attempt sent when every block before it was
@@ -80,6 +80,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from rillet.clock import Since
 from rillet.connection import Connection
 from rillet.errors import (
     InvalidArgument,
@@ -176,7 +177,7 @@ class _SegmentQueue:
     sealed: bool = False  # found sealed: waiting for the successors, holds its events meanwhile
     resolving: bool = False
     new_writer_id: bool = False  # a block failed: the next block starts a new writer id (once none is in flight)
-    acked_at: float | None = None  # when a block under ``writer_id`` was last acknowledged (monotonic)
+    acked_at: Since | None = None  # when a block under ``writer_id`` was last acknowledged
     closed_by: RilletError | None = None  # the stream was sealed: this range takes no more events
 
 
@@ -320,7 +321,7 @@ class EventStreamWriter(Generic[T]):
                     or ((answered or not queue.inflight) and self._lingered(queue)))):
             answered = False
             if (not queue.inflight and queue.acked_at is not None
-                    and time.monotonic() - queue.acked_at > self.config.idle_writer_id_s):
+                    and queue.acked_at.elapsed_s() > self.config.idle_writer_id_s):
                 queue.new_writer_id = True  # the server may forget an idle writer id: do not continue it
             if queue.new_writer_id:  # nothing of the segment is unresolved now
                 self._generation += 1
@@ -368,8 +369,8 @@ class EventStreamWriter(Generic[T]):
     def _send(self, queue: _SegmentQueue, block: _InFlight) -> None:
         """Send the block until an answer proves its outcome, or until the deadline."""
         payload = b"".join(p.framed for p in block.items)
-        first_sent = time.monotonic()
-        deadline = first_sent + self.config.retry_timeout_s
+        first_sent = Since()
+        deadline = first_sent.monotonic + self.config.retry_timeout_s
         attempt = 0
         while True:
             attempt += 1
@@ -381,7 +382,7 @@ class EventStreamWriter(Generic[T]):
                 ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
                                                       block.writer_id, block.first, len(block.items), payload,
                                                       after=block.first - 1,
-                                                      block_age_ms=int((time.monotonic() - first_sent) * 1000))
+                                                      block_age_ms=first_sent.elapsed_ms())
             except SegmentSealed:
                 return self._refused(queue, block)
             except WriterExpired as e:  # never appended under this id now; an earlier attempt may have been
@@ -444,7 +445,7 @@ class EventStreamWriter(Generic[T]):
                 end = self._acked_end.get(queue.segment.segment_id, 0)
                 self._acked_end[queue.segment.segment_id] = max(end, position)
             self._outstanding -= len(block.items)
-            queue.acked_at = time.monotonic()
+            queue.acked_at = Since()
             resolve = self._settled(queue)
         if resolve:
             self._resolve_sealed(queue)
