@@ -4,8 +4,9 @@ Keys (``pk`` / ``sk``), beside those in :mod:`controlplane.models`:
 
 * ``kvts#<scope>`` / ``<table>`` -- :class:`KeyValueTableRecord`: configuration and state; all tables
   of a scope share a partition, so listing them (and checking a scope has none) is one query.
-* ``kvt#<scope>/<table>/<partition>`` / ``<primary key hex><secondary key hex>`` --
-  :class:`EntryRecord`: one entry. A table partition is one DynamoDB partition key, so the entries of
+* ``kvt#<scope>/<table>/<incarnation>/<partition>`` / ``<primary key hex><secondary key hex>`` --
+  :class:`EntryRecord`: one entry. The incarnation (a random id of each table created under a name)
+  keeps a late delete of an earlier table of the name away from the entries of the next one. A table partition is one DynamoDB partition key, so the entries of
   a primary key (which hash to one partition) are one query, and all entries are one query per
   partition. Keys have fixed lengths, so the hex of the two parts never runs together ambiguously.
 
@@ -27,8 +28,8 @@ def tables_pk(scope: str) -> str:
     return f"kvts#{scope}"
 
 
-def entries_pk(scope: str, table: str, partition: int) -> str:
-    return f"kvt#{scope}/{table}/{partition}"
+def entries_pk(record: KeyValueTableRecord, partition: int) -> str:
+    return f"kvt#{record.scope}/{record.table}/{record.incarnation}/{partition}"
 
 
 def entry_sk(primary: bytes, secondary: bytes) -> str:
@@ -44,7 +45,8 @@ class KeyValueTableRecord(MetadataItem, discriminator="kvt"):
     """A table: ACTIVE, SEALED or DELETING. Versioned: every change is conditional on what was read.
 
     A table being deleted carries ``pending`` (the sweeper's index) until its entries and the record
-    are gone. ``created_ms`` tells one incarnation of a name from the next: entry writes check it.
+    are gone. ``incarnation`` tells one table of a name from the next: entry keys name it, entry writes
+    check it, and a delete removes only its own record.
     """
 
     scope = UnicodeAttribute()
@@ -54,6 +56,7 @@ class KeyValueTableRecord(MetadataItem, discriminator="kvt"):
     primary_key_length = NumberAttribute()
     secondary_key_length = NumberAttribute()
     created_ms = NumberAttribute()
+    incarnation = UnicodeAttribute()  # a random id, new with every create
     version = VersionAttribute()
 
 

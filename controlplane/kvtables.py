@@ -8,8 +8,9 @@ caller dies), every partition's entries are deleted, then the record; a retry of
 sweeper runs the same :meth:`KeyValueTables.finish_delete`.
 
 The state is the barrier: every entry write is a DynamoDB transaction whose first item checks that
-the table record is still ACTIVE and still the same incarnation (``created_ms``), so nothing is
-written to a sealed table, or to a table being deleted, whatever the interleaving. Reads refuse a
+the table record is still ACTIVE and still the same incarnation, so nothing is written to a sealed
+table, or to a table being deleted, whatever the interleaving. Entry keys name the incarnation, so
+deleting a table's entries can never touch those of a table created later under the same name. Reads refuse a
 DELETING table (its entries are going). See docs/kvt.md for the model, limits and costs.
 """
 
@@ -22,7 +23,7 @@ import json
 import uuid
 from collections.abc import Sequence
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError
+from pynamodb.exceptions import DeleteError, DoesNotExist, TransactWriteError
 from pynamodb.transactions import TransactWrite
 
 from controlplane.kvt_records import (
@@ -35,7 +36,7 @@ from controlplane.kvt_records import (
     tables_pk,
 )
 from controlplane.models import PENDING, SCOPES_PK, ScopeRecord
-from controlplane.store import MetadataStore, conditional
+from controlplane.store import MetadataStore, failed_condition
 from controlplane.streams import now_ms
 from rillet.errors import (
     BadKeyLength,
@@ -46,6 +47,7 @@ from rillet.errors import (
     NoSuchKey,
     TooManyUpdates,
     ValueTooLong,
+    WriteConflict,
 )
 from rillet.kvt_models import (
     MAX_UPDATE_BYTES,
@@ -106,7 +108,8 @@ class KeyValueTables:
         record = KeyValueTableRecord(tables_pk(scope), table, scope=scope, table=table, state=ACTIVE,
                                      partition_count=config.partition_count,
                                      primary_key_length=config.primary_key_length,
-                                     secondary_key_length=config.secondary_key_length, created_ms=now_ms())
+                                     secondary_key_length=config.secondary_key_length, created_ms=now_ms(),
+                                     incarnation=uuid.uuid4().hex)
         try:
             with TransactWrite(connection=self.store.transaction_connection) as tx:
                 tx.condition_check(ScopeRecord, SCOPES_PK, scope, condition=ScopeRecord.state == "ACTIVE")
@@ -162,28 +165,40 @@ class KeyValueTables:
         return True
 
     def finish_delete(self, record: KeyValueTableRecord) -> None:
-        """Delete every partition's entries, then the record. Nothing writes entries any more (the
-        DELETING state fails every write's check), so deleting what a query finds is safe while the
-        record read is still there: each batch of 25 first checks that, so a finisher resuming after
-        another one finished (and the name may have been created again) stops."""
+        """Delete every partition's entries, then the record. The entries' keys name this incarnation
+        and nothing writes them any more (the DELETING state fails every write's check), so deleting
+        what a query finds is safe however late this runs: a table created again under the name keeps
+        its own entries. The record goes only as it was read; if it is already gone (another finisher
+        was first, and the name may have been created again), the delete is done."""
         for partition in range(record.partition_count):
-            pk = entries_pk(record.scope, record.table, partition)
-            items = list(EntryRecord.query(pk, consistent_read=True, attributes_to_get=["pk", "sk"]))
-            for i in range(0, len(items), 25):
-                if not self._still_deleting(record):
-                    return
-                with EntryRecord.batch_write() as batch:
-                    for item in items[i:i + 25]:
-                        batch.delete(item)
-        with conditional(f"key-value table {record.scope}/{record.table} changed while being deleted"):
-            record.delete()
-
-    def _still_deleting(self, record: KeyValueTableRecord) -> bool:
-        """Whether the table being deleted is still the incarnation ``record`` was read from."""
+            # The query pages lazily (1 MB a page) and the batch writes 25 at a time, so memory stays
+            # flat however large the partition.
+            with EntryRecord.batch_write() as batch:
+                for item in EntryRecord.query(entries_pk(record, partition), consistent_read=True,
+                                              attributes_to_get=["pk", "sk"]):
+                    batch.delete(item)
         try:
-            return self._get(record.scope, record.table).created_ms == record.created_ms
+            record.delete(condition=KeyValueTableRecord.incarnation == record.incarnation)
+        except DeleteError as e:
+            if not failed_condition(e):
+                raise
+            if self._current_delete(record.scope, record.table, record.incarnation) is not None:
+                raise WriteConflict(f"key-value table {record.scope}/{record.table} changed while being deleted") from e
+
+    def resume_delete(self, scope: str, table: str, incarnation: str) -> None:
+        """Finish the delete of the incarnation the sweeper found DELETING, unless it is done already
+        (the record gone, or the name created again since)."""
+        record = self._current_delete(scope, table, incarnation)
+        if record is not None:
+            self.finish_delete(record)
+
+    def _current_delete(self, scope: str, table: str, incarnation: str) -> KeyValueTableRecord | None:
+        """The record of ``incarnation`` if it is still there and DELETING."""
+        try:
+            record = self._get(scope, table)
         except KeyValueTableNotFound:
-            return False
+            return None
+        return record if record.incarnation == incarnation and record.state == DELETING else None
 
     def _get(self, scope: str, table: str) -> KeyValueTableRecord:
         validate_scope_name(scope)
@@ -210,14 +225,14 @@ class KeyValueTables:
         record = self._get(scope, table)
         self._check_updates(record, updates)
         request_id = request_id or uuid.uuid4().hex
-        pk = entries_pk(scope, table, partition_of(updates[0].key.primary, record.partition_count))
+        pk = entries_pk(record, partition_of(updates[0].key.primary, record.partition_count))
         versions: list[str | None] = []
         try:
             with TransactWrite(connection=self.store.transaction_connection,
                                client_request_token=request_id) as tx:
                 tx.condition_check(KeyValueTableRecord, record.pk, record.sk,
                                    condition=(KeyValueTableRecord.state == ACTIVE)
-                                   & (KeyValueTableRecord.created_ms == record.created_ms))
+                                   & (KeyValueTableRecord.incarnation == record.incarnation))
                 for index, u in enumerate(updates):
                     versions.append(self._stage(tx, pk, u, _new_version(request_id, index)))
         except TransactWriteError as e:
@@ -281,6 +296,9 @@ class KeyValueTables:
             raise error
         if reasons[0] == "ConditionalCheckFailed":
             current = self._get(record.scope, record.table)
+            if current.incarnation != record.incarnation:
+                raise WriteConflict(f"key-value table {record.scope}/{record.table} was deleted and created "
+                                    "again during this update; nothing was applied") from error
             raise IllegalState(f"key-value table {record.scope}/{record.table} is {current.state.lower()}; "
                                "its entries cannot change", state=current.state) from error
         # PynamoDB sends a transaction's items grouped: condition checks, then deletes, then puts.
@@ -289,7 +307,7 @@ class KeyValueTables:
         u = next(u for u, r in zip(sent, reasons[1:], strict=True) if r == "ConditionalCheckFailed")
         if u.type == UpdateType.INSERT:
             raise BadKeyVersion("the key already exists", key=_key_text(u.key)) from error
-        pk = entries_pk(record.scope, record.table, partition_of(u.key.primary, record.partition_count))
+        pk = entries_pk(record, partition_of(u.key.primary, record.partition_count))
         try:
             EntryRecord.get(pk, entry_sk(u.key.primary, u.key.secondary), consistent_read=True,
                             attributes_to_get=["pk"])
@@ -304,7 +322,7 @@ class KeyValueTables:
         wanted = {}
         for key in keys:
             _check_key(record, key)
-            wanted[key] = (entries_pk(scope, table, partition_of(key.primary, record.partition_count)),
+            wanted[key] = (entries_pk(record, partition_of(key.primary, record.partition_count)),
                            entry_sk(key.primary, key.secondary))
         found = {(e.pk, e.sk): e for e in EntryRecord.batch_get(set(wanted.values()), consistent_read=True)}
         entries: list[WireEntry | None] = []
@@ -336,7 +354,7 @@ class KeyValueTables:
         attributes = None if with_values else ["pk", "sk", "entry_version"]
         entries: list[WireEntry] = []
         for _ in range(MAX_PARTITIONS_PER_PAGE):
-            pk = entries_pk(scope, table, partition)
+            pk = entries_pk(record, partition)
             start = {"pk": {"S": pk}, "sk": {"S": last}} if last is not None else None
             condition = EntryRecord.sk.startswith(prefix) if prefix else None
             result = EntryRecord.query(pk, condition, consistent_read=True, limit=limit - len(entries),

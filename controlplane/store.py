@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from controlplane.models import (
@@ -43,7 +43,7 @@ from rillet.errors import (
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
-def failed_condition(error: PutError | UpdateError) -> bool:
+def failed_condition(error: PutError | UpdateError | DeleteError) -> bool:
     """Whether a write was refused only because its condition did not hold (a race, not a fault).
 
     PynamoDB's ``cause_response_code`` raises AttributeError when the cause carries no response (a
@@ -56,7 +56,7 @@ def conditional(conflict: str) -> Iterator[None]:
     """Turn a failed condition into a retryable WriteConflict that says what raced."""
     try:
         yield
-    except (PutError, UpdateError) as e:
+    except (PutError, UpdateError, DeleteError) as e:
         if failed_condition(e):
             raise WriteConflict(conflict) from e
         raise
@@ -153,8 +153,9 @@ class MetadataStore:
             record.update(actions=actions)
 
     def delete_stream_record(self, record: StreamRecord) -> None:
+        """Only the incarnation read: the version alone restarts with a stream created again."""
         with conditional(f"stream {record.scope}/{record.stream} changed while being deleted"):
-            record.delete()
+            record.delete(condition=StreamRecord.created_ms == record.created_ms)
 
     # -- epochs and segments ---------------------------------------------------------------------
 

@@ -81,7 +81,7 @@ class Sweeper:
         """Deleting is the only key-value table workflow with steps (see controlplane.kvtables)."""
         subject = f"{item.scope}/{item.table}"
         try:
-            KeyValueTables(self.tasks.store).delete(item.scope, item.table)
+            KeyValueTables(self.tasks.store).resume_delete(item.scope, item.table, item.incarnation)
             return SweepOutcome(subject, "delete-kvt", "completed")
         except RilletError as e:
             log.warning("sweeper could not finish delete-kvt of %s: %s", subject, e)

@@ -76,14 +76,3 @@ def test_a_token_that_does_not_fit_the_request_is_invalid(tables, unique):
     with pytest.raises(InvalidArgument, match="malformed page token"):
         tables.iterate(unique, "kv", None, True, 1, "bm90IGpzb24=")  # base64 of "not json"
 
-
-def test_a_late_delete_finisher_leaves_the_table_created_again_under_the_name_alone(tables, unique):
-    config = KeyValueTableConfiguration(partition_count=2, primary_key_length=1, secondary_key_length=1)
-    tables.create(unique, "t", config)
-    _put(tables, unique, "t", b"a", [b"1", b"2"])
-    read_while_deleting = tables._get(unique, "t")
-    tables.delete(unique, "t")
-    tables.create(unique, "t", config)
-    _put(tables, unique, "t", b"a", [b"1", b"2"])
-    tables.finish_delete(read_while_deleting)
-    assert [e.value for e in _all_pages(tables, unique, "t", 10)[0]] == [b"a1", b"a2"]
