@@ -58,6 +58,7 @@ def _stored_state(segment: str, writer: str) -> dict | None:
         return None
 
 
+@pytest.mark.timeout(1500)  # 50,000 requests to moto: minutes on a loaded 2-core machine
 def test_an_append_costs_the_same_after_ten_thousand_writers(deployment, unique):
     """Every ten-fold more writer ids: the head record's size and an append's requests stay the same
     (with every writer listed in the head record, it had grown to 39 KB after 300 writers)."""
