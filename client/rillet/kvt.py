@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from rillet.controller import ControllerClient
+from rillet.errors import InvalidArgument
 from rillet.kvt_models import (
     IterateRequest,
     KeyValueTableConfiguration,
@@ -79,10 +80,18 @@ class Put:
 
 @dataclass(frozen=True)
 class Remove:
-    """Remove a key: unconditionally, or only if it has ``version``."""
+    """Remove a key: unconditionally (``Version.NO_VERSION``), or only if it has ``version``.
+
+    ``Version.NOT_EXISTS`` is refused with :class:`rillet.InvalidArgument`: "remove only if absent"
+    names no entry to remove, and the wire has no such condition, so it would remove unconditionally."""
 
     key: TableKey
     version: Version = Version.NO_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version == Version.NOT_EXISTS:
+            raise InvalidArgument("a remove cannot be conditional on Version.NOT_EXISTS: pass Version.NO_VERSION "
+                                  "to remove unconditionally, or the entry's version")
 
 
 def _update(change: Put | Remove) -> TableUpdate:
@@ -129,7 +138,8 @@ class KeyValueTable:
         return self.update([Put(_as_key(key), value, version)])[0]
 
     def remove(self, key: TableKey | KeyPart, version: Version | None = None) -> None:
-        """Remove the key; with ``version``, only if it has that version."""
+        """Remove the key; with ``version``, only if it has that version (not ``Version.NOT_EXISTS``:
+        InvalidArgument, before anything is sent)."""
         self.update([Remove(_as_key(key), version or Version.NO_VERSION)])
 
     def get(self, key: TableKey | KeyPart) -> TableEntry | None:

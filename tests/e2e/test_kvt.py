@@ -110,6 +110,26 @@ def test_put_get_replace_remove_with_versions(kvt):
     assert table.put(k, b"over") != v3  # put ignores the version
 
 
+class _NoController:
+    """Fails the test if the SDK sends anything."""
+
+    def update_entries(self, scope, table, request):
+        raise AssertionError(f"sent {request}")
+
+
+def test_a_remove_conditional_on_not_exists_is_refused_before_sending():
+    """Version.NOT_EXISTS has no token: sent as a remove it would be unconditional."""
+    table = rillet.KeyValueTable(_NoController(), "s", "t")
+    with pytest.raises(rillet.InvalidArgument, match="NOT_EXISTS"):
+        table.remove(key("user"), Version.NOT_EXISTS)
+    with pytest.raises(rillet.InvalidArgument, match="NOT_EXISTS"):
+        table.update([Put(key("user"), b"x"), Remove(key("user", "01"), Version.NOT_EXISTS)])
+    with pytest.raises(rillet.InvalidArgument, match="NOT_EXISTS"):
+        Remove(key("user"), Version(None))  # the same condition, however it is spelled
+    assert Remove(key("user")).version == Version.NO_VERSION  # unconditional and conditional ones still are
+    assert Remove(key("user"), Version("0" * 16)).version.token == "0" * 16
+
+
 def test_updates_of_one_primary_key_are_atomic(kvt):
     _, table, _ = kvt
     a, b, c = key("acct", "aa"), key("acct", "bb"), key("acct", "cc")
