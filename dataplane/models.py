@@ -132,8 +132,12 @@ class IndexEntry(SegmentItem, discriminator="e"):
 
 class WriterState(SegmentItem, discriminator="w"):
     """A writer's last block on the segment, once the head record no longer lists the writer. Only
-    ever replaced by a later block of the same writer (the put is conditioned on it)."""
+    ever replaced by a later block of the same writer (the put is conditioned on it), or by a state of
+    a segment created again under the name: ``incarnation`` is the head record's ``created_ms`` when
+    it was saved, and an item of another incarnation (a stale appender saving it after the segment
+    was deleted) counts as no state at all."""
 
+    incarnation = NumberAttribute(attr_name="sc")
     first = NumberAttribute(attr_name="f")
     last = NumberAttribute(attr_name="l")
     offset = NumberAttribute(attr_name="o")

@@ -509,9 +509,10 @@ class SegmentStore:
         if unlisted is not _UNREAD:
             return unlisted
         try:
-            return WriterState.get(meta.pk, writer_key(block.writer), consistent_read=True).as_state()
+            item = WriterState.get(meta.pk, writer_key(block.writer), consistent_read=True)
         except DoesNotExist:
             return None
+        return item.as_state() if item.incarnation == meta.created_ms else None
 
     def _check_not_expired(self, segment: str, state: dict | None, block: _Block) -> None:
         if state is None and block.source is None and block.age_ms is not None \
@@ -595,7 +596,7 @@ class SegmentStore:
         leaving = self._writer_to_move_out(meta, block)
         if leaving is not None:
             name, state = leaving
-            self._save_writer_state(meta.pk, name, state)  # before it leaves the head record: see _writer_state
+            self._save_writer_state(meta, name, state)  # before it leaves the head record: see _writer_state
             actions.append(SegmentMeta.writers[name].remove())
             order &= SegmentMeta.writers[name]["l"] == int(state["l"])
         if meta.content is None:
@@ -629,14 +630,16 @@ class SegmentStore:
             return None
         return min(listed.items(), key=lambda item: (int(item[1]["t"]), item[0]))
 
-    def _save_writer_state(self, segment: str, writer: str, state: dict) -> None:
-        """Save the writer's last block to its own item, unless the item already holds a later one (a
-        request acting on an old head record must not move a writer's state back)."""
+    def _save_writer_state(self, meta: SegmentMeta, writer: str, state: dict) -> None:
+        """Save the writer's last block to its own item, unless the item already holds a later one of
+        this incarnation of the segment (a request acting on an old head record must not move a
+        writer's state back; an item a stale appender left after the segment was deleted is replaced)."""
         expires_at = (int(state["t"]) + self.settings.writer_expiry_ms + _EXPIRY_MARGIN_MS) // 1000
-        item = WriterState(segment, writer_key(writer), first=int(state["f"]), last=int(state["l"]),
-                           offset=int(state["o"]), time_ms=int(state["t"]), expires_at=expires_at)
+        item = WriterState(meta.pk, writer_key(writer), incarnation=int(meta.created_ms), first=int(state["f"]),
+                           last=int(state["l"]), offset=int(state["o"]), time_ms=int(state["t"]), expires_at=expires_at)
         try:
-            item.save(condition=WriterState.last.does_not_exist() | (WriterState.last <= int(state["l"])))
+            item.save(condition=WriterState.last.does_not_exist() | (WriterState.last <= int(state["l"]))
+                      | (WriterState.incarnation != int(meta.created_ms)))
         except PutError as e:
             if not _failed_condition(e):
                 raise  # else the item holds a later block: this head record is old and its advance fails

@@ -158,6 +158,27 @@ def test_deleting_a_segment_deletes_its_writer_state(store, unique):
     assert list(SegmentMeta._get_connection().query(segment)["Items"]) == []
 
 
+def test_writer_state_left_by_a_deleted_segment_of_the_same_name_is_no_state(store, unique):
+    """A stale appender of a deleted segment can save a writer's state after the delete removed the
+    others (it read the head record before the seal). A segment created again under the name must not
+    take that item for its own writer's history: a fresh block would be acknowledged as a duplicate
+    and lost, and the item could not be replaced when the writer is moved out."""
+    segment = f"{unique}/s/0"
+    store.create(segment)
+    created = SegmentMeta.get(segment, META_KEY, consistent_read=True).created_ms
+    WriterState(segment, writer_key("b"), incarnation=created - 1, first=0, last=5, offset=0, time_ms=created - 1,
+                expires_at=created // 1000 + 3600).save()  # what the stale appender left
+
+    fresh = store.append(segment, "b", 0, 1, frame(b"b0"), after=-1)
+    assert (fresh.offset, fresh.duplicate) == (0, False)
+    assert store.read(segment, 0).data == frame(b"b0")
+    for writer in ("c", "d"):  # the head record lists 2: "b" is moved out, its item replaced
+        store.append(segment, writer, 0, 1, frame(writer.encode()))
+    assert _stored_state(segment, "b")["l"] == 0
+    assert store.append(segment, "b", 0, 1, frame(b"b0"), after=-1).duplicate
+    assert not store.append(segment, "b", 1, 1, frame(b"b1"), after=0).duplicate
+
+
 def test_every_interleaving_of_a_resend_and_writers_moving_it_out(store, unique):
     """Writer "a" resends its committed block while two new writers append (each moving the least
     recently active writer out of the full head record): in every interleaving (one preemption) the
