@@ -47,6 +47,7 @@ MAX_GRANTS_PER_PRINCIPAL = 100
 DEFAULT_CACHE_S = 30.0
 # Principals remembered per function instance (LRU beyond that): bounds the instance's memory.
 MAX_CACHED_PRINCIPALS = 1000
+PRINCIPALS_PREFIX = principal_sk("")  # the sort keys of the principals listing
 _CHANGE_ATTEMPTS = 5  # a removal races only with other changes of the same principal's grants
 
 
@@ -104,8 +105,9 @@ class GrantStore:
         return [Grant(principal=r.principal, resource=r.resource, permission=r.permission) for r in records]
 
     def principals(self, limit: int, token: str | None) -> tuple[list[PrincipalGrants], str | None]:
-        result = GrantPrincipalRecord.query(GRANTS_PK, GrantPrincipalRecord.sk.startswith("principal#"),
-                                            limit=limit, last_evaluated_key=_decode_token(token))
+        result = GrantPrincipalRecord.query(GRANTS_PK, GrantPrincipalRecord.sk.startswith(PRINCIPALS_PREFIX),
+                                            limit=limit,
+                                            last_evaluated_key=_decode_token(token, GRANTS_PK, PRINCIPALS_PREFIX))
         records = [PrincipalGrants(principal=r.principal, grants=r.grants) for r in result]
         return records, _encode_token(result.last_evaluated_key)
 

@@ -66,15 +66,44 @@ def _encode_token(key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(key).encode()).decode() if key else None
 
 
-def _decode_token(token: str | None) -> dict[str, Any] | None:
+_MALFORMED = "malformed page token: pass the next_token of the previous page"
+_MAX_KEY_BYTES = 1024  # DynamoDB's bound on a sort key (a partition key's is 2048)
+
+
+def _key_string(key: dict[str, Any], name: str) -> str:
+    """The string a key attribute of a token holds (``{"S": text}``), or InvalidArgument."""
+    value = key.get(name)
+    if not isinstance(value, dict) or value.keys() != {"S"} or not isinstance(value["S"], str):
+        raise InvalidArgument(_MALFORMED)
+    text = value["S"]
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:  # a lone surrogate ("\\ud800" in the JSON) is no UTF-8 text
+        raise InvalidArgument(_MALFORMED) from e
+    if not 0 < size <= _MAX_KEY_BYTES:
+        raise InvalidArgument(_MALFORMED)
+    return text
+
+
+def _decode_token(token: str | None, partition: str | None = None, prefix: str = "") -> dict[str, Any] | None:
+    """The ExclusiveStartKey a page token names, checked to be one the query could have answered.
+
+    A token is the base64 JSON of a query's LastEvaluatedKey: exactly ``{"pk": {"S": ...}, "sk": {"S":
+    ...}}``. Anything else (other attributes, other types, another partition than ``partition``, a sort
+    key outside the query's ``prefix``) is InvalidArgument, where DynamoDB would have answered
+    ValidationException (a 500). Callers that query one partition pass it (and the sort key prefix of
+    their key condition); without ``partition`` only the shape is checked."""
     if not token:
         return None
     try:
         key = json.loads(base64.urlsafe_b64decode(token.encode()))
     except (ValueError, TypeError) as e:  # binascii.Error and JSONDecodeError are ValueErrors
-        raise InvalidArgument("malformed page token: pass the next_token of the previous page") from e
-    if not isinstance(key, dict):
-        raise InvalidArgument("malformed page token: pass the next_token of the previous page")
+        raise InvalidArgument(_MALFORMED) from e
+    if not isinstance(key, dict) or key.keys() != {"pk", "sk"}:
+        raise InvalidArgument(_MALFORMED)
+    pk, sk = _key_string(key, "pk"), _key_string(key, "sk")
+    if (partition is not None and pk != partition) or not sk.startswith(prefix):
+        raise InvalidArgument(_MALFORMED)
     return key
 
 
@@ -101,7 +130,7 @@ class MetadataStore:
             raise ScopeNotFound(f"scope {scope} does not exist") from None
 
     def list_scopes(self, limit: int, token: str | None) -> tuple[list[ScopeRecord], str | None]:
-        result = ScopeRecord.query(SCOPES_PK, limit=limit, last_evaluated_key=_decode_token(token))
+        result = ScopeRecord.query(SCOPES_PK, limit=limit, last_evaluated_key=_decode_token(token, SCOPES_PK))
         records = list(result)
         return records, _encode_token(result.last_evaluated_key)
 
@@ -138,7 +167,7 @@ class MetadataStore:
                      token: str | None) -> tuple[list[StreamRecord], str | None]:
         condition = StreamRecord.tags.contains(tag) if tag else None
         result = StreamRecord.query(scope_pk(scope), filter_condition=condition, limit=limit,
-                                    last_evaluated_key=_decode_token(token))
+                                    last_evaluated_key=_decode_token(token, scope_pk(scope)))
         records = list(result)
         return records, _encode_token(result.last_evaluated_key)
 

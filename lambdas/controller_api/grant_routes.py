@@ -24,6 +24,9 @@ from rillet.grants import (
 router = LambdaFunctionUrlRouter()
 grants = GrantStore(Deployment.from_env())
 
+# A principals page token is the base64 of a key whose sort key names a principal (at most 1,024 bytes,
+# DynamoDB's bound on a sort key): about 1,420 characters at most.
+MAX_TOKEN_LENGTH = 2048
 Principal = Annotated[str, Query(pattern=PRINCIPAL_PATTERN, max_length=1024, description="An IAM ARN.")]
 
 
@@ -55,7 +58,8 @@ def list_grants(principal: Principal) -> GrantList:
 
 @router.get("/v1/grants/principals", summary="The principals that have grants, with how many each has")
 def list_principals(limit: Annotated[int, Query(ge=1, le=1000, description="Page size.")] = 100,
-                    token: Annotated[str | None, Query(description="next_token of the previous page.")] = None,
+                    token: Annotated[str | None, Query(max_length=MAX_TOKEN_LENGTH,
+                                                       description="next_token of the previous page.")] = None,
                     ) -> PrincipalList:
     principals, next_token = grants.principals(limit, token)
     return PrincipalList(principals=principals, next_token=next_token)
