@@ -75,8 +75,11 @@ def _read_table(args: dict[str, str], body: Body) -> tuple[Need, ...]:
     return (Need(key_value_table_resource(args["scope"], args["table"]), READ),)
 
 
+# Routes anyone may call, grants or not (the OpenAPI documents declare no 403 on them).
+OPEN_ROUTES = frozenset({("GET", "/v1/endpoints")})
+
 _EXCEPTIONS: dict[tuple[str, str], Rule] = {
-    ("GET", "/v1/endpoints"): lambda args, body: (),
+    **{route: (lambda args, body: ()) for route in OPEN_ROUTES},
     ("POST", "/v1/scopes"): lambda args, body: ADMIN,
     ("DELETE", "/v1/scopes/<scope>"): lambda args, body: ADMIN,
     ("POST", "/v1/scopes/<scope>/reader-groups"): _create_group,

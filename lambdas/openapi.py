@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from lambdas.authorization import OPEN_ROUTES
 from rillet.api import ErrorBody
 from rillet.names import MAX_GIVEN_NAME_SIZE, MAX_NAME_SIZE
 
@@ -29,7 +30,9 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "docs" / "openapi"
 
 ERROR_STATUSES = {
     "400": "Invalid request (InvalidArgument)",
-    "404": "No such scope, stream, segment or route (*NotFound)",
+    "403": ("The caller lacks a permission the operation needs (AccessDenied; only once the deployment has "
+            "grants, and decided before any lookup: the same whether or not the resource exists)"),
+    "404": "No such scope, stream, reader group, key-value table, segment or route (*NotFound)",
     "409": "Conflicting state (IllegalState, WriteConflict, SegmentSealed, ...)",
     "429": "AWS throttled the request (Throttled): outcome unknown, repeat it after Retry-After",
     "500": "Unexpected server error (InternalError, never with a stack trace)",
@@ -43,11 +46,14 @@ def _document_errors(schema: dict) -> dict:
     """Describe the typed errors the handlers really answer with (powertools documents a 422 instead)."""
     schema.setdefault("components", {}).setdefault("schemas", {})["ErrorBody"] = ErrorBody.model_json_schema()
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    for operations in schema.get("paths", {}).values():
-        for operation in operations.values():
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
+            authorized = (method.upper(), re.sub(r"{(\w+)}", r"<\1>", path)) not in OPEN_ROUTES
             for status, text in ERROR_STATUSES.items():
+                if status == "403" and not authorized:
+                    continue
                 response = {"description": text, "content": error}
                 if status in ("429", "503"):
                     response["headers"] = RETRY_AFTER
@@ -70,11 +76,12 @@ NAME_RULES = {
     "stream": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_SIZE,
                "pattern": f"^(?:{_CHARS}{{1,{MAX_GIVEN_NAME_SIZE}}}|_{_CHARS}{{1,{MAX_NAME_SIZE - 1}}})$"},
     "group": _USER_STREAM,  # reader group names follow the user stream rule
+    "table": _USER_STREAM,  # and so do key-value table names (rillet.kvt_models.validate_table_name)
 }
 
 
 def _state_name_rules(schema: dict) -> dict:
-    """Give every path parameter and body property named scope, stream or group its name rule."""
+    """Give every path parameter and body property named scope, stream, group or table its name rule."""
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
@@ -91,11 +98,13 @@ def _state_name_rules(schema: dict) -> dict:
 
 # Operations whose success yields a name other operations take in their path: (method, path) -> (that
 # path parameter, where its value is). Links from each to the operations under it let a reader, and a
-# stateful fuzzer, follow create scope -> create stream -> segments, transactions, reader groups, ...
+# stateful fuzzer, follow create scope -> create stream -> segments, transactions, reader groups, and
+# create scope -> create key-value table -> its entries, ...
 PRODUCERS = {
     ("post", "/v1/scopes"): ("scope", "$request.body#/scope"),
     ("post", "/v1/scopes/{scope}/streams"): ("stream", "$request.body#/stream"),
     ("post", "/v1/scopes/{scope}/reader-groups"): ("group", "$request.body#/group"),
+    ("post", "/v1/scopes/{scope}/key-value-tables"): ("table", "$request.body#/table"),
     ("post", "/v1/scopes/{scope}/reader-groups/{group}/readers/{reader}"): ("reader", "$request.path.reader"),
     ("post", "/v1/scopes/{scope}/reader-groups/{group}/checkpoints"): ("name", "$request.body#/name"),
     ("post", "/v1/scopes/{scope}/streams/{stream}/transactions"): ("txn_id", "$response.body#/txn_id"),
@@ -118,7 +127,7 @@ def _link_producers(schema: dict) -> dict:
                 continue
             for operation in operations.values():
                 names = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
-                if not {"scope", "stream", "group"} & set(names) <= known:
+                if not {"scope", "stream", "group", "table"} & set(names) <= known:
                     continue  # it needs a resource this answer does not name (a stream, under a new scope)
                 # a name nothing creates (a reader, a writer, a sink) is the caller's choice
                 links[operation["operationId"]] = {
@@ -179,18 +188,19 @@ Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable 
 * **Bodies.** A request body must be exactly `Content-Length` bytes. The standalone gateway answers
   `InvalidArgument` 400, without invoking the function, to a body that ends early, a malformed
   `Content-Length` or a `Transfer-Encoding` body, so a truncated block is never appended.
-* **Names.** Scope names are 1 to 255 of `A-Z a-z 0-9 . -`; stream and reader group names 1 to 250
-  of the same (a stream named in a path may also be an internal one, `_` and up to 254 more). The
-  documents state these rules on every `scope`, `stream` and `group` parameter and property, so a
-  client generated from them checks names as the handlers do; a name outside them is `InvalidArgument`
-  400 (or `*NotFound` 404 where no such resource can exist).
+* **Names.** Scope names are 1 to 255 of `A-Z a-z 0-9 . -`; stream, reader group and key-value table
+  names 1 to 250 of the same (a stream named in a path may also be an internal one, `_` and up to 254
+  more). The documents state these rules on every `scope`, `stream`, `group` and `table` parameter and
+  property, so a client generated from them checks names as the handlers do; a name outside them is
+  `InvalidArgument` 400 (or `*NotFound` 404 where no such resource can exist).
 * **Methods and content types.** A method no route declares (`TRACE`, `OPTIONS`, ...) is
   `MethodNotAllowed` 405 with an `Allow` header; a JSON route sent a body of another type is
   `UnsupportedMediaType` 415, and a JSON body that is not UTF-8 `InvalidArgument` 400.
 * **Links.** Each operation that creates something other operations name in their path (a scope, a
-  stream, a reader group, a reader, a checkpoint, a transaction, a scale epoch, a segment listing)
-  carries OpenAPI `links` from its 200 answer to those operations, so a reader (and a stateful
-  fuzzer) can follow create scope -> create stream -> segments, transactions and reader groups.
+  stream, a reader group, a key-value table, a reader, a checkpoint, a transaction, a scale epoch, a
+  segment listing) carries OpenAPI `links` from its 200 answer to those operations, so a reader (and a
+  stateful fuzzer) can follow create scope -> create stream -> segments, transactions and reader
+  groups, and create scope -> create key-value table -> its entries.
   tests/e2e/test_api_fuzz.py runs schemathesis over all three documents against the standalone stack
   (every phase, links followed, a fixed seed): no input gets a 5xx or a dropped connection.
 * **Authorization** ([authorization.md](authorization.md)). Once a deployment has any grant, every
@@ -199,6 +209,7 @@ Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable 
   `prn::/scope:S/stream:T`, admin (READ_UPDATE on `prn::/`) for scopes and grants. A caller without it
   gets `AccessDenied` 403 with `details.permission` and `details.resource`, decided before any lookup,
   so the answer is the same whether the resource exists or not. Without grants, everything is allowed.
+  Every operation but `GET /v1/endpoints` declares that 403 in the documents.
   Admins manage grants with `POST /v1/grants`, `DELETE /v1/grants?principal=&resource=&permission=`,
   `GET /v1/grants?principal=` and `GET /v1/grants/principals`.
 * **Routing keys** are text with a UTF-8 form (`segment-for-key?routing_key=`, at most 4096

@@ -67,7 +67,10 @@ def get_entries(scope: str, table: str, request: GetRequest) -> GetResult:
     return GetResult(entries=tables.get(scope, table, request.keys))
 
 
-CONDITION_FAILED = {412: {"description": "A condition failed (BadKeyVersion, NoSuchKey): nothing was applied",
+# Responses given to a route replace powertools' default 200, so it is named again (its schema is the
+# route's return type).
+CONDITION_FAILED = {200: {"description": "Successful Response"},
+                    412: {"description": "A condition failed (BadKeyVersion, NoSuchKey): nothing was applied",
                           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}}
 
 

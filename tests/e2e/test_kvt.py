@@ -242,3 +242,50 @@ def test_bad_input_is_a_typed_4xx(url, kvt, method, path, body, status, code):
 def test_a_table_in_a_missing_scope_is_not_found(url, unique):
     with pytest.raises(rillet.ScopeNotFound):
         KeyValueTableManager(url).create_key_value_table(unique, "kv", CONFIG)
+
+
+def _controller_document() -> dict:
+    from lambdas.openapi import OUT_DIR
+
+    return json.loads((OUT_DIR / "controller.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["a", "K.v-1", "x" * 250, "x" * 251, "", "_internal", "bad/name", "a b", "é"])
+def test_the_openapi_table_name_rule_is_the_one_the_handlers_enforce(name):
+    """Every table path parameter, and the create body's table, state the rule validate_table_name checks."""
+    import re
+
+    from rillet.kvt_models import validate_table_name
+
+    try:
+        valid = validate_table_name(name) == name
+    except rillet.InvalidArgument:
+        valid = False
+    document = _controller_document()
+    rules = [p["schema"] for path, operations in document["paths"].items() if "{table}" in path
+             for operation in operations.values() for p in operation["parameters"] if p["name"] == "table"]
+    rules.append(document["components"]["schemas"]["CreateKeyValueTableRequest"]["properties"]["table"])
+    assert len(rules) == 7  # six table paths (get, delete, seal, entries get/update/iterate) and the body
+    for rule in rules:
+        stated = (rule["minLength"] <= len(name) <= rule["maxLength"]
+                  and re.fullmatch(rule["pattern"].removeprefix("^").removesuffix("$"), name) is not None)
+        assert stated == valid, (rule, name)
+
+
+def test_the_openapi_links_follow_create_table_to_the_operations_on_it():
+    paths = _controller_document()["paths"]
+    tables = "/v1/scopes/{scope}/key-value-tables"
+    links = paths[tables]["post"]["responses"]["200"]["links"]
+    on_a_table = {operation["operationId"] for path, operations in paths.items() if path.startswith(tables + "/{table}")
+                  for operation in operations.values()}
+    assert set(links) == on_a_table and len(on_a_table) == 6
+    for link in links.values():
+        assert link["parameters"] == {"scope": "$request.path.scope", "table": "$request.body#/table"}
+    # creating a scope links to what needs only the scope, never to an operation on a table it cannot name
+    scope_links = paths["/v1/scopes"]["post"]["responses"]["200"]["links"]
+    assert not on_a_table & set(scope_links)
+    assert {paths[tables][m]["operationId"] for m in ("get", "post")} <= set(scope_links)
+    # an update's answer is documented with its 412 (a custom response no longer drops the 200)
+    update = paths[tables + "/{table}/entries/update"]["post"]["responses"]
+    assert update["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/UpdateResult"}
+    assert "412" in update

@@ -104,6 +104,33 @@ def test_every_route_of_the_three_functions_has_a_rule():
             assert isinstance(required(route.method, route.path, args, _body(body)), tuple)
 
 
+def test_the_openapi_documents_declare_403_exactly_where_authorization_can_deny():
+    """Every route with a need declares AccessDenied 403 in its function's document; an open one does not."""
+    import json
+    import re
+
+    from lambdas.append.handler import app as append_app
+    from lambdas.controller_api.handler import app as controller_app
+    from lambdas.openapi import OUT_DIR
+    from lambdas.read.handler import app as read_app
+
+    wrong, seen = [], 0
+    for name, app in (("append", append_app), ("controller", controller_app), ("read", read_app)):
+        paths = json.loads((OUT_DIR / f"{name}.json").read_text())["paths"]
+        for route in app._static_routes + app._dynamic_routes:
+            args = {arg: "x" for arg in route.rule.groupindex}
+            body = {"group": "g", "config": {"streams": []}, "streams": []}
+            guarded = bool(required(route.method, route.path, args, _body(body)))
+            operation = paths[re.sub(r"<(\w+)>", r"{\1}", route.path)][route.method.lower()]
+            seen += 1
+            if ("403" in operation["responses"]) != guarded:
+                wrong.append(f"{name} {route.method} {route.path}: guarded={guarded}")
+            elif guarded:
+                assert "AccessDenied" in operation["responses"]["403"]["description"]
+    assert wrong == []
+    assert seen > 60  # every route of the three functions was looked at
+
+
 class CountingStore:
     def __init__(self, grants):
         self.grants, self.queries = grants, 0
