@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from typing import Any
 
+from pydantic import ValidationError
+
 from rillet import api, cli_admin, cli_completion, cli_data, cli_grants, cli_kvt, cli_segments
-from rillet.errors import RilletError
+from rillet.errors import InvalidArgument, RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from rillet.names import split_scoped_name
@@ -236,6 +238,25 @@ def _command_word(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _one_line(error: ValueError) -> str:
+    """A rejected value in one line: a pydantic error's first message (naming the field), not its report."""
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors(include_url=False)[0]
+        cause = first.get("ctx", {}).get("error")
+        message = str(cause) if first["type"] == "value_error" and cause is not None else first["msg"]
+        field = ".".join(str(part) for part in first["loc"])
+        more = error.error_count() - 1
+        return f"{field + ': ' if field else ''}{message}{f' (and {more} more)' if more else ''}"
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _print_error(args: argparse.Namespace, error: RilletError) -> None:
+    if args.json:
+        print(json.dumps(error.to_wire()), file=sys.stderr)
+    else:
+        print(f"error: {error.code}: {error.message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
@@ -245,13 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.func(args)
     except RilletError as e:
-        if args.json:
-            print(json.dumps(e.to_wire()), file=sys.stderr)
-        else:
-            print(f"error: {e.code}: {e.message}", file=sys.stderr)
+        _print_error(args, e)
         return 1
-    except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors)
-        print(f"error: InvalidArgument: {e}", file=sys.stderr)
+    except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors): a bad argument
+        _print_error(args, InvalidArgument(_one_line(e)))
         return 2
     finally:
         if args.identity:  # for this command only (main also runs in-process, from tests and scripts)

@@ -87,6 +87,23 @@ def test_failing_commands_exit_non_zero_with_a_readable_error(capsys, url, uniqu
         assert "Traceback" not in text
 
 
+def test_a_configuration_the_model_rejects_is_one_line_or_a_json_error(capsys, url, unique):
+    run(capsys, url, "scope", "create", unique)
+    sizes = ["stream", "create", f"{unique}/x", "--retention-size", "10MB", "--retention-size-max", "1MB"]
+    assert run(capsys, url, *sizes) == (2, "", "error: InvalidArgument: retention max must be >= retention min\n")
+    code, out, err = run(capsys, url, "--json", *sizes)
+    assert (code, out) == (2, "")
+    assert json.loads(err) == {"code": "InvalidArgument", "message": "retention max must be >= retention min"}
+
+    fallback = ["stream", "create", f"{unique}/x", "--retention-time", "1d", "--subscriber-timeout", "1h",
+                "--fallback-after", "0"]
+    assert run(capsys, url, *fallback) == (
+        2, "", "error: InvalidArgument: fallback_after_ms: Input should be greater than 0\n")
+    code, out, err = run(capsys, url, "--json", *fallback)
+    assert (code, out) == (2, "") and json.loads(err)["message"] == "fallback_after_ms: Input should be greater than 0"
+    assert run(capsys, url, "stream", "list", unique) == (0, "(no streams)\n", "")  # nothing was created
+
+
 def test_the_console_script(url, unique):
     rillet = Path(sys.executable).with_name("rillet")
     assert rillet.exists()
