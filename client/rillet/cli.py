@@ -216,7 +216,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     cli_completion.register(commands, parser)
     cli_kvt.register(commands)
     cli_grants.register(commands)
-    word = None if argv is None else _command_word(argv)
+    word = None if argv is None else _command_word(parser, argv)
     every = argv is None or word == "completion" or (word is None and "--version" not in argv)
     for plugin in entry_points(group="rillet.cli"):
         if every or word == plugin.name:
@@ -227,11 +227,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _command_word(argv: Sequence[str]) -> str | None:
-    """The command the arguments name (``scope``, ``standalone``, ...), past the global options."""
+def _command_word(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The command the arguments name (``scope``, ``standalone``, ...), past the global options and the
+    values of those that take one (``--endpoint URL``, ``--as ARN``)."""
+    takes_value = set(cli_completion.value_option_spellings(parser))
     words = iter(argv)
     for word in words:
-        if word == "--endpoint":
+        if word in takes_value:
             next(words, None)
         elif not word.startswith("-"):
             return word

@@ -17,6 +17,23 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     return sorted(o for action in parser._actions for o in action.option_strings if o.startswith("--"))
 
 
+def value_option_spellings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every spelling of the parser's own options that take a value (``--endpoint``, ``--as``): their
+    names and the abbreviations argparse accepts for them (a prefix of that long option only), so that
+    finding the command word skips the option's value too."""
+    longs = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    spellings = set()
+    for action in parser._actions:
+        if action.nargs == 0:
+            continue  # a flag (--json, --help, --version)
+        for option in action.option_strings:
+            spellings.add(option)
+            if parser.allow_abbrev and option.startswith("--"):
+                spellings.update(option[:end] for end in range(3, len(option))
+                                 if [o for o in longs if o.startswith(option[:end])] == [option])
+    return sorted(spellings)
+
+
 def bash_script(parser: argparse.ArgumentParser) -> str:
     """A bash function completing ``rillet COMMAND ACTION --option``; zsh runs it through bashcompinit."""
     cases = []
@@ -33,7 +50,7 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
         "    local cur=${COMP_WORDS[COMP_CWORD]} path= words= i",
         "    for ((i = 1; i < COMP_CWORD; i++)); do",
         "        case ${COMP_WORDS[i]} in",
-        "            --endpoint) ((i++)) ;;",
+        f"            {'|'.join(value_option_spellings(parser))}) ((i++)) ;;",
         "            -*) ;;",
         "            *) if [[ -z $path ]]; then path=${COMP_WORDS[i]};",
         "               elif [[ $path != */* ]]; then path=$path/${COMP_WORDS[i]}; fi ;;",
