@@ -124,7 +124,12 @@ def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> l
         return connection.controller.head(scope, stream)
     if text == "tail":
         return connection.controller.stream_info(scope, stream).tail
-    cut = StreamCut.from_text(text).validate()
+    try:
+        cut = StreamCut.from_text(text)
+    except InvalidArgument as e:  # e.g. "nonsense": it would be reported as a bad SCOPE/STREAM
+        raise InvalidArgument(f"not a cut: {text!r} (use head, tail or a stream cut as `rillet stream cut` "
+                              "prints it)") from e
+    cut.validate()
     if (cut.scope, cut.stream) != (scope, stream):
         raise InvalidArgument(f"the cut is of {cut.scope}/{cut.stream}, not of {scope}/{stream}")
     return list(cut.positions)
@@ -152,16 +157,18 @@ def stream_write(args: argparse.Namespace) -> None:
     connection = Connection(args.endpoint)
     progress = Progress("wrote")
     unconfirmed: deque[Future] = deque()  # at most UNCONFIRMED_EVENTS, so memory stays flat for any input
-    with EventStreamWriter(connection, scope, stream, BytesSerializer()) as writer:
-        for event, key in _events_to_write(args):
-            payload = event.encode("utf-8")
-            unconfirmed.append(writer.write_event(payload, routing_key=key))
-            progress.add(len(payload))
-            if len(unconfirmed) > UNCONFIRMED_EVENTS:
-                unconfirmed.popleft().result()
-    for future in unconfirmed:
-        future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
-    progress.done()
+    try:
+        with EventStreamWriter(connection, scope, stream, BytesSerializer()) as writer:
+            for event, key in _events_to_write(args):
+                payload = event.encode("utf-8")
+                unconfirmed.append(writer.write_event(payload, routing_key=key))
+                progress.add(len(payload))
+                if len(unconfirmed) > UNCONFIRMED_EVENTS:
+                    unconfirmed.popleft().result()
+        for future in unconfirmed:
+            future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
+    finally:
+        progress.done()  # ends the progress line, so an error is printed on a line of its own
     _print(args, {"stream": args.stream, "events": progress.events, "bytes": progress.bytes},
            f"wrote {progress.events} event{'' if progress.events == 1 else 's'} ({human_bytes(progress.bytes)}) "
            f"to {args.stream}")
@@ -199,18 +206,20 @@ def stream_read(args: argparse.Namespace) -> None:
     unfinished = set(ends)
     reader = StreamReader(connection, scope, stream, BytesSerializer(), start)
     progress = Progress("read")
-    while unfinished and (args.max_events is None or progress.events < args.max_events):
-        read = reader.read_next_event()
-        if read is None:
-            break  # the tail of every segment: the end cut's bytes are gone (truncated since) or all read
-        segment, offset = read.pointer.segment_id, read.pointer.offset
-        if offset >= ends.get(segment, 0):
-            continue  # a segment after the end cut
-        _print_event(args, read)
-        progress.add(len(read.event))
-        if offset + read.pointer.length >= ends[segment]:
-            unfinished.discard(segment)
-    progress.done()
+    try:
+        while unfinished and (args.max_events is None or progress.events < args.max_events):
+            read = reader.read_next_event()
+            if read is None:
+                break  # the tail of every segment: the end cut's bytes are gone (truncated since) or all read
+            segment, offset = read.pointer.segment_id, read.pointer.offset
+            if offset >= ends.get(segment, 0):
+                continue  # a segment after the end cut
+            _print_event(args, read)
+            progress.add(len(read.event))
+            if offset + read.pointer.length >= ends[segment]:
+                unfinished.discard(segment)
+    finally:
+        progress.done()  # ends the progress line, so an error is printed on a line of its own
 
 
 def stream_tail(args: argparse.Namespace) -> None:

@@ -12,6 +12,13 @@ from rillet import EventStreamClientFactory, StreamManager, UTF8StringSerializer
 from rillet.cli import main
 
 
+class Terminal(io.StringIO):
+    """stderr as a terminal: the progress line is drawn on it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def run(capsys, url, *args, stdin: str | None = None, monkeypatch=None):
     if stdin is not None:
         monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
@@ -102,3 +109,40 @@ def test_bad_input_is_one_clear_line(capsys, url, stream, monkeypatch, unique):
     with pytest.raises(SystemExit):
         main(["--endpoint", url, "stream", "read", stream, "--max-events", "0"])
     assert "not a positive number" in capsys.readouterr().err
+
+
+def test_an_error_is_printed_on_a_line_of_its_own_after_the_progress_line(capsys, url, stream, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    code, out, _ = run(capsys, url, "stream", "write", stream, "--key-field", "user",
+                       stdin='{"user": "x"}\nnot json\n', monkeypatch=monkeypatch)
+    assert code == 1 and out == ""
+    progress, error = terminal.getvalue().split("\n", 1)  # the progress line ends before the error
+    assert progress.startswith("\rwrote 1 events, 13 B, ")
+    assert error.startswith("error: InvalidArgument: event 2 is not a JSON object") and error.count("\n") == 1
+
+
+def test_tail_bad_input(capsys, url, stream, unique):
+    missing = f"{unique}/missing"
+    assert run(capsys, url, "stream", "tail", missing) == (
+        1, "", f"error: StreamNotFound: stream {missing} does not exist\n")
+    code, out, err = run(capsys, url, "--json", "stream", "tail", missing)
+    assert (code, out) == (1, "")
+    assert json.loads(err) == {"code": "StreamNotFound", "message": f"stream {missing} does not exist"}
+
+    not_a_cut = "error: InvalidArgument: not a cut: 'nonsense' (use head, tail or a stream cut as `rillet stream cut` "
+    assert run(capsys, url, "stream", "tail", stream, "--from", "nonsense") == (1, "", not_a_cut + "prints it)\n")
+    code, out, err = run(capsys, url, "--json", "stream", "tail", stream, "--from", "nonsense")
+    assert (code, out) == (1, "")
+    assert json.loads(err) == {"code": "InvalidArgument", "message": not_a_cut.removeprefix(
+        "error: InvalidArgument: ") + "prints it)"}
+
+    code, out, err = run(capsys, url, "--json", "stream", "tail", "no-slash")
+    assert (code, out) == (1, "")
+    assert json.loads(err) == {"code": "InvalidArgument", "message": "expected '<scope>/<stream>', got 'no-slash'"}
+    for args in (["stream", "tail", stream, "--max-events", "0"], ["--json", "stream", "tail", stream, "--max-events", "x"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["--endpoint", url, *args])
+        assert exited.value.code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "--max-events: not a positive number" in err
