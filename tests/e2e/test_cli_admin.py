@@ -45,10 +45,29 @@ def test_reader_group_create_describe_reset_delete(capsys, url, stream, unique):
     assert (code, out) == (0, f"reader group {group} reset to tail (generation 1)\n")
     code, out, _ = run(capsys, url, "--json", "rg", "describe", group)
     assert json.loads(out)["unread_bytes"] == 0 and json.loads(out)["generation"] == 1
+    code, out, err = run(capsys, url, "--json", "rg", "reset", group, "--from", "head")
+    assert (code, err) == (0, "") and json.loads(out) == {"group": group, "generation": 2}
+    code, out, _ = run(capsys, url, "--json", "rg", "describe", group)
+    assert json.loads(out)["unread_bytes"] == 18 and json.loads(out)["generation"] == 2
 
     assert run(capsys, url, "rg", "delete", group) == (0, f"reader group {group} deleted\n", "")
     code, out, err = run(capsys, url, "rg", "describe", group)
     assert code != 0 and out == "" and err.startswith("error: ReaderGroupNotFound: ")
+    assert run(capsys, url, "rg", "delete", group) == (0, f"reader group {group} did not exist\n", "")
+
+
+def test_reader_group_commands_in_json(capsys, url, stream, unique):
+    group = f"{unique}/j"
+    code, out, err = run(capsys, url, "--json", "rg", "create", group, "--stream", stream)
+    assert (code, err) == (0, "") and json.loads(out) == {"group": group, "created": True}
+    code, out, _ = run(capsys, url, "--json", "rg", "create", group, "--stream", stream)
+    assert code == 0 and json.loads(out) == {"group": group, "created": False}
+    code, out, _ = run(capsys, url, "--json", "rg", "list", unique)
+    assert code == 0 and json.loads(out) == ["j"]
+    code, out, err = run(capsys, url, "--json", "rg", "delete", group)
+    assert (code, err) == (0, "") and json.loads(out) == {"group": group, "deleted": True}
+    code, out, _ = run(capsys, url, "--json", "rg", "delete", group)
+    assert code == 0 and json.loads(out) == {"group": group, "deleted": False}
 
 
 def test_transaction_info_and_abort(capsys, url, stream, unique):
@@ -67,6 +86,36 @@ def test_transaction_info_and_abort(capsys, url, stream, unique):
 
     code, out, err = run(capsys, url, "txn", "abort", stream, "not-a-txn")
     assert code != 0 and out == "" and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_transaction_info_in_json(capsys, url, stream, unique):
+    writer = EventStreamClientFactory(unique, url).create_transactional_writer("s", UTF8StringSerializer())
+    txn = writer.begin()
+    code, out, err = run(capsys, url, "--json", "txn", "info", stream, txn.txn_id)
+    assert (code, err) == (0, "")
+    info = json.loads(out)
+    assert (info["txn_id"], info["scope"], info["stream"], info["state"], info["epoch"]) == (
+        txn.txn_id, unique, "s", "OPEN", 0)
+    assert [s["segment_id"] for s in info["segments"]] == [0] and info["lease_expiry_ms"] <= info["max_expiry_ms"]
+    txn.abort()
+    code, out, _ = run(capsys, url, "--json", "txn", "info", stream, txn.txn_id)
+    assert code == 0 and json.loads(out)["state"] == "ABORTED"
+
+
+def test_transaction_info_bad_input(capsys, url, stream, unique):
+    malformed = "path.txn_id: String should match pattern '^[0-9a-f]{32}$'"
+    assert run(capsys, url, "txn", "info", stream, "not-a-txn") == (1, "", f"error: InvalidArgument: {malformed}\n")
+    code, out, err = run(capsys, url, "--json", "txn", "info", stream, "not-a-txn")
+    assert (code, out) == (1, "") and json.loads(err) == {"code": "InvalidArgument", "message": malformed}
+
+    unknown = "0" * 32
+    code, out, err = run(capsys, url, "txn", "info", stream, unknown)
+    assert (code, out) == (1, "") and err.startswith("error: TxnNotFound: ") and err.count("\n") == 1
+    code, out, err = run(capsys, url, "--json", "txn", "info", f"{unique}/missing", unknown)
+    assert (code, out) == (1, "") and json.loads(err)["code"] == "TxnNotFound"  # the server looks up the txn only
+    code, out, err = run(capsys, url, "--json", "txn", "info", "no-slash", unknown)
+    assert (code, out) == (1, "")
+    assert json.loads(err) == {"code": "InvalidArgument", "message": "expected '<scope>/<stream>', got 'no-slash'"}
 
 
 def test_retention_in_human_terms(capsys, url, stream, unique):
@@ -103,3 +152,14 @@ def test_reader_group_bad_input(capsys, url, stream, unique):
     with pytest.raises(SystemExit):
         main(["--endpoint", url, "rg", "create", f"{unique}/g2"])  # no --stream
     assert "--stream" in capsys.readouterr().err
+
+
+def test_reader_group_delete_bad_input(capsys, url, unique):
+    assert run(capsys, url, "rg", "delete", "no-slash") == (
+        1, "", "error: InvalidArgument: expected '<scope>/<stream>', got 'no-slash'\n")
+    code, out, err = run(capsys, url, "--json", "rg", "delete", f"{unique}/bad name!")
+    assert (code, out) == (1, "")
+    body = json.loads(err)
+    assert body["code"] == "InvalidArgument" and "'bad name!'" in body["message"]
+    code, out, err = run(capsys, url, "rg", "delete", f"{unique}/bad name!")
+    assert (code, out) == (1, "") and err == f"error: InvalidArgument: {body['message']}\n"

@@ -64,6 +64,13 @@ def test_cuts_and_truncation(capsys, url, stream):
     code, out, _ = run(capsys, url, "--json", "stream", "cut", stream, "head")
     assert json.loads(out)["cut"] == tail
 
+    code, later, _ = run(capsys, url, "stream", "cut", stream, "tail")
+    later = later.strip()
+    code, out, err = run(capsys, url, "--json", "stream", "truncate", stream, "--cut", later)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"stream": stream, "truncated_at": later, "released_bytes": 9}  # "three" + header
+    assert run(capsys, url, "stream", "read", stream) == (0, "", "")
+
 
 def test_bad_input(capsys, url, stream, unique):
     code, out, err = run(capsys, url, "stream", "scale", stream, "--split", "7")
@@ -77,6 +84,9 @@ def test_bad_input(capsys, url, stream, unique):
     assert code != 0 and err.startswith("error: InvalidArgument: the cut is of")
     code, _, err = run(capsys, url, "stream", "truncate", stream, "--cut", f"{stream}|0:0.0:0.5:0")
     assert code != 0 and err.startswith("error: InvalidArgument: invalid stream cut")
+    code, out, err = run(capsys, url, "--json", "stream", "truncate", stream, "--cut", f"{stream}|0:0.0:0.5:0")
+    assert (code, out) == (1, "")
+    assert json.loads(err)["code"] == "InvalidArgument" and json.loads(err)["message"].startswith("invalid stream cut")
     code, _, err = run(capsys, url, "stream", "segments", f"{unique}/missing")
     assert code != 0 and err.startswith("error: StreamNotFound: ")
 
