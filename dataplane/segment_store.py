@@ -432,7 +432,7 @@ class SegmentStore:
         last event moved past the block's predecessor), which also stops helpers from committing it.
         """
         owned_at = None  # where this request's own claim put the block
-        waiting_since, waited = None, None
+        waiting_since, waited, waited_length = None, None, None
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
         while True:
             if block.source is not None:
@@ -442,9 +442,12 @@ class SegmentStore:
                 if source.merged_into == segment:
                     return AppendResult(int(source.merged_offset), self._meta(segment).length, duplicate=True)
             meta = meta or self._meta(segment)
-            # Read after the head record (see _writer_state). While waiting for a predecessor only the
-            # head record is polled: the predecessor's commit lists the writer there.
-            state = self._writer_state(meta, block, waited if waiting_since is not None else _UNREAD)
+            # Read after the head record (see _writer_state). While waiting for a predecessor the head
+            # record is polled, and the writer's own item read again only once the segment grew: the
+            # predecessor's commit lists the writer in the head record, but other writers committing
+            # after it may move it out again before the next poll.
+            unchanged = waiting_since is not None and meta.length == waited_length
+            state = self._writer_state(meta, block, waited if unchanged else _UNREAD)
             done = self._already_placed(meta, state, block)
             if done is not None:
                 if owned_at is not None and done.offset == owned_at:
@@ -472,7 +475,7 @@ class SegmentStore:
                 self._check_not_expired(segment, state, block)
             if after is not None and _last_event(state) < after:
                 # The writer's previous block is still on its way (a pipelined writer): wait for it.
-                waiting_since, waited = waiting_since or time.monotonic(), state
+                waiting_since, waited, waited_length = waiting_since or time.monotonic(), state, meta.length
                 if time.monotonic() - waiting_since > self.settings.order_wait_ms / 1000:
                     raise OutOfOrder(f"writer {block.writer}'s event {after} is not appended to {segment} yet: "
                                      f"send this block again once it is",

@@ -17,7 +17,7 @@ import pytest
 from dataplane_model import inject_crash, payload
 from interleave import Actor, explore
 
-from dataplane import models
+from dataplane import models, segment_store
 from dataplane.models import META_KEY, SegmentMeta, WriterState, writer_key
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import OutOfOrder, WriterExpired
@@ -177,6 +177,30 @@ def test_writer_state_left_by_a_deleted_segment_of_the_same_name_is_no_state(sto
     assert _stored_state(segment, "b")["l"] == 0
     assert store.append(segment, "b", 0, 1, frame(b"b0"), after=-1).duplicate
     assert not store.append(segment, "b", 1, 1, frame(b"b1"), after=0).duplicate
+
+
+def test_a_block_waiting_for_its_predecessor_sees_it_after_other_writers_moved_the_writer_out(store, unique,
+                                                                                          monkeypatch):
+    """The predecessor commits while its successor waits, and before the next poll enough other writers
+    commit to move the writer out of the head record again: the waiting block finds the writer's item
+    (the segment grew) and is appended, rather than refused OutOfOrder."""
+    segment = f"{unique}/s/0"
+    store.create(segment)
+    real_sleep, others_done = segment_store.time.sleep, []
+
+    def predecessor_and_others_commit(seconds: float) -> None:
+        if not others_done:
+            others_done.append(True)
+            store.append(segment, "a", 0, 1, frame(b"a0"), after=-1)
+            for writer in ("c", "d"):  # the head record lists 2
+                store.append(segment, writer, 0, 1, frame(writer.encode()))
+            assert "a" not in SegmentMeta.get(segment, META_KEY, consistent_read=True).writers.as_dict()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(segment_store.time, "sleep", predecessor_and_others_commit)
+    result = store.append(segment, "a", 1, 1, frame(b"a1"), after=0)
+    assert others_done and not result.duplicate
+    assert store.read(segment, result.offset).data == frame(b"a1")
 
 
 def test_every_interleaving_of_a_resend_and_writers_moving_it_out(store, unique):
