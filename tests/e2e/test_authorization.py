@@ -32,6 +32,13 @@ CONSUMER_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/Consumer/botocore-sessi
 ADMIN_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice"
 STRANGER = f"arn:aws:iam::{ACCOUNT}:user/mallory"
 ANONYMOUS = None
+# Key-value table callers: a reader and a writer of one table, and a writer of its scope (not an admin).
+KV_READER = f"arn:aws:iam::{ACCOUNT}:role/KvReader"
+KV_WRITER = f"arn:aws:iam::{ACCOUNT}:role/KvWriter"
+SCOPE_WRITER = f"arn:aws:iam::{ACCOUNT}:role/ScopeWriter"
+KV_READER_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/KvReader/r"
+KV_WRITER_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/KvWriter/w"
+SCOPE_WRITER_SESSION = f"arn:aws:sts::{ACCOUNT}:assumed-role/ScopeWriter/s"
 
 http = urllib3.PoolManager(retries=False, timeout=30)
 
@@ -199,6 +206,95 @@ def test_existence_is_not_leaked(auth_stack, world):
     assert status(auth_stack, "controller", "GET", f"/v1/scopes/{world}", STRANGER) == 403
     # someone who may read gets the truth
     assert status(auth_stack, "controller", "GET", f"/v1/scopes/{world}/streams/ghost", ADMIN_SESSION) == 404
+
+
+KV_CONFIG = {"partition_count": 2, "primary_key_length": 4}
+KEY = {"primary": "YWJjZA=="}  # b"abcd"
+
+
+@pytest.fixture
+def kvt_world(auth_stack):
+    """A scope with key-value tables ``kv`` (holding one entry) and ``hidden`` made while the deployment
+    is open, then grants: an admin, READ and READ_UPDATE on ``kv``, READ_UPDATE on the scope. The grants
+    are removed afterwards (the admin's last)."""
+    scope = "s" + uuid.uuid4().hex[:10]
+    tables = f"/v1/scopes/{scope}/key-value-tables"
+    for path, body in (("/v1/scopes", {"scope": scope}),
+                       (tables, {"table": "kv", "configuration": KV_CONFIG}),
+                       (tables, {"table": "hidden", "configuration": KV_CONFIG}),
+                       (f"{tables}/kv/entries/update", {"updates": [{"type": "put", "key": KEY, "value": "eA=="}]})):
+        assert status(auth_stack, "controller", "POST", path, ANONYMOUS, body=body) == 200
+    admin = grants_client(auth_stack, ADMIN_SESSION)
+    granted = [(ADMIN, "prn::*", "READ_UPDATE"),
+               (KV_READER, f"prn::/scope:{scope}/key-value-table:kv", "READ"),
+               (KV_WRITER, f"prn::/scope:{scope}/key-value-table:kv", "READ_UPDATE"),
+               (SCOPE_WRITER, f"prn::/scope:{scope}", "READ_UPDATE")]
+    for grant in granted:
+        assert admin.add(*grant)
+    yield scope
+    for grant in reversed(granted):
+        admin.remove(*grant)
+    assert list(admin.principals()) == []
+
+
+def _table_operations(scope: str, table: str) -> list[tuple[str, str, dict | None]]:
+    """(method, path, body) of every operation on one table, in an order that leaves each one possible."""
+    path = f"/v1/scopes/{scope}/key-value-tables/{table}"
+    return [("GET", path, None),
+            ("POST", path + "/entries/get", {"keys": [KEY]}),
+            ("POST", path + "/entries/iterate", {}),
+            ("POST", path + "/entries/update", {"updates": [{"type": "put", "key": KEY, "value": "eQ=="}]}),
+            ("POST", path + "/seal", None),
+            ("DELETE", path, None)]
+
+
+def test_key_value_table_allow_deny_matrix(auth_stack, kvt_world):
+    ids = (ADMIN_SESSION, KV_READER_SESSION, KV_WRITER_SESSION, SCOPE_WRITER_SESSION, STRANGER, ANONYMOUS)
+    tables = f"/v1/scopes/{kvt_world}/key-value-tables"
+    get, entries, iterate, update, seal, delete = _table_operations(kvt_world, "kv")
+    rows = [
+        # method, path, body: admin, table reader, table writer, scope writer, stranger, anonymous
+        ("GET", tables, None, (200, 403, 403, 200, 403, 403)),  # listing reads the scope
+        ("POST", tables, {"table": "more", "configuration": KV_CONFIG}, (200, 403, 403, 200, 403, 403)),
+        (*get, (200, 200, 200, 403, 403, 403)),  # a scope grant is no grant on the scope's tables
+        (*entries, (200, 200, 200, 403, 403, 403)),
+        (*iterate, (200, 200, 200, 403, 403, 403)),
+        (*update, (200, 403, 200, 403, 403, 403)),
+        (*seal, (200, 403, 200, 403, 403, 403)),
+        (*delete, (200, 403, 200, 403, 403, 403)),
+    ]
+    failures = []
+    for method, path, body, expected in rows:
+        for identity, want in zip(ids, expected, strict=True):
+            got = status(auth_stack, "controller", method, path, identity, body=body)
+            if got != want:
+                failures.append(f"{identity} {method} {path}: {got}, expected {want}")
+    assert failures == []
+    # the writers did what they were allowed to: the table was sealed, then deleted
+    assert status(auth_stack, "controller", "GET", tables + "/kv", ADMIN_SESSION) == 404
+
+
+def test_a_key_value_table_denial_does_not_leak_its_existence(auth_stack, kvt_world):
+    """A caller without a grant on a table gets the same answer to every operation whether it exists
+    (``hidden``) or not (``ghost``): the same status, code, message and details."""
+    def answers(identity, table):
+        seen = []
+        for method, path, body in _table_operations(kvt_world, table):
+            response = call(auth_stack, "controller", method, path, identity, body=body)
+            seen.append((method, path.replace(table, "TABLE"), response.status,
+                         response.data.decode().replace(table, "TABLE")))
+        return seen
+
+    for identity in (KV_READER_SESSION, KV_WRITER_SESSION, SCOPE_WRITER_SESSION, STRANGER, ANONYMOUS):
+        hidden, ghost = answers(identity, "hidden"), answers(identity, "ghost")
+        assert hidden == ghost, identity
+        assert {a[2] for a in hidden} == {403}
+        assert all(json.loads(a[3])["code"] == "AccessDenied" for a in hidden)
+    # someone who may read gets the truth
+    assert status(auth_stack, "controller", "GET", f"/v1/scopes/{kvt_world}/key-value-tables/ghost",
+                  ADMIN_SESSION) == 404
+    assert status(auth_stack, "controller", "GET", f"/v1/scopes/{kvt_world}/key-value-tables/hidden",
+                  ADMIN_SESSION) == 200
 
 
 def test_grant_and_revoke_through_the_api(auth_stack, world):
