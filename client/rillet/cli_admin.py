@@ -68,7 +68,7 @@ def _print(args: argparse.Namespace, data: object, text: str) -> None:
 
 
 def _group(args: argparse.Namespace) -> tuple[ReaderGroupManager, str]:
-    scope, name = split_scoped_name(args.group)
+    scope, name = split_scoped_name(args.group, "reader group")
     return ReaderGroupManager(scope, Connection(args.endpoint)), name
 
 

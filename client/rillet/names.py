@@ -63,11 +63,13 @@ def scoped_name(scope: str, stream: str) -> str:
     return f"{scope}/{stream}"
 
 
-def split_scoped_name(scoped: str) -> tuple[str, str]:
+def split_scoped_name(scoped: str, kind: str = "stream") -> tuple[str, str]:
+    """``<scope>/<name>``; ``kind`` names the second part in errors (``stream`` or ``reader group``)."""
     parts = scoped.split("/")
     if len(parts) != 2:
-        raise InvalidArgument(f"expected '<scope>/<stream>', got {scoped!r}")
-    return validate_scope_name(parts[0]), validate_stream_name(parts[1])
+        raise InvalidArgument(f"expected '<scope>/<{kind.replace(' ', '-')}>', got {scoped!r}")
+    validate = validate_reader_group_name if kind == "reader group" else validate_stream_name
+    return validate_scope_name(parts[0]), validate(parts[1])
 
 
 def segment_name(scope: str, stream: str, segment: int | str) -> str:

@@ -156,10 +156,10 @@ def test_reader_group_bad_input(capsys, url, stream, unique):
 
 def test_reader_group_delete_bad_input(capsys, url, unique):
     assert run(capsys, url, "rg", "delete", "no-slash") == (
-        1, "", "error: InvalidArgument: expected '<scope>/<stream>', got 'no-slash'\n")
+        1, "", "error: InvalidArgument: expected '<scope>/<reader-group>', got 'no-slash'\n")
     code, out, err = run(capsys, url, "--json", "rg", "delete", f"{unique}/bad name!")
     assert (code, out) == (1, "")
     body = json.loads(err)
-    assert body["code"] == "InvalidArgument" and "'bad name!'" in body["message"]
+    assert body["code"] == "InvalidArgument" and body["message"].startswith("Reader group name 'bad name!'")
     code, out, err = run(capsys, url, "rg", "delete", f"{unique}/bad name!")
     assert (code, out) == (1, "") and err == f"error: InvalidArgument: {body['message']}\n"
