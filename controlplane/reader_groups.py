@@ -619,7 +619,7 @@ class ReaderGroups:
         """A page of the scope's reader groups by name: one query of the scope's listing partition."""
         self.streams.store.get_scope(validate_scope_name(scope))
         result = ReaderGroupNameRecord.query(reader_groups_pk(scope), limit=limit,
-                                             last_evaluated_key=_decode_token(token))
+                                             last_evaluated_key=_decode_token(token, reader_groups_pk(scope)))
         names = [r.group for r in result]
         return names, _encode_token(result.last_evaluated_key)
 

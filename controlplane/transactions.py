@@ -157,7 +157,7 @@ class TransactionTasks:
         unfinished = [TxnState.OPEN.value, TxnState.COMMITTING.value, TxnState.ABORTING.value]
         result = TxnRecord.query(stream_pk(scope, stream), TxnRecord.sk.startswith("txn#"), limit=limit,
                                  filter_condition=TxnRecord.state.is_in(*unfinished),
-                                 last_evaluated_key=_decode_token(token))
+                                 last_evaluated_key=_decode_token(token, stream_pk(scope, stream), "txn#"))
         return [info(r) for r in result], _encode_token(result.last_evaluated_key)
 
     def ping(self, scope: str, stream: str, txn_id: str, lease_ms: int) -> TxnInfo:

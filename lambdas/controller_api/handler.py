@@ -81,7 +81,7 @@ SegmentId = Annotated[int, Path(ge=0, le=SEGMENT_ID_MAX, description="Creation e
 Epoch = Annotated[int, Path(ge=0, le=2**32 - 1)]
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
-Token = Annotated[str | None, Query(description="next_token of the previous page.")]
+Token = Annotated[str | None, Query(max_length=2048, description="next_token of the previous page.")]
 
 
 @app.get("/v1/endpoints", summary="Where the append and read APIs are served")

@@ -20,7 +20,7 @@ from lambda_events import handler_modules, invoke
 
 from controlplane.grant_models import GRANTS_PK
 from controlplane.grants import PRINCIPALS_PREFIX
-from controlplane.models import SCOPES_PK, scope_pk
+from controlplane.models import SCOPES_PK, reader_groups_pk, scope_pk, stream_pk
 from controlplane.store import _decode_token, _encode_token
 from rillet.errors import InvalidArgument
 
@@ -138,7 +138,8 @@ def scope_with_streams(controller_handler):
 def _listings(scope: str) -> list[tuple[str, str]]:
     """(path, the partition it queries) of the listings whose tokens the store decodes."""
     return [("/v1/scopes", SCOPES_PK), (f"/v1/scopes/{scope}/streams", scope_pk(scope)),
-            ("/v1/grants/principals", GRANTS_PK)]
+            ("/v1/grants/principals", GRANTS_PK), (f"/v1/scopes/{scope}/reader-groups", reader_groups_pk(scope)),
+            (f"/v1/scopes/{scope}/streams/a/transactions", stream_pk(scope, "a"))]
 
 
 def test_the_strict_table_refuses_what_dynamodb_refuses():
