@@ -69,6 +69,9 @@ ACTIVE, SEALED, DELETING = (s.value for s in KeyValueTableState)
 # An iteration of all entries reads partition after partition; one page reads at most this many, so a
 # page of a large, sparse table still answers quickly (it may then hold fewer entries than asked).
 MAX_PARTITIONS_PER_PAGE = 32
+# An entry item's bytes beside its value and key: partition key (scope, table name, incarnation: at
+# most about 550 bytes), version and attribute names.
+_ITEM_OVERHEAD = 600
 
 
 def _config(record: KeyValueTableRecord) -> KeyValueTableConfiguration:
@@ -281,10 +284,12 @@ class KeyValueTables:
                 raise InvalidArgument("a replace needs the version it replaces")
             if u.type in (UpdateType.PUT, UpdateType.INSERT) and u.version is not None:
                 raise InvalidArgument(f"a {u.type.value} takes no version (use replace)")
-            size += len(u.key.primary) + len(u.key.secondary)
+            # As stored: the key hex-encoded in the sort key, plus the item's partition key, version and
+            # attribute names, so the transaction's items stay within 4 MB however it is counted.
+            size += 2 * (len(u.key.primary) + len(u.key.secondary)) + _ITEM_OVERHEAD
         if size > MAX_UPDATE_BYTES:
             raise TooManyUpdates(f"one atomic update may carry at most {MAX_UPDATE_BYTES} bytes of keys and "
-                                 f"values (a DynamoDB transaction takes 4 MB); this one has {size}")
+                                 f"values as stored (a DynamoDB transaction takes 4 MB); this one has {size}")
 
     def _raise_failed(self, record: KeyValueTableRecord, updates: Sequence[TableUpdate],
                       error: TransactWriteError) -> None:
