@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rillet.cli import build_parser
+from rillet.cli_completion import bash_script
+
 RILLET = str(Path(sys.executable).with_name("rillet"))
+ALICE = "arn:aws:iam::123456789012:user/alice"
 
 
 def test_version():
@@ -41,3 +45,13 @@ def test_bash_completion_offers_commands_actions_and_options():
 def test_an_unknown_shell_is_refused():
     done = subprocess.run([RILLET, "completion", "fish"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "invalid choice: 'fish'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_bash_completion_skips_the_value_of_as():
+    script = bash_script(build_parser())
+    assert complete(script, "rillet", "--as", ALICE, "stream", "s") == ["seal", "segments", "scale"]
+    assert complete(script, "rillet", "--endpoint", "http://x", "--as", ALICE, "rg", "") == [
+        "list", "create", "describe", "delete", "reset"]
+    assert complete(script, "rillet", "--a", ALICE, "--e", "http://x", "stream", "scale", "a/b", "--m") == ["--merge"]
+    assert complete(script, "rillet", "--as", ALICE, "standalone", "--no") == ["--no-dagster"]

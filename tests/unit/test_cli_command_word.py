@@ -1,15 +1,13 @@
-"""Finding the command word past the global options, in ``rillet`` itself and in its bash completion:
-the values of ``--endpoint URL`` and ``--as ARN`` are skipped, whatever the option. No server involved."""
+"""Finding the command word past the global options in ``rillet`` itself: the values of ``--endpoint
+URL`` and ``--as ARN`` are skipped, whatever the option (the bash script's side is in
+tests/e2e/test_cli_completion.py). No server involved."""
 
 from __future__ import annotations
-
-import shutil
-import subprocess
 
 import pytest
 
 from rillet.cli import _command_word, build_parser, main
-from rillet.cli_completion import bash_script, value_option_spellings
+from rillet.cli_completion import value_option_spellings
 
 ARN = "arn:aws:iam::123456789012:user/alice"
 
@@ -42,20 +40,3 @@ def test_completion_after_as_still_knows_the_plugin(capsys):
     standalone = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("standalone)")]
     assert len(standalone) == 1 and "--no-dagster" in standalone[0]
 
-
-def complete(script: str, *words: str) -> list[str]:
-    """What bash offers after typing ``words`` (the last one being completed)."""
-    line = " ".join(f"'{w}'" for w in words)
-    program = f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _rillet; echo "${{COMPREPLY[@]}}"'
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60, check=True)
-    return done.stdout.split()
-
-
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_bash_completion_skips_the_value_of_as():
-    script = bash_script(build_parser())
-    assert complete(script, "rillet", "--as", ARN, "stream", "s") == ["seal", "segments", "scale"]
-    assert complete(script, "rillet", "--endpoint", "http://x", "--as", ARN, "rg", "") == [
-        "list", "create", "describe", "delete", "reset"]
-    assert complete(script, "rillet", "--a", ARN, "--e", "http://x", "stream", "scale", "a/b", "--m") == ["--merge"]
-    assert complete(script, "rillet", "--as", ARN, "standalone", "--no") == ["--no-dagster"]
