@@ -102,17 +102,22 @@ def world(auth_stack):
                         {"group": "billing", "config": {"streams": [{"scope": scope, "stream": "orders"}]}})):
         assert status(auth_stack, "controller", "POST", path, ANONYMOUS, body=body) == 200
     assert append_block(auth_stack, scope, "orders", ANONYMOUS).status == 200
+    yield from _granted(auth_stack, scope, [(PRODUCER, f"prn::/scope:{scope}/stream:orders", "READ_UPDATE"),
+                                            (CONSUMER, f"prn::/scope:{scope}/stream:orders", "READ"),
+                                            (CONSUMER, f"prn::/scope:{scope}/reader-group:billing", "READ")])
+
+
+def _granted(auth_stack, scope: str, grants: list[tuple[str, str, str]]):
+    """Add an admin and ``grants``, yield ``scope``, then remove them all (the admin's last), so the
+    deployment is open again for the next test."""
     admin = grants_client(auth_stack, ADMIN_SESSION)
-    granted = [(ADMIN, "prn::*", "READ_UPDATE"),
-               (PRODUCER, f"prn::/scope:{scope}/stream:orders", "READ_UPDATE"),
-               (CONSUMER, f"prn::/scope:{scope}/stream:orders", "READ"),
-               (CONSUMER, f"prn::/scope:{scope}/reader-group:billing", "READ")]
+    granted = [(ADMIN, "prn::*", "READ_UPDATE"), *grants]
     for grant in granted:
         assert admin.add(*grant)
     yield scope
     for grant in reversed(granted):
         admin.remove(*grant)
-    assert admin.principals() is not None and list(admin.principals()) == []
+    assert list(admin.principals()) == []
 
 
 def test_without_grants_everything_is_open(auth_stack):
@@ -224,17 +229,9 @@ def kvt_world(auth_stack):
                        (tables, {"table": "hidden", "configuration": KV_CONFIG}),
                        (f"{tables}/kv/entries/update", {"updates": [{"type": "put", "key": KEY, "value": "eA=="}]})):
         assert status(auth_stack, "controller", "POST", path, ANONYMOUS, body=body) == 200
-    admin = grants_client(auth_stack, ADMIN_SESSION)
-    granted = [(ADMIN, "prn::*", "READ_UPDATE"),
-               (KV_READER, f"prn::/scope:{scope}/key-value-table:kv", "READ"),
-               (KV_WRITER, f"prn::/scope:{scope}/key-value-table:kv", "READ_UPDATE"),
-               (SCOPE_WRITER, f"prn::/scope:{scope}", "READ_UPDATE")]
-    for grant in granted:
-        assert admin.add(*grant)
-    yield scope
-    for grant in reversed(granted):
-        admin.remove(*grant)
-    assert list(admin.principals()) == []
+    yield from _granted(auth_stack, scope, [(KV_READER, f"prn::/scope:{scope}/key-value-table:kv", "READ"),
+                                            (KV_WRITER, f"prn::/scope:{scope}/key-value-table:kv", "READ_UPDATE"),
+                                            (SCOPE_WRITER, f"prn::/scope:{scope}", "READ_UPDATE")])
 
 
 def _table_operations(scope: str, table: str) -> list[tuple[str, str, dict | None]]:
