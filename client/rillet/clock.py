@@ -10,15 +10,17 @@ never into a duplicate.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
 class Since:
-    """A moment, to ask later how long ago it was."""
+    """A moment, to ask later how long ago it was. Both clocks are read through this module's ``time``
+    at each call (so a test that moves it moves every moment and age alike)."""
 
-    monotonic: float = field(default_factory=time.monotonic)
-    wall: float = field(default_factory=time.time)
+    __slots__ = ("monotonic", "wall")
+
+    def __init__(self, monotonic: float | None = None, wall: float | None = None) -> None:
+        self.monotonic = time.monotonic() if monotonic is None else monotonic
+        self.wall = time.time() if wall is None else wall
 
     def elapsed_s(self) -> float:
         return max(time.monotonic() - self.monotonic, time.time() - self.wall, 0.0)

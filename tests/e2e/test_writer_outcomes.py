@@ -15,6 +15,7 @@ from collections import defaultdict
 import pytest
 
 import rillet
+import rillet.clock as rillet_clock
 import rillet.writer as rillet_writer
 from rillet import EventWriterConfig
 from rillet.errors import WriterExpired, from_wire
@@ -96,13 +97,17 @@ def test_a_resend_older_than_the_writer_expiry_window_is_refused_only_for_an_unk
 
 
 class _LateClock:
-    """The writer module's clock, moved past the expiry window on demand (other modules keep theirs)."""
+    """The writer's clocks (rillet.writer's and rillet.clock's), moved past the expiry window on demand
+    (other modules keep theirs)."""
 
     def __init__(self) -> None:
         self.ahead_s = 0.0
 
     def monotonic(self) -> float:
         return time.monotonic() + self.ahead_s
+
+    def time(self) -> float:
+        return time.time() + self.ahead_s
 
     def __getattr__(self, name: str):
         return getattr(time, name)
@@ -117,6 +122,7 @@ def test_a_writer_whose_lost_block_outlived_the_window_fails_it_as_unknown_and_g
     serializer = rillet.UTF8StringSerializer()
     clock = _LateClock()
     monkeypatch.setattr(rillet_writer, "time", clock)
+    monkeypatch.setattr(rillet_clock, "time", clock)
     writer = factory.create_event_writer("s", serializer, EventWriterConfig(retry_timeout_s=30 * 24 * 3600.0))
     segments = writer.connection.segments
     original_append = segments.append
