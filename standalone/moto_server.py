@@ -5,8 +5,9 @@ can both pass their condition, which real DynamoDB never allows. The server here
 at a time (requests still arrive on many connections), which restores the atomicity of conditional
 writes and transactions that Rillet's correctness depends on.
 
-It also counts every request by service and operation (the benchmarks read the counts) and keeps
-moto's request log quiet.
+It also counts every request by service and operation (the benchmarks read the counts), keeps
+moto's request log quiet, and makes a Query of one partition cost what that partition holds (see
+``_query_one_partition``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,41 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
+
+_queried = threading.local()  # (table, partition key) of the Query this thread is answering
+
+
+def _query_one_partition() -> None:
+    """moto (5.2) answers a Query on a table's key by listing and sorting every item of the table,
+    then keeping the partition's; so each Query, and every append, read and workflow step that makes
+    one, slows down as the table fills (a standalone stack left running, the test suite's shared
+    tables). This hands that Query the queried partition's items alone, in the same order; the rest
+    of moto's Query (conditions, filters, pages) runs unchanged. Index queries still list every item."""
+    if getattr(Table.query, "one_partition", False):
+        return
+    original_query, original_all_items = Table.query, Table.all_items
+
+    def all_items(table: Table) -> list:
+        queried = getattr(_queried, "key", None)
+        if queried is None or queried[0] is not table:
+            return original_all_items(table)
+        return sorted(table.items.get(queried[1], {}).values(), key=lambda item: item.range_key)
+
+    def query(table: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        by_index = (args[6] if len(args) > 6 else kwargs.get("index_name")) is not None
+        if by_index or hash_key is None or not table.range_key_attr:
+            return original_query(table, hash_key, *args, **kwargs)
+        _queried.key = (table, hash_key)
+        try:
+            return original_query(table, hash_key, *args, **kwargs)
+        finally:
+            _queried.key = None
+
+    query.one_partition = True  # type: ignore[attr-defined]
+    Table.query, Table.all_items = query, all_items
 
 
 @dataclass
@@ -122,6 +156,7 @@ class MotoServer:
     """moto's DynamoDB and S3 on ``host:port`` in a background thread (port 0 picks a free one)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, meter: RequestMeter | None = None) -> None:
+        _query_one_partition()
         self.meter = meter or RequestMeter()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         app = _SerializedApp(DomainDispatcherApplication(create_backend_app), self.meter)
