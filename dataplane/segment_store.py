@@ -982,13 +982,23 @@ class SegmentStore:
                     transaction.condition_check(SegmentMeta, segment, META_KEY, condition=fenced)
                 transaction.save(chunk, condition=IndexEntry.pk.does_not_exist())
         except TransactWriteError as e:
-            if any(r is not None and r.code == "ConditionalCheckFailed" for r in e.cancellation_reasons):
+            if not any(r is not None and r.code == "ConditionalCheckFailed" for r in e.cancellation_reasons):
+                raise
+            # Refused, or a resend of our transaction that an earlier attempt applied (its answer lost):
+            # then the chunk item names our key, which nothing else ever names.
+            if self._saved_object_key(segment, chunk.sk) != key:
                 self._delete_object(key)
                 return False
-            raise
         for entry in run:
             self._delete_unchanged(entry)
         return True
+
+    @staticmethod
+    def _saved_object_key(segment: str, sk: str) -> str | None:
+        try:
+            return IndexEntry.get(segment, sk, consistent_read=True).object_key
+        except DoesNotExist:
+            return None
 
     def _remove_orphans(self, segment: str, epoch: int) -> int:
         """Delete the objects under the segment's prefix that no index item names and none ever will;

@@ -6,6 +6,7 @@ answers must equal the slice of the model, and every read below the start must r
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import threading
@@ -75,6 +76,29 @@ def inject_crash(crash_at: int | None, hook: Callable[[str, int], None] | None =
     botocore.client.BaseClient._make_api_call = patched
     try:
         yield injector
+    finally:
+        botocore.client.BaseClient._make_api_call = original
+
+
+@contextmanager
+def lose_answer(at: int) -> Iterator[list[str]]:
+    """Patch botocore so that the current thread's ``at``-th mutating request is applied but its answer
+    lost: it is sent again, as botocore's retries do after a timeout or a reset, and the caller gets
+    the second attempt's answer. Yields the operations seen (mutating ones), to tell when ``at`` was
+    past the last one."""
+    thread, seen = threading.get_ident(), []
+    original = botocore.client.BaseClient._make_api_call
+
+    def patched(self, operation_name, api_params):
+        if threading.get_ident() == thread and operation_name in MUTATING:
+            seen.append(operation_name)
+            if len(seen) == at:
+                original(self, operation_name, copy.deepcopy(api_params))  # botocore may consume a body
+        return original(self, operation_name, api_params)
+
+    botocore.client.BaseClient._make_api_call = patched
+    try:
+        yield seen
     finally:
         botocore.client.BaseClient._make_api_call = original
 

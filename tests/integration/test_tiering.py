@@ -17,6 +17,7 @@ from dataplane_model import (
     head,
     index_entries,
     inject_crash,
+    lose_answer,
     object_keys,
     payload,
     read_all,
@@ -220,6 +221,32 @@ def test_crash_at_each_step_of_tiering(deployment, unique, shape):
     assert {"PutObject", "TransactWriteItems", "DeleteItem", "UpdateItem"} <= set(crashes_before)
     if shape == "one-long-run":
         assert crashes_before.count("DeleteItem") >= 2
+
+
+def test_a_lost_answer_at_each_step_of_tiering(deployment, unique):
+    """Each write of a tiering pass applied but its answer lost (botocore sends it again and returns
+    the second answer): the pass completes, the segment reads the same, and the index is clean, with
+    every chunk it names in S3. A chunk transaction whose resend finds its own chunk saved must not
+    take that for a newer pass's and delete the object its chunk names."""
+    store, sizes = _store(deployment), SIZES
+    template = f"{unique}/template/0"
+    store.create(template)
+    model, offsets = _fill(store, template, sizes)
+    k, lost = 0, []
+    while True:
+        k += 1
+        seg = f"{unique}/k{k}/0"
+        _clone(template, seg)
+        with lose_answer(k) as seen:
+            store.tier(seg)
+        if len(seen) < k:
+            break  # every write of the pass has had its answer lost once
+        lost.append(seen[k - 1])
+        check_reads(store, seg, model, offsets, sizes=(1 << 30,))
+        entries = assert_clean_tiling(seg, 0, model.length)
+        assert all(e.data is None for e in entries)
+        assert _chunks({e.object_key for e in entries if e.object_key}) <= object_keys(store, seg)
+    assert "TransactWriteItems" in lost
 
 
 def test_reads_and_appends_concurrent_with_tiering(store, unique):
