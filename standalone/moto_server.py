@@ -7,11 +7,12 @@ writes and transactions that Rillet's correctness depends on.
 
 It also counts every request by service and operation (the benchmarks read the counts), keeps
 moto's request log quiet, and makes a Query of one partition cost what that partition holds (see
-``_query_one_partition``).
+``_query_one_partition``) and a transaction cost what it writes (see ``_transactions_copy_their_items``).
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import logging
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+import moto.dynamodb.models as dynamodb_backend
+from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -113,6 +116,63 @@ def _s3_operation(method: str, path: str, query: dict[str, list[str]]) -> str:
     return f"{method} {path}"
 
 
+def _transactions_copy_their_items() -> None:
+    """moto (5.2) saves a deep copy of every table a TransactWriteItems names before applying it, to
+    roll back a refused one: each transaction costs the size of the whole table (1 s at 25,000 items),
+    and a slow moto makes clients time out and resend. This saves a copy of the items the transaction
+    names instead, and restores those; moto's own rollback becomes a no-op (its "copy" of a table is
+    the table). Safe because the server applies one request at a time. A transaction whose keys cannot
+    be read here keeps moto's whole-table copy."""
+    if getattr(dynamodb_backend.DynamoDBBackend.transact_write_items, "copies_items", False):
+        return
+    original = dynamodb_backend.DynamoDBBackend.transact_write_items
+    whole_tables = threading.local()
+
+    def deepcopy(value: Any, memo: dict | None = None) -> Any:
+        if isinstance(value, Table) and not getattr(whole_tables, "on", False):
+            return value
+        return copy.deepcopy(value, memo)
+
+    dynamodb_backend.copy = type("_CopyTablesByReference", (), {"deepcopy": staticmethod(deepcopy), "copy": staticmethod(copy.copy)})
+
+    def slots(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Table, DynamoType, DynamoType | None]]:
+        found = []
+        for entry in transact_items:
+            for op_type, op in entry.items():
+                table = backend.tables.get(op.get("TableName"))
+                if table is None:
+                    continue
+                key = op["Item"] if op_type == "Put" else op["Key"]
+                range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+                found.append((table, DynamoType(key[table.hash_key_attr]), range_value))
+        return found
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        try:
+            touched = slots(self, transact_items)
+        except (KeyError, TypeError, AttributeError):
+            whole_tables.on = True
+            try:
+                return original(self, transact_items)
+            finally:
+                whole_tables.on = False
+        saved = [(table, h, r, copy.deepcopy(table.get_item(h, r))) for table, h, r in touched]
+        try:
+            return original(self, transact_items)
+        except BaseException:
+            for table, h, r, item in reversed(saved):
+                partition = table.items[h] if r is not None else table.items
+                slot = r if r is not None else h
+                if item is None:
+                    partition.pop(slot, None)
+                else:
+                    partition[slot] = item
+            raise
+
+    transact_write_items.copies_items = True  # type: ignore[attr-defined]
+    dynamodb_backend.DynamoDBBackend.transact_write_items = transact_write_items
+
+
 class _SerializedApp:
     """WSGI middleware: one request at a time, and each one metered."""
 
@@ -157,6 +217,7 @@ class MotoServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, meter: RequestMeter | None = None) -> None:
         _query_one_partition()
+        _transactions_copy_their_items()
         self.meter = meter or RequestMeter()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         app = _SerializedApp(DomainDispatcherApplication(create_backend_app), self.meter)

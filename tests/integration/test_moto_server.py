@@ -1,6 +1,7 @@
 """The standalone moto server answers a Query of one partition from that partition's items alone
 (moto itself lists and sorts the whole table for each Query), with the answers moto gives: key
-conditions, order, pages and filters unchanged."""
+conditions, order, pages and filters unchanged. And a refused transaction is rolled back from copies
+of its own items (moto copies every table it names), leaving everything else as it was."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto.dynamodb.models.table import Table
 
 from standalone import moto_server
@@ -62,3 +64,50 @@ def test_a_query_reads_only_its_partition_and_answers_as_moto_does(deployment, d
     assert _query_all(dynamodb, TableName=table, KeyConditionExpression="pk = :p",
                       ExpressionAttributeValues={":p": {"S": "q-nothing-here"}}) == []
     assert whole_table_listed == [0]  # the empty partition's listing; never the whole table's
+
+
+def _item(dynamodb, table: str, pk: str, sk: str) -> dict | None:
+    return dynamodb.get_item(TableName=table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True).get("Item")
+
+
+def test_a_refused_transaction_restores_its_items_without_copying_the_table(deployment, dynamodb, monkeypatch):
+    table = deployment.segments_table
+    pk = f"x{uuid.uuid4().hex}"
+    _fill(dynamodb, table, pk, 3)
+    tables_copied = []
+    deepcopy = moto_server.copy.deepcopy
+
+    def spy(value, memo=None):
+        if isinstance(value, Table):
+            tables_copied.append(value.name)
+        return deepcopy(value, memo)
+
+    monkeypatch.setattr(moto_server.copy, "deepcopy", spy)
+
+    def key(sk: str) -> dict:
+        return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+    refused = [
+        {"Put": {"TableName": table, "Item": {**key("e#new"), "n": {"N": "9"}}}},
+        {"Update": {"TableName": table, "Key": key("e#0000"), "UpdateExpression": "SET n = :v",
+                    "ExpressionAttributeValues": {":v": {"N": "100"}}}},
+        {"Delete": {"TableName": table, "Key": key("e#0001")}},
+        {"ConditionCheck": {"TableName": table, "Key": key("e#0002"), "ConditionExpression": "n = :z",
+                            "ExpressionAttributeValues": {":z": {"N": "7"}}}},
+    ]
+    with pytest.raises(ClientError) as refusal:
+        dynamodb.transact_write_items(TransactItems=refused)
+    assert refusal.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert _item(dynamodb, table, pk, "e#new") is None
+    assert _item(dynamodb, table, pk, "e#0000")["n"] == {"N": "0"}
+    assert _item(dynamodb, table, pk, "e#0001")["n"] == {"N": "1"}
+    assert _query_all(dynamodb, TableName=table, KeyConditionExpression="pk = :p",
+                      ExpressionAttributeValues={":p": {"S": pk}}) == [0, 1, 2]
+
+    accepted = refused[:3] + [{"ConditionCheck": {**refused[3]["ConditionCheck"],
+                                                  "ExpressionAttributeValues": {":z": {"N": "2"}}}}]
+    dynamodb.transact_write_items(TransactItems=accepted)
+    assert _item(dynamodb, table, pk, "e#new")["n"] == {"N": "9"}
+    assert _item(dynamodb, table, pk, "e#0000")["n"] == {"N": "100"}
+    assert _item(dynamodb, table, pk, "e#0001") is None
+    assert tables_copied == []
