@@ -7,11 +7,13 @@ writes and transactions that Rillet's correctness depends on.
 
 It also counts every request by service and operation (the benchmarks read the counts), keeps
 moto's request log quiet, and makes a Query of one partition cost what that partition holds (see
-``_query_one_partition``) and a transaction cost what it writes (see ``_transactions_copy_their_items``).
+``_query_one_partition``), a transaction cost what it writes (see ``_transactions_copy_their_items``)
+and an item's answer cost its JSON (see ``_item_answers_as_json``).
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import io
 import json
@@ -26,6 +28,7 @@ from urllib.parse import parse_qs
 import moto.dynamodb.models as dynamodb_backend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.responses import DynamoResult
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -173,6 +176,48 @@ def _transactions_copy_their_items() -> None:
     dynamodb_backend.DynamoDBBackend.transact_write_items = transact_write_items
 
 
+# Answers that moto builds in DynamoDB's wire form (attribute values as {"S": ...}) but for binary values,
+# and without timestamps (table descriptions, which have them, keep moto's serializer).
+_ITEM_OPERATIONS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan",
+                              "BatchGetItem", "BatchWriteItem", "TransactGetItems", "TransactWriteItems"})
+
+
+def _wire_form(value: Any) -> Any:
+    """As botocore's shapes would write it: binary values base64, no null members (and the caller
+    keeps only the answer's members, which drops moto's legacy ``ConsumedCapacityUnits``)."""
+    if isinstance(value, dict):
+        return {k: _wire_form(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_wire_form(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
+
+
+def _item_answers_as_json(check: Callable[[Any, Any], None] | None = None) -> None:
+    """moto (5.2) walks every answer through botocore's shape model to serialize it, which is half its
+    time on an item with a map (a segment's head record) and grows with the item. The answers of item
+    operations are already wire-form JSON, so they are sent as ``json.dumps`` of it. ``check``
+    (tests) is given both encodings of each answer to compare."""
+    original = DynamoResult.execute_result
+    if getattr(original, "as_json", False) and check is None:
+        return
+    original = getattr(original, "moto_execute_result", original)
+
+    def execute_result(self: DynamoResult, context: Any) -> Any:
+        if context.operation_model.name not in _ITEM_OPERATIONS or not isinstance(self.result, dict):
+            return original(self, context)
+        members = context.operation_model.output_shape.members
+        body = json.dumps(_wire_form({k: v for k, v in self.result.items() if k in members}))
+        if check is not None:
+            check(json.loads(body), json.loads(original(self, context)[2]))
+        return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+
+    execute_result.as_json = True  # type: ignore[attr-defined]
+    execute_result.moto_execute_result = original  # type: ignore[attr-defined]
+    DynamoResult.execute_result = execute_result
+
+
 class _SerializedApp:
     """WSGI middleware: one request at a time, and each one metered."""
 
@@ -218,6 +263,7 @@ class MotoServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, meter: RequestMeter | None = None) -> None:
         _query_one_partition()
         _transactions_copy_their_items()
+        _item_answers_as_json()
         self.meter = meter or RequestMeter()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         app = _SerializedApp(DomainDispatcherApplication(create_backend_app), self.meter)

@@ -111,3 +111,35 @@ def test_a_refused_transaction_restores_its_items_without_copying_the_table(depl
     assert _item(dynamodb, table, pk, "e#0000")["n"] == {"N": "100"}
     assert _item(dynamodb, table, pk, "e#0001") is None
     assert tables_copied == []
+
+
+def test_item_answers_sent_as_json_equal_what_moto_serializes(deployment, dynamodb, monkeypatch):
+    """The JSON fast path for item operations gives botocore the same answer moto's serializer would:
+    binary values (top level, in maps, in lists and sets), numbers, nulls, pages, batches."""
+    compared, differences = [], []
+
+    def compare(fast, slow):
+        compared.append(fast)
+        if fast != slow:
+            differences.append((fast, slow))
+
+    monkeypatch.setattr(moto_server.DynamoResult, "execute_result", moto_server.DynamoResult.execute_result)
+    moto_server._item_answers_as_json(check=compare)
+    table, pk = deployment.segments_table, f"j{uuid.uuid4().hex}"
+    item = {"pk": {"S": pk}, "sk": {"S": "e#0"}, "b": {"B": b"\x00\xffbytes"}, "n": {"N": "12.5"},
+            "m": {"M": {"inner": {"B": b"\x01"}, "s": {"S": "x"}, "nothing": {"NULL": True}}},
+            "l": {"L": [{"B": b"\x02"}, {"N": "1"}]}, "bs": {"BS": [b"\x03", b"\x04"]}, "t": {"BOOL": False}}
+    key = {"pk": item["pk"], "sk": item["sk"]}
+    dynamodb.put_item(TableName=table, Item=item, ReturnConsumedCapacity="TOTAL")
+    dynamodb.put_item(TableName=table, Item={**item, "sk": {"S": "e#1"}}, ReturnValues="ALL_OLD")
+    got = dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert got["b"] == {"B": b"\x00\xffbytes"} and got["m"]["M"]["inner"] == {"B": b"\x01"}
+    dynamodb.update_item(TableName=table, Key=key, UpdateExpression="SET n = n + :one",
+                         ExpressionAttributeValues={":one": {"N": "1"}}, ReturnValues="ALL_NEW")
+    dynamodb.query(TableName=table, KeyConditionExpression="pk = :p", Limit=1,
+                   ExpressionAttributeValues={":p": {"S": pk}})
+    dynamodb.batch_get_item(RequestItems={table: {"Keys": [key]}})
+    dynamodb.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])
+    dynamodb.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": {**key, "sk": {"S": "e#1"}}}}]})
+    dynamodb.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")
+    assert len(compared) >= 8 and differences == []
