@@ -28,8 +28,10 @@ $(CHECKOV): $(BIN)/uv
 	$(PYTHON) -m venv .venv-checkov
 	$(BIN)/uv pip install --quiet --python .venv-checkov/bin/python checkov==$(CHECKOV_VERSION)
 
+# Two pytest workers, a file per worker at a time: each has its own moto server, so both cores work
+# (one moto answers one request at a time, in the test process).
 test: $(STAMP) $(CHECKOV)
-	RILLET_CHECKOV=$(CHECKOV) $(BIN)/pytest
+	RILLET_CHECKOV=$(CHECKOV) $(BIN)/pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
