@@ -576,6 +576,11 @@ class SegmentStore:
             existing = IndexEntry.get(segment, entry_key(tail), consistent_read=True)
         except DoesNotExist:
             return None  # the claim was released meanwhile; the next round claims again
+        if block.object_key is not None and existing.object_key == block.object_key:
+            # Our own put, applied by an attempt whose answer was lost (botocore sent it again, and the
+            # resend met it): the key is this request's alone. Taken for a twin's claim, the block would
+            # be answered as a duplicate and append() would delete the object the committed entry names.
+            return block
         return _block_of(existing)
 
     def _advance(self, meta: SegmentMeta, tail: int, block: _Block) -> bool:
