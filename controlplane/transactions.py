@@ -318,11 +318,15 @@ class TransactionTasks:
             except SinkRecord.DoesNotExist:
                 record = SinkRecord(*key, last_batch=-1)
             if batch_id <= record.last_batch:
-                for txn_id in txn_ids:
-                    try:
-                        self.abort(scope, stream, txn_id)
-                    except (TxnFailed, TxnNotFound):
-                        pass  # committed as part of the original batch, or already gone
+                # Only the listed transactions still open: one query, instead of an abort per id (4,096
+                # ids that are not open took 33 s, past the function's time limit).
+                listed = set(txn_ids)
+                for txn in self._transactions(scope, stream, TxnState.OPEN):
+                    if txn.txn_id in listed:
+                        try:
+                            self.abort(scope, stream, txn.txn_id)
+                        except (TxnFailed, TxnNotFound):
+                            pass  # committed or aborted meanwhile
                 return False
             if record.pending_batch != batch_id:
                 try:

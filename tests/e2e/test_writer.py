@@ -107,7 +107,9 @@ def test_retries_after_lost_answers_add_no_duplicates(url, unique):
         with lock:
             attempts[key] += 1
             first_attempt = attempts[key] == 1
-            drop = first_attempt and len(attempts) % 5 == 1 and len(lost) < 8
+            # Every other new block, up to 8: how many blocks the writer makes depends on the server's
+            # speed (events gather while a block is in flight), so sparser rules lost none on a slow machine.
+            drop = first_attempt and len(attempts) % 2 == 1 and len(lost) < 8
         ack = original_append(scope, stream, segment, writer_id, first_event, event_count, block, *args, **kwargs)
         if drop:
             with lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from dataplane_model import segment_events
+from dataplane_model import inject_crash, segment_events
 
 from controlplane.models import PENDING, TxnRecord
 from controlplane.service import Controller
@@ -370,3 +370,21 @@ def test_commit_requested_while_the_stream_is_being_sealed_does_not_hang(control
     for sid, payloads in written.items():
         events = parent_events(c, scope, sid)
         assert events == (payloads if state == TxnState.COMMITTED else [])
+
+
+def test_a_batch_executed_again_aborts_only_its_own_open_transactions(controller: Controller, scope: str):
+    """A streaming writer's batch commits once; its re-execution's new transactions are aborted, and
+    ids that are not open transactions (however many) cost no abort each."""
+    c = controller
+    first = c.transactions.begin(scope, STREAM, lease_ms=10_000)
+    write_txn(c, scope, first, per_segment=1)
+    assert c.transactions.commit_batch(scope, STREAM, "query", 0, [first.txn_id]) is True
+    again = c.transactions.begin(scope, STREAM, lease_ms=10_000)
+    bystander = c.transactions.begin(scope, STREAM, lease_ms=10_000)
+    ids = [again.txn_id, first.txn_id] + [f"not-open-{i}" for i in range(4000)]
+    with inject_crash(None) as calls:
+        assert c.transactions.commit_batch(scope, STREAM, "query", 0, ids) is False
+    assert len(calls.all_calls) < 30
+    assert c.transactions.status(scope, STREAM, again.txn_id).state == TxnState.ABORTED
+    assert c.transactions.status(scope, STREAM, first.txn_id).state == TxnState.COMMITTED
+    assert c.transactions.status(scope, STREAM, bystander.txn_id).state == TxnState.OPEN
