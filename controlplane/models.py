@@ -151,6 +151,10 @@ class MetadataItem(Model):
     retention_bucket = NumberAttribute(null=True)
     autoscale = UnicodeAttribute(null=True)
     watermarked = UnicodeAttribute(null=True)
+    # A random token that store.versioned_update writes with each change of a versioned record: a resend
+    # botocore sends after a lost answer is refused by the version its first attempt moved on, and the
+    # token tells that refusal apart from another writer's change.
+    write_id = UnicodeAttribute(null=True)
     workflows = WorkflowIndex()
     txn_deadlines = TxnDeadlineIndex()
     retention = RetentionIndex()

@@ -45,7 +45,7 @@ from controlplane.models import (
     reader_group_pk,
     reader_groups_pk,
 )
-from controlplane.store import _decode_token, _encode_token, conditional, failed_condition
+from controlplane.store import _decode_token, _encode_token, failed_condition, versioned_update
 from rillet.api import (
     AssignedSegment,
     Assignment,
@@ -746,10 +746,9 @@ class ReaderGroups:
             deadline = schedule_lease_check(new, _now())
             if lease_first:
                 self._announce_lease(scope, group, record.version + 1, deadline)
-            try:
-                with conditional("reader group state changed concurrently"):
-                    record.update(actions=[ReaderGroupRecord.state.set(
-                        _storable(new, f"reader group {scope}/{group}"))])
+            try:  # a resend refused after a lost answer counts as the write it is (the change is stored)
+                versioned_update(record, [ReaderGroupRecord.state.set(_storable(new, f"reader group {scope}/{group}"))],
+                                 "reader group state changed concurrently")
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue

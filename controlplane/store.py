@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -60,6 +61,26 @@ def conditional(conflict: str) -> Iterator[None]:
         if failed_condition(e):
             raise WriteConflict(conflict) from e
         raise
+
+
+def versioned_update(record: MetadataItem, actions: list, conflict: str) -> None:
+    """Apply ``actions`` to a versioned record if it still has the version it was read with.
+
+    A refusal is a WriteConflict, unless the record carries this call's token: then the refused
+    request was botocore's resend of one whose answer was lost after it was applied (a read timeout, a
+    reset connection), and the change stands; ``record`` is brought up to date as after a success."""
+    token = uuid.uuid4().hex
+    try:
+        with conditional(conflict):
+            record.update(actions=[*actions, type(record).write_id.set(token)])
+    except WriteConflict:
+        try:
+            fresh = type(record).get(record.pk, record.sk, consistent_read=True)
+        except DoesNotExist:
+            raise WriteConflict(conflict) from None
+        if fresh.write_id != token:
+            raise
+        record.deserialize(fresh.serialize())
 
 
 def _encode_token(key: dict[str, Any] | None) -> str | None:
@@ -135,8 +156,14 @@ class MetadataStore:
         return records, _encode_token(result.last_evaluated_key)
 
     def delete_scope_record(self, record: ScopeRecord) -> None:
-        with conditional(f"scope {record.scope} changed while being deleted"):
-            record.delete()
+        try:
+            with conditional(f"scope {record.scope} changed while being deleted"):
+                record.delete()
+        except WriteConflict:
+            # Refused because it is gone: deleted by this call (a resend after a lost answer) or by
+            # another finisher; either way the delete is done.
+            if self._current(ScopeRecord, record) is not None:
+                raise
 
     # -- streams -------------------------------------------------------------------------------
 
@@ -177,14 +204,29 @@ class MetadataStore:
         return any(True for _ in StreamRecord.query(scope_pk(scope), limit=1, consistent_read=True))
 
     def update(self, record: ScopeRecord | StreamRecord, actions: list, conflict: str) -> None:
-        """Apply ``actions`` if the scope or stream record still has the version it was read with."""
-        with conditional(conflict):
-            record.update(actions=actions)
+        """Apply ``actions`` if the scope or stream record still has the version it was read with (a
+        resend refused after a lost answer counts as applied: see versioned_update)."""
+        versioned_update(record, actions, conflict)
 
     def delete_stream_record(self, record: StreamRecord) -> None:
         """Only the incarnation read: the version alone restarts with a stream created again."""
-        with conditional(f"stream {record.scope}/{record.stream} changed while being deleted"):
-            record.delete(condition=StreamRecord.created_ms == record.created_ms)
+        try:
+            with conditional(f"stream {record.scope}/{record.stream} changed while being deleted"):
+                record.delete(condition=StreamRecord.created_ms == record.created_ms)
+        except WriteConflict:
+            # Refused because that incarnation is gone: deleted by this call (a resend after a lost
+            # answer) or by another finisher; either way the delete is done.
+            if self._current(StreamRecord, record) is not None:
+                raise
+
+    @staticmethod
+    def _current(model: type, record: ScopeRecord | StreamRecord) -> ScopeRecord | StreamRecord | None:
+        """The record's item if it is still the same incarnation (created at the same time)."""
+        try:
+            fresh = model.get(record.pk, record.sk, consistent_read=True)
+        except DoesNotExist:
+            return None
+        return fresh if fresh.created_ms == record.created_ms else None
 
     # -- epochs and segments ---------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from pynamodb.exceptions import DeleteError, PutError
 
 from controlplane.cuts import upper_bound
 from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
-from controlplane.store import conditional, failed_condition
+from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks
 from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
 from rillet.framing import frame
@@ -139,9 +139,10 @@ class WatermarkTasks:
         count = int(record.watermark_count or 0)
         self.streams.segments.append(segment_name(scope, mark_stream_name(stream), 0), WATERMARK_WRITER, count, 1,
                                      frame(watermark.to_json()))
-        with conditional("stream changed concurrently"):
-            record.update(actions=[StreamRecord.watermark_count.set(count + 1),
-                                   StreamRecord.last_watermark.set(json.loads(watermark.to_json()))])
+        # Through the store: a resend refused after a lost answer is told apart from a concurrent change.
+        self.store.update(record, [StreamRecord.watermark_count.set(count + 1),
+                                   StreamRecord.last_watermark.set(json.loads(watermark.to_json()))],
+                          "stream changed concurrently")
         return watermark
 
     def last(self, scope: str, stream: str, record: StreamRecord | None = None) -> Watermark | None:
