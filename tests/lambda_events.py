@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import sys
 import uuid
 from types import ModuleType, SimpleNamespace
 
@@ -12,11 +13,21 @@ from standalone.gateway import build_event
 
 
 def handler_modules(deployment, monkeypatch) -> dict[str, ModuleType]:
-    """The three handler modules, pointed at ``deployment`` (they read the environment on import)."""
-    for name, value in {**deployment.to_env(), "RILLET_APPEND_URL": "http://append", "RILLET_READ_URL": "http://read",
-                        "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true"}.items():
+    """The three handler modules, pointed at ``deployment`` (they read the environment on import, so a
+    module imported earlier with another environment, by the OpenAPI generator say, is imported again)."""
+    env = {**deployment.to_env(), "RILLET_APPEND_URL": "http://append", "RILLET_READ_URL": "http://read",
+           "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true"}
+    for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return {name: importlib.import_module(f"lambdas.{name}.handler") for name in ("append", "read", "controller_api")}
+    modules = {}
+    for name in ("append", "read", "controller_api"):
+        imported = sys.modules.get(f"lambdas.{name}.handler")
+        module = importlib.import_module(f"lambdas.{name}.handler")
+        if imported is not None and getattr(module, "imported_with_env", None) != env:
+            module = importlib.reload(module)
+        module.imported_with_env = env
+        modules[name] = module
+    return modules
 
 
 def invoke(module: ModuleType, method: str, target: str, body: bytes = b"", query: dict[str, str] | None = None,
