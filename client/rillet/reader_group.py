@@ -290,7 +290,13 @@ class EventStreamReader(Generic[T]):
                 return TimeWindow(None, None)  # no writer of the stream has noted time yet
             self._watermarks[stream] = (reader, [])
         reader, marks = self._watermarks[stream]
-        marks.extend(read.event for read in reader)
+        try:
+            marks.extend(read.event for read in reader)
+        except SegmentNotFound:
+            # The first writer's mark created the mark stream a moment ago and its segments are not
+            # there yet: no time noted so far that this reader could see; look again next call.
+            del self._watermarks[stream]
+            return TimeWindow(None, None)
         position = [SegmentPosition(segment=h.assigned.segment, offset=h.delivered)
                     for h in self._held.values() if h.assigned.stream == stream]
         if not position:

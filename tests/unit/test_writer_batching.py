@@ -94,8 +94,11 @@ def test_every_attempt_says_how_long_ago_its_block_was_first_sent():
     ages = {tuple(c["events"]): [] for c in store.calls}
     for c in store.calls:
         ages[tuple(c["events"])].append(c["age_ms"])
-    assert ages[("e0",)][0] == 0 and ages[("e1",)] == [0]
-    assert len(ages[("e0",)]) == 3 and 10 <= ages[("e0",)][1] <= ages[("e0",)][2]
+    assert len(ages[("e1",)]) == 1 and len(ages[("e0",)]) == 3
+    first, second, third = ages[("e0",)]
+    # Resends are at least the 10 ms sleep later than the first attempt (whole milliseconds); the first
+    # attempt's own age is near 0, but a loaded machine may take a few ms from the block to its send.
+    assert second - first >= 9 and second <= third
 
 
 def test_writer_expired_fails_the_block_as_such_and_the_next_block_starts_a_new_writer_id():
