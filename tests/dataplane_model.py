@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import botocore.client
 
+from dataplane import models
 from dataplane.models import CHUNK_PREFIX, ENTRY_PREFIX, META_KEY, IndexEntry, SegmentMeta
-from dataplane.segment_store import SegmentStore
+from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import Truncated
 from rillet.framing import frame, unframe
 
@@ -67,17 +68,13 @@ def inject_crash(crash_at: int | None, hook: Callable[[str, int], None] | None =
     through untouched.
     """
     injector = CrashInjector(crash_at=crash_at, thread=threading.get_ident(), hook=hook)
-    original = botocore.client.BaseClient._make_api_call
 
-    def patched(self, operation_name, api_params):
+    def patched(original, client, operation_name, api_params):
         injector.before(operation_name)
-        return original(self, operation_name, api_params)
+        return original(client, operation_name, api_params)
 
-    botocore.client.BaseClient._make_api_call = patched
-    try:
+    with _api_calls_through(patched):
         yield injector
-    finally:
-        botocore.client.BaseClient._make_api_call = original
 
 
 @contextmanager
@@ -87,20 +84,38 @@ def lose_answer(at: int) -> Iterator[list[str]]:
     the second attempt's answer. Yields the operations seen (mutating ones), to tell when ``at`` was
     past the last one."""
     thread, seen = threading.get_ident(), []
-    original = botocore.client.BaseClient._make_api_call
 
-    def patched(self, operation_name, api_params):
+    def patched(original, client, operation_name, api_params):
         if threading.get_ident() == thread and operation_name in MUTATING:
             seen.append(operation_name)
             if len(seen) == at:
-                original(self, operation_name, copy.deepcopy(api_params))  # botocore may consume a body
-        return original(self, operation_name, api_params)
+                original(client, operation_name, copy.deepcopy(api_params))  # botocore may consume a body
+        return original(client, operation_name, api_params)
 
-    botocore.client.BaseClient._make_api_call = patched
-    try:
+    with _api_calls_through(patched):
         yield seen
+
+
+@contextmanager
+def _api_calls_through(patched: Callable) -> Iterator[None]:
+    """Every botocore API call goes through ``patched(original, client, operation, params)`` meanwhile."""
+    original = botocore.client.BaseClient._make_api_call
+    botocore.client.BaseClient._make_api_call = lambda client, name, params: patched(original, client, name, params)
+    try:
+        yield
     finally:
         botocore.client.BaseClient._make_api_call = original
+
+
+INLINE_MAX = 64  # blocks up to this size stay inline in small_store: tests mix inline and S3-object blocks
+
+
+def small_store(deployment, **overrides) -> SegmentStore:
+    """A segment store with small blocks and chunks and no tiering age, so a few appends exercise tiering."""
+    models.bind(deployment)
+    settings = {"inline_max": INLINE_MAX, "chunk_target": 150, "tier_min_age_ms": 0, "poll_interval_ms": 20}
+    settings.update(overrides)
+    return SegmentStore(deployment, StoreSettings(**settings))
 
 
 def payload(tag: str, size: int) -> bytes:

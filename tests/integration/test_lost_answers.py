@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 from dataplane_model import (
+    INLINE_MAX,
     SegmentModel,
     assert_clean_tiling,
     check_reads,
@@ -25,27 +26,19 @@ from dataplane_model import (
     object_keys,
     payload,
     read_all,
+    small_store,
 )
 
-from dataplane import models
 from dataplane.models import IndexEntry, SegmentItem, SegmentMeta
-from dataplane.segment_store import MERGE_KEY, SegmentStore, StoreSettings
+from dataplane.segment_store import MERGE_KEY, SegmentStore
 from rillet.errors import SegmentNotFound, SegmentSealed
 
-INLINE_MAX = 64
 MAX_STEPS = 80  # no operation here makes that many writes: a loop that gets there never ends
-
-
-def _store(deployment, **overrides) -> SegmentStore:
-    models.bind(deployment)
-    settings = {"inline_max": INLINE_MAX, "chunk_target": 150, "tier_min_age_ms": 0, "poll_interval_ms": 20}
-    settings.update(overrides)
-    return SegmentStore(deployment, StoreSettings(**settings))
 
 
 @pytest.fixture
 def store(deployment) -> SegmentStore:
-    return _store(deployment)
+    return small_store(deployment)
 
 
 def _each_lost_answer(run: Callable[[int], list[str]]) -> list[str]:
@@ -229,7 +222,7 @@ def test_a_lost_answer_when_sealing(store, unique):
 def test_a_lost_answer_at_each_step_of_delete(deployment, unique, shape):
     """Sealing, the index deletes (with the merged segment's whole deletion), the writer state items of
     writers the head record no longer lists, the objects, the head record."""
-    store = _store(deployment, head_writers=2)
+    store = small_store(deployment, head_writers=2)
 
     template = _rich(store, f"{unique}/s/0", tiered=shape != "entries", merged="merged" in shape, writers=4)
 
@@ -298,7 +291,7 @@ def test_a_lost_answer_at_each_step_of_merge(store, unique, source_sizes):
 def test_a_lost_answer_at_each_step_of_append(deployment, unique, size, head_writers):
     """An inline block (claim, advance) and a block larger than inline_max (its object first); with a
     full head record, the advance first saves the writer it moves out to that writer's own item."""
-    store = _store(deployment, head_writers=head_writers)
+    store = small_store(deployment, head_writers=head_writers)
 
     def run(k: int) -> list[str]:
         seg = f"{unique}/s/{k}"

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 from dataplane_model import (
+    INLINE_MAX,
     SegmentModel,
     SimulatedCrash,
     assert_clean_tiling,
@@ -21,25 +22,16 @@ from dataplane_model import (
     object_keys,
     payload,
     read_all,
+    small_store,
 )
 
-from dataplane import models
 from dataplane.models import META_KEY, IndexEntry, SegmentMeta
-from dataplane.segment_store import SegmentStore, StoreSettings
-
-INLINE_MAX = 64
-
-
-def _store(deployment, **overrides) -> SegmentStore:
-    models.bind(deployment)
-    settings = {"inline_max": INLINE_MAX, "chunk_target": 150, "tier_min_age_ms": 0, "poll_interval_ms": 20}
-    settings.update(overrides)
-    return SegmentStore(deployment, StoreSettings(**settings))
+from dataplane.segment_store import SegmentStore
 
 
 @pytest.fixture
 def store(deployment) -> SegmentStore:
-    return _store(deployment)
+    return small_store(deployment)
 
 
 def _fill(store: SegmentStore, segment: str, sizes: list[int], writer: str = "w",
@@ -115,7 +107,7 @@ def test_tier_packs_inline_entries_into_chunks(store, unique):
 
 
 def test_tier_leaves_young_entries_alone_unless_sealed(deployment, unique):
-    store = _store(deployment, tier_min_age_ms=60_000)
+    store = small_store(deployment, tier_min_age_ms=60_000)
     seg = f"{unique}/s/0"
     store.create(seg)
     model, _ = _fill(store, seg, [30, 40, 20])
@@ -175,9 +167,9 @@ def test_crash_at_each_step_of_tiering(deployment, unique, shape):
     segment reads the same (no gap, no duplicate) — also for readers running during the pass — and a
     second pass completes and leaves a clean index."""
     if shape == "several-runs":
-        store, sizes = _store(deployment), SIZES
+        store, sizes = small_store(deployment), SIZES
     else:  # 30 entries in one run: a crash between any two of its deletes
-        store, sizes = _store(deployment, chunk_target=10_000), [5 + i % 7 for i in range(30)]
+        store, sizes = small_store(deployment, chunk_target=10_000), [5 + i % 7 for i in range(30)]
     rng = random.Random(7)
     template = f"{unique}/template/0"
     store.create(template)
@@ -211,7 +203,7 @@ def test_crash_at_each_step_of_tiering(deployment, unique, shape):
         assert _chunks(object_keys(store, seg)) >= _chunks(referenced)
         # A chunk object the crashed pass put (its epoch is in its key) is removed by the first pass
         # after sealing, and no other.
-        sweeper = _store(deployment, orphan_grace_ms=0)
+        sweeper = small_store(deployment, orphan_grace_ms=0)
         sweeper.seal(seg)
         sweeper.tier(seg)
         assert _chunks(object_keys(store, seg)) == _chunks(referenced)
@@ -228,7 +220,7 @@ def test_a_lost_answer_at_each_step_of_tiering(deployment, unique):
     the second answer): the pass completes, the segment reads the same, and the index is clean, with
     every chunk it names in S3. A chunk transaction whose resend finds its own chunk saved must not
     take that for a newer pass's and delete the object its chunk names."""
-    store, sizes = _store(deployment), SIZES
+    store, sizes = small_store(deployment), SIZES
     template = f"{unique}/template/0"
     store.create(template)
     model, offsets = _fill(store, template, sizes)
