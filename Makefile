@@ -28,10 +28,21 @@ $(CHECKOV): $(BIN)/uv
 	$(PYTHON) -m venv .venv-checkov
 	$(BIN)/uv pip install --quiet --python .venv-checkov/bin/python checkov==$(CHECKOV_VERSION)
 
+# EMR's Spark line (emr-spark-8.0.0 ships Spark 4.0.2): the Spark tests run again on it, from pyspark
+# installed into a folder of its own that goes before the venv's (newer) pyspark on PYTHONPATH.
+EMR_PYSPARK := pyspark==4.0.5 py4j==0.10.9.9
+EMR_SPARK := .spark-4.0
+
+$(EMR_SPARK)/.installed: $(BIN)/uv Makefile
+	rm -rf $(EMR_SPARK)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --target $(EMR_SPARK) $(EMR_PYSPARK)
+	touch $@
+
 # Two pytest workers, a file per worker at a time: each has its own moto server, so both cores work
-# (one moto answers one request at a time, in the test process).
-test: $(STAMP) $(CHECKOV)
+# (one moto answers one request at a time, in the test process). Then the Spark tests on EMR's Spark.
+test: $(STAMP) $(CHECKOV) $(EMR_SPARK)/.installed
 	RILLET_CHECKOV=$(CHECKOV) $(BIN)/pytest -n 2 --dist loadfile
+	PYTHONPATH=$(CURDIR)/$(EMR_SPARK) RILLET_SPARK_VERSION=4.0. $(BIN)/pytest tests/spark -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
@@ -43,7 +54,7 @@ lock: $(BIN)/uv
 		--no-emit-package rillet --no-emit-package rillet-server
 
 clean:
-	rm -rf $(VENV) .venv-checkov build .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-checkov $(EMR_SPARK) build .pytest_cache .hypothesis
 
 # Regenerate the checked-in OpenAPI documents from the handlers.
 openapi: $(STAMP)

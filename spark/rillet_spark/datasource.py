@@ -192,8 +192,19 @@ class _Reader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader):
+    """Offsets are stream cuts; each batch ends at the controller's ``next-cut`` after its start.
+
+    Spark 4.2 and later pass the start to ``latestOffset(start, limit)``. Spark 4.0 and 4.1 call
+    ``latestOffset()`` with nothing, so the reader keeps the end of the last batch itself: the end it
+    last returned, or, after a restart, the end of the batch Spark re-plans or commits first (Spark
+    plans the last batch of its offset log when a query restarts, as its own simple-reader wrapper
+    relies on). Both signatures are one method with optional arguments; Spark 4.2 tells them apart
+    by the parameter count.
+    """
+
     def __init__(self, options: _Options) -> None:
         self.options = options
+        self._last_end: dict | None = None  # the end of the newest batch known to this reader
         if options.subscriber:
             self._subscribe()
 
@@ -216,15 +227,18 @@ class _StreamReader(DataSourceStreamReader):
             return {"cut": StreamCut.from_text(o.start_cut).to_text()}
         return {"cut": StreamCut.of(o.scope, o.stream, o.connection().controller.head(o.scope, o.stream)).to_text()}
 
-    def latestOffset(self, start: dict, limit: object = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
         from rillet.stream_cut import StreamCut
 
         o = self.options
+        start = start or self._last_end or self.initialOffset()
         positions = o.connection().controller.next_cut(o.scope, o.stream, start["cut"])
-        return {"cut": StreamCut.of(o.scope, o.stream, positions).to_text()}
+        self._last_end = {"cut": StreamCut.of(o.scope, o.stream, positions).to_text()}
+        return self._last_end
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         o = self.options
+        self._last_end = self._last_end or end
         slices = o.connection().controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices
         return _partitions(o, slices, None)  # one partition per segment: each key's events stay in order
 
@@ -232,6 +246,7 @@ class _StreamReader(DataSourceStreamReader):
         yield from _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
+        self._last_end = self._last_end or end
         if self.options.subscriber:
             from rillet.reader_group import ReaderGroup
             from rillet.stream_cut import StreamCut

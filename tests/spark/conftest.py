@@ -17,6 +17,8 @@ def spark():
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
+    expected = os.environ.get("RILLET_SPARK_VERSION")  # set by `make test`'s run on EMR's Spark line
+    assert not expected or session.version.startswith(expected), f"Spark {session.version}, not {expected}"
     rillet_spark.register(session)
     yield session
     session.stop()
