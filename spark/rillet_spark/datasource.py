@@ -48,6 +48,10 @@ DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
 DEFAULT_LEASE_MS = 120_000
 
 
+# What Spark itself adds to a source's or sink's options.
+_SPARK_OPTIONS = {"checkpointlocation", "path"}
+
+
 @dataclass
 class _Options:
     endpoint: str
@@ -56,17 +60,28 @@ class _Options:
     encoding: str = "binary"
     start_cut: str | None = None
     end_cut: str | None = None
+    starting_position: str = "head"
+    starting_timestamp_ms: int | None = None
+    ending_timestamp_ms: int | None = None
+    max_bytes_per_trigger: int | None = None
     max_partition_bytes: int = DEFAULT_PARTITION_BYTES
     s3_endpoint: str | None = None
     subscriber: str | None = None
     sink_id: str | None = None
+    checkpoint_location: str | None = None
     lease_ms: int = DEFAULT_LEASE_MS
     event_column: str = "event"
     routing_key_column: str = "routing_key"
 
     @classmethod
     def parse(cls, options: dict) -> _Options:
-        get = {k.lower(): v for k, v in options.items()}.get
+        given = {k.lower(): v for k, v in options.items()}
+        known = {"endpoint", "stream", "scope"} | {f.lower() for f in cls.__dataclass_fields__} - {"checkpoint_location"}
+        unknown = sorted(set(given) - known - _SPARK_OPTIONS)
+        if unknown:
+            raise ValueError(f"the rillet data source has no option {', '.join(map(repr, unknown))}; "
+                             f"its options are: {', '.join(sorted(known))}")
+        get = given.get
         endpoint = get("endpoint")
         scoped = get("stream") or ""
         if "/" in scoped:
@@ -78,11 +93,23 @@ class _Options:
         encoding = (get("encoding") or "binary").lower()
         if encoding not in ("binary", "utf-8", "utf8"):
             raise ValueError('option "encoding" is "binary" or "utf-8"')
+        starting_position = (get("starting_position") or "head").lower()
+        if starting_position not in ("head", "tail"):
+            raise ValueError('option "starting_position" is "head" or "tail"')
+        starts = [name for name in ("start_cut", "starting_position", "starting_timestamp_ms") if get(name)]
+        if len(starts) > 1:
+            raise ValueError(f"options {' and '.join(starts)} both say where to start: give one")
+        if get("end_cut") and get("ending_timestamp_ms"):
+            raise ValueError("options end_cut and ending_timestamp_ms both say where to end: give one")
         return cls(endpoint=endpoint, scope=scope, stream=stream, encoding=encoding,
-                   start_cut=get("start_cut"), end_cut=get("end_cut"),
-                   max_partition_bytes=int(get("max_partition_bytes") or DEFAULT_PARTITION_BYTES),
+                   start_cut=get("start_cut"), end_cut=get("end_cut"), starting_position=starting_position,
+                   starting_timestamp_ms=_integer(get, "starting_timestamp_ms"),
+                   ending_timestamp_ms=_integer(get, "ending_timestamp_ms"),
+                   max_bytes_per_trigger=_integer(get, "max_bytes_per_trigger", minimum=1),
+                   max_partition_bytes=_integer(get, "max_partition_bytes", minimum=1) or DEFAULT_PARTITION_BYTES,
                    s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
-                   sink_id=get("sink_id"), lease_ms=int(get("lease_ms") or DEFAULT_LEASE_MS),
+                   sink_id=get("sink_id"), checkpoint_location=get("checkpointlocation"),
+                   lease_ms=_integer(get, "lease_ms", minimum=1) or DEFAULT_LEASE_MS,
                    event_column=get("event_column") or "event",
                    routing_key_column=get("routing_key_column") or "routing_key")
 
@@ -94,6 +121,45 @@ class _Options:
         from rillet.connection import Connection
 
         return Connection(self.endpoint)
+
+    def start(self, connection):
+        """The cut to start reading at: ``start_cut``, the cut at ``starting_timestamp_ms``, or head/tail."""
+        from rillet.stream_cut import StreamCut
+
+        controller = connection.controller
+        if self.start_cut:
+            return StreamCut.from_text(self.start_cut)
+        if self.starting_timestamp_ms is not None:
+            positions = controller.cut_at_time(self.scope, self.stream, self.starting_timestamp_ms)
+        elif self.starting_position == "tail":
+            positions = controller.stream_info(self.scope, self.stream).tail
+        else:
+            positions = controller.head(self.scope, self.stream)
+        return StreamCut.of(self.scope, self.stream, positions)
+
+    def end(self, connection):
+        """The cut a batch read ends at (None: the tail)."""
+        from rillet.stream_cut import StreamCut
+
+        if self.end_cut:
+            return StreamCut.from_text(self.end_cut)
+        if self.ending_timestamp_ms is not None:
+            return StreamCut.of(self.scope, self.stream, connection.controller.cut_at_time(
+                self.scope, self.stream, self.ending_timestamp_ms))
+        return None
+
+
+def _integer(get, name: str, minimum: int = 0) -> int | None:
+    value = get(name)
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f'option "{name}" is a whole number, not {value!r}') from None
+    if number < minimum:
+        raise ValueError(f'option "{name}" is at least {minimum}, not {number}')
+    return number
 
 
 @dataclass
@@ -179,12 +245,10 @@ class _Reader(DataSourceReader):
 
     def partitions(self) -> list[RangePartition]:
         from rillet.batch import BatchClient
-        from rillet.stream_cut import StreamCut
 
         o = self.options
-        batch = BatchClient(o.connection())
-        slices = batch.list_segments(o.scope, o.stream, StreamCut.from_text(o.start_cut) if o.start_cut else None,
-                                     StreamCut.from_text(o.end_cut) if o.end_cut else None)
+        connection = o.connection()
+        slices = BatchClient(connection).list_segments(o.scope, o.stream, o.start(connection), o.end(connection))
         return _partitions(o, slices, o.max_partition_bytes)
 
     def read(self, partition: RangePartition) -> Iterator:
@@ -192,47 +256,57 @@ class _Reader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader):
-    """Offsets are stream cuts; each batch ends at the controller's ``next-cut`` after its start.
+    """Offsets are stream cuts; each batch ends at the controller's ``next-cut`` after its start,
+    brought back to ``max_bytes_per_trigger`` when one is set.
 
-    Spark 4.2 and later pass the start to ``latestOffset(start, limit)``. Spark 4.0 and 4.1 call
-    ``latestOffset()`` with nothing, so the reader keeps the end of the last batch itself: the end it
-    last returned, or, after a restart, the end of the batch Spark re-plans or commits first (Spark
-    plans the last batch of its offset log when a query restarts, as its own simple-reader wrapper
-    relies on). Both signatures are one method with optional arguments; Spark 4.2 tells them apart
-    by the parameter count.
+    Spark 4.2 and later pass the start (and the engine's read limit) to ``latestOffset(start, limit)``.
+    Spark 4.0 and 4.1 call ``latestOffset()`` with nothing, so the reader keeps the end of the last batch
+    itself: the end it last returned, or, after a restart, the end of the batch Spark re-plans or
+    commits first (Spark plans the last batch of its offset log when a query restarts, as its own
+    simple-reader wrapper relies on). Both signatures are one method with optional arguments; Spark 4.2
+    tells them apart by the parameter count.
     """
 
     def __init__(self, options: _Options) -> None:
+        if options.end_cut or options.ending_timestamp_ms is not None:
+            raise ValueError("end_cut and ending_timestamp_ms are for batch reads: a streaming query reads "
+                             "until it is stopped")
         self.options = options
         self._last_end: dict | None = None  # the end of the newest batch known to this reader
         if options.subscriber:
             self._subscribe()
 
     def _subscribe(self) -> None:
+        """Register the query's reader group at its start (an existing group is kept as it is)."""
         from rillet.models import StreamDataRetention
         from rillet.reader_group import ReaderGroupManager, group_config
-        from rillet.stream_cut import StreamCut
 
         o = self.options
-        start = StreamCut.from_text(o.start_cut) if o.start_cut else f"{o.scope}/{o.stream}"
-        ReaderGroupManager(o.scope, o.connection()).create_reader_group(
-            o.subscriber, group_config([start], automatic_checkpoint_interval_ms=0,
+        connection = o.connection()
+        ReaderGroupManager(o.scope, connection).create_reader_group(
+            o.subscriber, group_config([o.start(connection)], automatic_checkpoint_interval_ms=0,
                                        retention_type=StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT))
 
     def initialOffset(self) -> dict:
-        from rillet.stream_cut import StreamCut
+        return {"cut": self.options.start(self.options.connection()).to_text()}
 
-        o = self.options
-        if o.start_cut:
-            return {"cut": StreamCut.from_text(o.start_cut).to_text()}
-        return {"cut": StreamCut.of(o.scope, o.stream, o.connection().controller.head(o.scope, o.stream)).to_text()}
+    def getDefaultReadLimit(self):
+        """Spark 4.2 and later: the option as the engine's read limit (an AvailableNow run reads all)."""
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+        budget = self.options.max_bytes_per_trigger
+        return ReadMaxBytes(budget) if budget else ReadAllAvailable()
 
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
         from rillet.stream_cut import StreamCut
 
         o = self.options
+        connection = o.connection()
         start = start or self._last_end or self.initialOffset()
-        positions = o.connection().controller.next_cut(o.scope, o.stream, start["cut"])
+        positions = connection.controller.next_cut(o.scope, o.stream, start["cut"])
+        budget = o.max_bytes_per_trigger if limit is None else getattr(limit, "max_bytes", None)
+        if budget:
+            positions = _within(connection, o, start["cut"], positions, budget)
         self._last_end = {"cut": StreamCut.of(o.scope, o.stream, positions).to_text()}
         return self._last_end
 
@@ -254,6 +328,36 @@ class _StreamReader(DataSourceStreamReader):
             o = self.options
             ReaderGroup(o.connection(), o.scope, o.subscriber).update_retention_stream_cut(
                 StreamCut.from_text(end["cut"]))
+
+
+def _within(connection, options: _Options, start: str, positions: list, budget: int) -> list:
+    """``positions`` brought back so that the batch from ``start`` holds about ``budget`` bytes.
+
+    Each segment with bytes to read gets an equal share and ends at the last appended block (an event
+    boundary) inside it, or after its first block when even that is larger: every batch moves on.
+    """
+    from rillet.stream_cut import StreamCut
+
+    end = StreamCut.of(options.scope, options.stream, positions).to_text()
+    pending = [s for s in connection.controller.slices(options.scope, options.stream, start, end).slices
+               if s.end_offset > s.start_offset]
+    if sum(s.end_offset - s.start_offset for s in pending) <= budget:
+        return positions
+    share = max(1, budget // len(pending))
+    ends = {}
+    for piece in pending:
+        if piece.end_offset - piece.start_offset <= share:
+            continue
+        parts = connection.segments.plan(options.scope, options.stream, piece.segment.segment_id,
+                                         piece.start_offset, piece.end_offset).parts
+        stop = parts[0].offset + parts[0].length
+        for part in parts:
+            if part.offset + part.length > piece.start_offset + share:
+                break
+            stop = part.offset + part.length
+        ends[piece.segment.segment_id] = stop
+    return [p.model_copy(update={"offset": ends[p.segment.segment_id]}) if p.segment.segment_id in ends else p
+            for p in positions]
 
 
 @dataclass

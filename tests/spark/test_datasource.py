@@ -198,3 +198,66 @@ def test_a_restarted_streaming_query_resumes_where_it_committed(spark, stack, ma
         query.stop()
     expected = [f"{p}{i}" for p, n in (("a", 100), ("b", 50), ("c", 70)) for i in range(n)]
     assert sorted(seen) == sorted(expected)
+
+
+def test_options_are_checked_and_a_misspelt_one_is_named(spark, stack, manager, scope):
+    manager.create_stream(scope, "s", StreamConfiguration())
+    with pytest.raises(Exception, match="no option 'maxoffsetspertrigger'.*max_bytes_per_trigger"):
+        _reader(spark, stack, f"{scope}/s", maxOffsetsPerTrigger=10).load().collect()
+    with pytest.raises(Exception, match="start_cut and starting_timestamp_ms both say where to start"):
+        _reader(spark, stack, f"{scope}/s", start_cut=manager.get_head(scope, "s").to_text(),
+                starting_timestamp_ms=0).load().collect()
+    with pytest.raises(Exception, match="for batch reads"):
+        (spark.readStream.format("rillet").option("endpoint", stack.controller_url).option("stream", f"{scope}/s")
+         .option("end_cut", manager.get_tail(scope, "s").to_text()).load()
+         .writeStream.format("console").start().processAllAvailable())
+
+
+def test_batch_reads_start_and_end_at_times(spark, stack, manager, scope):
+    manager.create_stream(scope, "s", StreamConfiguration())
+    _write(stack, scope, "s", [("k", f"early{i}".encode()) for i in range(20)])
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    _write(stack, scope, "s", [("k", f"late{i}".encode()) for i in range(30)])
+    late = _reader(spark, stack, f"{scope}/s", encoding="utf-8", starting_timestamp_ms=middle).load().collect()
+    early = _reader(spark, stack, f"{scope}/s", encoding="utf-8", ending_timestamp_ms=middle).load().collect()
+    assert sorted(r.event for r in late) == sorted(f"late{i}" for i in range(30))
+    assert sorted(r.event for r in early) == sorted(f"early{i}" for i in range(20))
+
+
+def test_a_stream_query_starts_at_the_tail_and_reads_a_backlog_in_bounded_batches(
+        spark, stack, manager, scope, tmp_path):
+    """``starting_position=tail`` skips what was written before the query (Kafka's ``latest``);
+    ``max_bytes_per_trigger`` cuts a backlog into batches of about that size (whole appended blocks)."""
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    _write(stack, scope, "s", [("k", b"before") for _ in range(10)])
+    batches = []
+    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+             .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8")
+             .option("starting_position", "tail").option("max_bytes_per_trigger", 4096).load()
+             .writeStream.foreachBatch(lambda frame, batch_id: batches.append(
+                 [(r.segment_id, r.offset, r.event) for r in frame.collect()]))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="200 milliseconds")
+             .start())
+    try:
+        _stream_until(query, lambda: query.lastProgress is not None)
+        query.stop()
+        # A backlog of ~40 KB in ~1 KB blocks, then the query again from its checkpoint.
+        events = [(f"k{i % 7}", f"e{i:04d}".ljust(100, ".").encode()) for i in range(400)]
+        _write(stack, scope, "s", events, linger_ms=1000, batch=1024)
+        query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+                 .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8")
+                 .option("starting_position", "tail").option("max_bytes_per_trigger", 4096).load()
+                 .writeStream.foreachBatch(lambda frame, batch_id: batches.append(
+                     [(r.segment_id, r.offset, r.event) for r in frame.collect()]))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="100 milliseconds").start())
+        _stream_until(query, lambda: sum(len(b) for b in batches) >= 400)
+    finally:
+        query.stop()
+    read = [event for batch in batches for _, _, event in batch]
+    assert sorted(read) == sorted(e.decode() for _, e in events)  # nothing before the start, each event once
+    sizes = [len(batch) * (100 + 4) for batch in batches if batch]  # framed bytes of each batch
+    assert len(sizes) >= 8, sizes
+    assert max(sizes) <= 4096 + 2 * 1024 + 200, sizes  # the budget, give or take a block per segment
