@@ -201,9 +201,8 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
     if not isinstance(partition, RangePartition):
         return  # no range at all: Spark then reads one empty default partition
     import boto3
+    import numpy as np
     import pyarrow as pa
-
-    from rillet.framing import unframe
 
     connection = options.connection()
     s3 = None
@@ -224,19 +223,52 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
                                                 length - done)
                 buffer += read.data
                 done += len(read.data)
-        frames, consumed = unframe(buffer)
-        if frames:
-            events = [payload.decode() if options.text else payload for _, payload in frames]
+        positions, events, consumed = _events(buffer, event_type)
+        if len(events):
             yield pa.RecordBatch.from_arrays(
-                [pa.array([name] * len(frames), pa.string()),
-                 pa.array([partition.segment_id] * len(frames), pa.int64()),
-                 pa.array([position + pos for pos, _ in frames], pa.int64()),
-                 pa.array(events, event_type)],
+                [pa.array([name] * len(events), pa.string()),
+                 pa.array(np.full(len(events), partition.segment_id, np.int64)),
+                 pa.array(positions + position),
+                 events],
                 names=["stream", "segment_id", "offset", "event"])
         del buffer[:consumed]
         position += consumed
     if buffer:
         raise ValueError(f"segment {partition.segment_id}: {len(buffer)} bytes after {position} are not a whole event")
+
+
+def _events(buffer: bytearray, event_type):
+    """The whole frames at the front of ``buffer``: their positions (int64), their payloads as one Arrow
+    array, and the bytes they take. Only the 4-byte headers are walked in Python; the payloads are cut
+    out of the buffer in one numpy pass and handed to Arrow as its value buffer, without a Python object
+    per event (small events were read at a fifth of binaryFile's speed through per-event bytes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_EVENT_SIZE
+
+    starts, sizes = [], []
+    pos, total, unpack = 0, len(buffer), FRAME_HEADER.unpack_from
+    while total - pos >= HEADER_SIZE:
+        (size,) = unpack(buffer, pos)
+        if size > MAX_EVENT_SIZE:
+            raise ValueError(f"corrupt frame at {pos}: length {size} exceeds the maximum event size")
+        if pos + HEADER_SIZE + size > total:
+            break
+        starts.append(pos)
+        sizes.append(size)
+        pos += HEADER_SIZE + size
+    positions = np.array(starts, np.int64)
+    data = np.frombuffer(buffer, np.uint8, count=pos)
+    keep = np.ones(pos, bool)
+    keep[(positions[:, None] + np.arange(HEADER_SIZE)).ravel()] = False
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    large = pa.large_string() if event_type == pa.string() else pa.large_binary()
+    events = pa.Array.from_buffers(large, len(sizes), [None, pa.py_buffer(offsets), pa.py_buffer(data[keep])])
+    if event_type == pa.string():
+        events.validate(full=True)  # invalid UTF-8 fails the task, as decoding did
+    return positions, events.cast(event_type), pos
 
 
 class _Reader(DataSourceReader):
