@@ -248,6 +248,10 @@ def _failed_condition(error: Exception) -> bool:
     return getattr(error, "cause_response_code", None) == _CONDITION_FAILED
 
 
+def _cancelled_by_condition(error: TransactWriteError) -> bool:
+    return any(r is not None and r.code == "ConditionalCheckFailed" for r in error.cancellation_reasons or [])
+
+
 def validate_segment_name(name: str) -> str:
     if not name or len(name) > 512 or not all(c.isalnum() or c in "./-_" for c in name):
         raise InvalidArgument(f"invalid segment name {name!r}")
@@ -404,8 +408,10 @@ class SegmentStore:
 
         ``source`` is sealed first. No payload is copied: the target gets one index entry that refers
         to the source segment, which therefore lives as long as that entry does. An empty source is
-        deleted instead of merged. Idempotent, provided
-        merges into one target are issued one at a time (the controller commits transactions serially).
+        deleted instead of merged. Idempotent, whatever runs concurrently: the merge commits in one
+        transaction that advances the target and marks the source merged (at that offset), on the
+        condition that the source is not marked yet, so no finisher of a commit, however late, can
+        append a source twice (see ``_advance``).
         """
         smeta = self._meta(source)
         if smeta.merged_into is not None:
@@ -418,9 +424,7 @@ class SegmentStore:
             # claims. The empty source goes away instead (a retry then finds it gone).
             self.delete(source)
             return self._meta(target).length
-        result = self._place(target, _Block(size=length, writer=MERGE_KEY, source=source), None)
-        smeta.update(actions=[SegmentMeta.merged_into.set(target), SegmentMeta.merged_offset.set(result.offset)])
-        return result.offset
+        return self._place(target, _Block(size=length, writer=MERGE_KEY, source=source), None).offset
 
     def _place(self, segment: str, block: _Block, expected_offset: int | None, after: int | None = None,
                meta: SegmentMeta | None = None) -> AppendResult:
@@ -436,11 +440,11 @@ class SegmentStore:
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
         while True:
             if block.source is not None:
-                # Another merger (a delayed finisher of the same commit) may have merged and recorded it
-                # after we began, and the target's "last merge" may already name a later source.
-                source = self._meta(block.source)
-                if source.merged_into == segment:
-                    return AppendResult(int(source.merged_offset), self._meta(segment).length, duplicate=True)
+                # Another finisher of the same commit may have merged the source since we began: its mark
+                # on the source says where, whatever was merged into the target after it.
+                merged = self._merged_at(segment, block, owned_at)
+                if merged is not None:
+                    return merged
             meta = meta or self._meta(segment)
             # Read after the head record (see _writer_state). While waiting for a predecessor the head
             # record is polled, and the writer's own item read again only once the segment grew: the
@@ -506,8 +510,10 @@ class SegmentStore:
         ``unlisted``, unless _UNREAD, is the answer for a writer the head record does not list, read
         earlier (such an answer may be old: only good for deciding to wait).
         """
+        if block.source is not None:
+            return None  # a merge is de-duplicated by its source's mark (_merged_at), not by writer state
         listed = meta.writers.as_dict().get(block.writer) if meta.writers else None
-        if listed or block.source is not None:
+        if listed:
             return listed
         if unlisted is not _UNREAD:
             return unlisted
@@ -528,10 +534,6 @@ class SegmentStore:
 
     def _already_placed(self, meta: SegmentMeta, state: dict | None, block: _Block) -> AppendResult | None:
         if not state:
-            return None
-        if block.source is not None:
-            if state.get("src") == block.source:
-                return AppendResult(int(state["o"]), meta.length, duplicate=True)
             return None
         if block.last <= int(state["l"]):
             if (int(state["f"]), int(state["l"])) == (block.first, block.last):
@@ -586,21 +588,15 @@ class SegmentStore:
     def _advance(self, meta: SegmentMeta, tail: int, block: _Block) -> bool:
         """Commit the block claimed at ``tail``: the head record's length moves past it."""
         now = now_ms()
-        writer_state = {"o": tail, "t": now}
-        if block.source is not None:
-            writer_state["src"] = block.source
-            order = SegmentMeta.writers[MERGE_KEY].does_not_exist() | (SegmentMeta.writers[MERGE_KEY]["src"] != block.source)
-        else:
-            writer_state.update(f=block.first, l=block.last)
-            order = SegmentMeta.writers[block.writer].does_not_exist() | (
-                SegmentMeta.writers[block.writer]["l"] == block.first - 1)
         events = block.last - block.first + 1 if block.source is None else 0
         rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).record(now, events, block.size)
-        actions = [
-            SegmentMeta.length.set(tail + block.size),
-            SegmentMeta.writers[block.writer].set(writer_state),
-            SegmentMeta.rates.set(rates.to_item()),
-        ]
+        actions = [SegmentMeta.length.set(tail + block.size), SegmentMeta.rates.set(rates.to_item())]
+        if block.source is None:
+            actions.append(SegmentMeta.writers[block.writer].set({"f": block.first, "l": block.last, "o": tail, "t": now}))
+            order = SegmentMeta.writers[block.writer].does_not_exist() | (
+                SegmentMeta.writers[block.writer]["l"] == block.first - 1)
+        else:
+            order = SegmentMeta.pk.exists()  # a merge's order is its source's mark, checked in the same transaction
         leaving = self._writer_to_move_out(meta, block)
         if leaving is not None:
             name, state = leaving
@@ -615,12 +611,18 @@ class SegmentStore:
             due = now if meta.inline_bytes + block.size >= self.settings.chunk_target else now + self.settings.tier_max_age_ms
             actions += [SegmentMeta.inline_bytes.add(block.size), SegmentMeta.tier_shard.set(TIER_SHARD),
                         SegmentMeta.tier_at.set(due if meta.tier_at is None else min(due, meta.tier_at))]
+        condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind
         try:
-            meta.update(actions=actions,
-                        condition=(SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind)
+            if block.source is None:
+                meta.update(actions=actions, condition=condition)
+            else:
+                self._commit_merge(meta, tail, block, actions, condition)
             return True
         except UpdateError as e:
             if not _failed_condition(e):
+                raise
+        except TransactWriteError as e:
+            if not _cancelled_by_condition(e):
                 raise
         fresh = self._meta(meta.pk)
         if fresh.length == tail and not fresh.sealed:
@@ -629,11 +631,43 @@ class SegmentStore:
             self._release_claim(meta.pk, tail, block)
         return False
 
+    @staticmethod
+    def _commit_merge(meta: SegmentMeta, tail: int, block: _Block, actions: list, condition: Condition) -> None:
+        """Advance the target past a merge claim and mark the source merged at ``tail``, in one
+        transaction, provided the source is sealed and not marked yet. The mark is the merge's commit
+        point: a finisher that read the source before another one merged it cannot append it again,
+        whatever the target's tail holds by then (a single "last merge" slot on the target could not
+        tell that once a later source was merged). Two writes for each transaction segment merged; no
+        cost to appends."""
+        source = SegmentMeta(block.source, META_KEY)
+        with TransactWrite(connection=SegmentMeta._get_connection().connection,
+                           client_request_token=secrets.token_hex(16)) as transaction:
+            transaction.update(meta, actions=actions, condition=condition)
+            transaction.update(source, actions=[SegmentMeta.merged_into.set(meta.pk), SegmentMeta.merged_offset.set(tail)],
+                               condition=(SegmentMeta.sealed == True) & SegmentMeta.merged_into.does_not_exist())
+
+    def _merged_at(self, segment: str, block: _Block, owned_at: int | None) -> AppendResult | None:
+        """Where the merge ``block`` committed, once its source is marked merged (None: not yet). A claim
+        of this request elsewhere can never commit (the mark is the commit's condition): it is removed."""
+        try:
+            source = self._meta(block.source)
+        except SegmentNotFound:
+            if owned_at is not None:
+                self._release_claim(segment, owned_at, block)
+            raise
+        if source.merged_into is None:
+            return None
+        at = int(source.merged_offset)
+        if owned_at is not None and owned_at != at:
+            self._release_claim(segment, owned_at, block)
+        if source.merged_into != segment:
+            raise InvalidArgument(f"{block.source} was merged into {source.merged_into}, not {segment}")
+        return AppendResult(at, at + block.size, duplicate=owned_at != at)
+
     def _writer_to_move_out(self, meta: SegmentMeta, block: _Block) -> tuple[str, dict] | None:
         """The least recently active writer, when the head record is full and ``block``'s writer is not
-        in it (merges keep their own entry and never count)."""
-        listed = {name: state for name, state in (meta.writers.as_dict() if meta.writers else {}).items()
-                  if name != MERGE_KEY}
+        in it (merges are not writers)."""
+        listed = meta.writers.as_dict() if meta.writers else {}
         if block.writer in listed or block.source is not None or len(listed) < self.settings.head_writers:
             return None
         return min(listed.items(), key=lambda item: (int(item[1]["t"]), item[0]))
@@ -987,7 +1021,7 @@ class SegmentStore:
                     transaction.condition_check(SegmentMeta, segment, META_KEY, condition=fenced)
                 transaction.save(chunk, condition=IndexEntry.pk.does_not_exist())
         except TransactWriteError as e:
-            if not any(r is not None and r.code == "ConditionalCheckFailed" for r in e.cancellation_reasons):
+            if not _cancelled_by_condition(e):
                 raise
             # Refused, or a resend of our transaction that an earlier attempt applied (its answer lost):
             # then the chunk item names our key, which nothing else ever names.
