@@ -27,8 +27,8 @@ COPY lambdas ./lambdas
 COPY dagster_project ./dagster_project
 COPY standalone ./standalone
 COPY spark ./spark
-RUN pip install --no-cache-dir --no-deps ./client . \
-    && rm -rf build *.egg-info client/build client/*.egg-info
+RUN pip install --no-cache-dir --no-deps ./client ./spark . \
+    && rm -rf build *.egg-info client/build client/*.egg-info spark/build spark/*.egg-info
 
 COPY docker/workspace.yaml /opt/dagster/workspace.yaml
 COPY docker/entrypoint.sh /usr/local/bin/rillet-entrypoint
@@ -49,11 +49,10 @@ USER root
 WORKDIR /build
 COPY requirements.lock ./
 COPY client ./client
-COPY spark/rillet_spark ./rillet_spark
+COPY spark ./spark
 RUN python3 -m venv /build/venv \
     && /build/venv/bin/pip install --no-cache-dir venv-pack==0.2.0 \
-    && /build/venv/bin/pip install --no-cache-dir --constraint requirements.lock boto3 pyarrow ./client \
-    && cp -r rillet_spark "$(/build/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/" \
+    && /build/venv/bin/pip install --no-cache-dir --constraint requirements.lock ./client ./spark \
     && mkdir /out \
     && /build/venv/bin/venv-pack -p /build/venv -o /out/rillet-emr.tar.gz
 

@@ -12,8 +12,8 @@ $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv==0.13.9
 
-$(STAMP): $(BIN)/uv requirements.lock pyproject.toml client/pyproject.toml
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock -e ./client -e '.[dev]'
+$(STAMP): $(BIN)/uv requirements.lock pyproject.toml client/pyproject.toml spark/pyproject.toml
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock -e ./client -e ./spark -e '.[dev]'
 	touch $(STAMP)
 
 up: $(STAMP)
@@ -51,7 +51,7 @@ bench: $(STAMP)
 # it needs only uv, so it works while the old pins conflict with the new constraints.
 lock: $(BIN)/uv
 	$(BIN)/uv pip compile requirements.in --python $(BIN)/python -o requirements.lock \
-		--no-emit-package rillet --no-emit-package rillet-server
+		--no-emit-package rillet --no-emit-package rillet-spark --no-emit-package rillet-server
 
 clean:
 	rm -rf $(VENV) .venv-checkov $(EMR_SPARK) build .pytest_cache .hypothesis

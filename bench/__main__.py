@@ -44,7 +44,7 @@ def main() -> None:
     print()
     print(inflight_appends.report(inflight_appends.run()))
     print()
-    print(spark_read.report(spark_read.run(total_mb=64)))
+    print(spark_read.report(spark_read.run(total_mb=16)))
     print()
     print(retention_cycle.report(retention_cycle.run(streams=1000)))
     print()

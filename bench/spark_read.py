@@ -1,9 +1,10 @@
-"""Read N MB through the rillet data source and the same bytes as plain S3 objects with Spark's
-binaryFile source, on the same moto server, in the same Spark session; print both and the ratio.
+"""Read N MB of events through the rillet data source (once as 64-byte events, once as 64 KiB events)
+and the same number of bytes as plain S3 objects with Spark's binaryFile source, on the same moto
+server, in the same Spark session; print each and its ratio to binaryFile.
 
 binaryFile reads S3 through Hadoop's s3a connector, which pyspark does not ship. The benchmark
 fetches hadoop-aws and the AWS SDK bundle from PyPI (the sagemaker-pyspark package carries them)
-into build/jars on first use. Run: ``.venv/bin/python -m bench.spark_read --mb 64``.
+into build/jars on first use. Run: ``.venv/bin/python -m bench.spark_read --mb 16``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def s3a_jars() -> list[str]:
     return s3a_jars()
 
 
-def run(total_mb: int = 64, event_kb: int = 64) -> dict:
+def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> dict:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -63,12 +64,14 @@ def run(total_mb: int = 64, event_kb: int = 64) -> dict:
         scope = "bench" + uuid.uuid4().hex[:8]
         manager = rillet.StreamManager(stack.controller_url)
         manager.create_scope(scope)
-        manager.create_stream(scope, "data")
         factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
-        payload = os.urandom(event_kb * 1024)
-        with factory.create_event_writer("data", rillet.BytesSerializer()) as writer:
-            for _ in range(total_mb * 1024 // event_kb):
-                writer.write_event(payload, routing_key="k")
+        for size in event_sizes:
+            manager.create_stream(scope, f"e{size}")
+            payload = os.urandom(size)
+            with factory.create_event_writer(f"e{size}", rillet.BytesSerializer(),
+                                             rillet.EventWriterConfig.cost_optimized()) as writer:
+                for _ in range(total_mb * MB // size):
+                    writer.write_event(payload, routing_key="k")
         s3 = boto3.client("s3", endpoint_url=stack.moto.url, region_name="us-east-1")
         block = os.urandom(MB)
         for i in range(total_mb):
@@ -89,38 +92,40 @@ def run(total_mb: int = 64, event_kb: int = 64) -> dict:
         spark.sparkContext.setLogLevel("ERROR")
         rillet_spark.register(spark)
         try:
-            source = (spark.read.format("rillet").option("endpoint", stack.controller_url)
-                      .option("stream", f"{scope}/data").option("s3_endpoint", stack.moto.url)
-                      .option("max_partition_bytes", str(32 * MB)))
-            raw = spark.read.format("binaryFile").load(f"s3a://{stack.deployment.bucket}/raw/{scope}/")
-            source.load().selectExpr("sum(length(event))").collect()  # warm both paths once
-            raw.selectExpr("sum(length(content))").collect()
+            sources = {f"rillet {size} B": (spark.read.format("rillet").option("endpoint", stack.controller_url)
+                                            .option("stream", f"{scope}/e{size}").option("s3_endpoint", stack.moto.url)
+                                            .option("max_partition_bytes", str(4 * MB)).load(), "event",
+                                            total_mb * MB // size * size)
+                       for size in event_sizes}
+            sources["binaryFile"] = (spark.read.format("binaryFile").load(f"s3a://{stack.deployment.bucket}/raw/{scope}/"),
+                                     "content", total_mb * MB)
             timings = {}
-            for name, frame, column in (("rillet", source.load(), "event"), ("binaryFile", raw, "content")):
+            for name, (frame, column, expected) in sources.items():
+                frame.selectExpr(f"sum(length({column}))").collect()  # warm each path once
                 started = time.perf_counter()
                 (size,) = frame.selectExpr(f"sum(length({column}))").collect()[0]
-                timings[name] = (time.perf_counter() - started, size)
+                timings[name] = time.perf_counter() - started
+                assert size == expected, (name, size, expected)
         finally:
             spark.stop()
-    rillet_s, rillet_bytes = timings["rillet"]
-    raw_s, raw_bytes = timings["binaryFile"]
-    assert rillet_bytes == raw_bytes == total_mb * MB, (rillet_bytes, raw_bytes)
-    return {"total_mb": total_mb, "event_kb": event_kb, "rillet_mb_s": total_mb / rillet_s,
-            "binaryfile_mb_s": total_mb / raw_s, "ratio": raw_s / rillet_s}
+    raw_s = timings["binaryFile"]
+    return {"total_mb": total_mb, "mb_s": {name: total_mb / t for name, t in timings.items()},
+            "ratio": {name: raw_s / t for name, t in timings.items() if name != "binaryFile"}}
 
 
 def report(result: dict) -> str:
-    return (f"spark read: {result['total_mb']} MB as {result['event_kb']} KiB events: rillet data source "
-            f"{result['rillet_mb_s']:.1f} MB/s, binaryFile on the same bytes {result['binaryfile_mb_s']:.1f} MB/s, "
-            f"ratio {result['ratio']:.2f}")
+    lines = [f"spark read of {result['total_mb']} MB, local[2] on one moto server:"]
+    lines += [f"  {name:<18} {rate:7.1f} MB/s" + (f"   {result['ratio'][name]:.2f} of binaryFile"
+                                                   if name in result["ratio"] else "")
+              for name, rate in result["mb_s"].items()]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=64)
-    parser.add_argument("--event-kb", type=int, default=64)
+    parser.add_argument("--mb", type=int, default=16)
     args = parser.parse_args()
-    print(report(run(args.mb, args.event_kb)))
+    print(report(run(args.mb)))
 
 
 if __name__ == "__main__":

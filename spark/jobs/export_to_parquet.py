@@ -5,7 +5,7 @@
 
 On EMR the executors read segment chunks straight from S3 with the cluster's instance role (which
 needs s3:GetObject on the segments bucket) and sign API requests with it; ship the rillet and
-rillet_spark packages with --py-files or install them on the cluster.
+rillet_spark packages as the venv-pack archive of docs/spark.md (pydantic is native: no --py-files zips).
 """
 
 import argparse

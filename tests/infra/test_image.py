@@ -52,10 +52,10 @@ def _locked() -> set[str]:
 def test_the_image_installs_exactly_the_lock():
     stage = _image_stage()
     assert "pip install --no-cache-dir --no-deps -r requirements.lock" in stage
-    assert re.search(r"pip install [^\n]*--no-deps \./client \.", stage), "the project itself without resolving"
+    assert re.search(r"pip install [^\n]*--no-deps \./client \./spark \.", stage), "the project itself without resolving"
     # --no-deps is only right if the lock holds the whole closure of what the image runs.
-    needed = _distribution_closure(("rillet-server", "rillet", "dagster-aws", "dagster-postgres"))
-    missing = needed - _locked() - {"rillet-server", "rillet"}
+    needed = _distribution_closure(("rillet-server", "rillet", "rillet-spark", "dagster-aws", "dagster-postgres"))
+    missing = needed - _locked() - {"rillet-server", "rillet", "rillet-spark"}
     assert not missing, f"requirements.lock lacks {sorted(missing)}, which the image needs"
 
 

@@ -18,7 +18,7 @@ def test_columns_hold_exactly_the_whole_frames_and_leave_a_partial_one():
 
 
 def test_text_events_are_checked_as_utf8():
-    positions, events, _ = _events(bytearray(frame("día".encode()) + frame(b"")), pa.string())
+    _, events, _ = _events(bytearray(frame("día".encode()) + frame(b"")), pa.string())
     assert events.type == pa.string() and events.to_pylist() == ["día", ""]
     with pytest.raises(pa.ArrowInvalid):
         _events(bytearray(frame(b"\xff\xfe")), pa.string())
