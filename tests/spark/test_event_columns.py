@@ -32,3 +32,13 @@ def test_a_corrupt_length_is_an_error_not_a_huge_event():
 def test_no_whole_frame_gives_no_events():
     positions, events, consumed = _events(bytearray(b"\x00\x00"), pa.binary())
     assert (len(positions), len(events), consumed) == (0, 0, 0)
+
+
+def test_on_a_spark_without_python_data_sources_the_import_names_the_supported_versions(monkeypatch):
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith("rillet_spark")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark.sql.datasource", None)  # as on Spark 3.5
+    with pytest.raises(ImportError, match=r"needs Spark 4\.0 or later .* this is Spark \d"):
+        import rillet_spark  # noqa: F401
