@@ -64,6 +64,7 @@ class _Options:
     starting_timestamp_ms: int | None = None
     ending_timestamp_ms: int | None = None
     max_bytes_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
     max_partition_bytes: int = DEFAULT_PARTITION_BYTES
     s3_endpoint: str | None = None
     subscriber: str | None = None
@@ -99,6 +100,9 @@ class _Options:
         starts = [name for name in ("start_cut", "starting_position", "starting_timestamp_ms") if get(name)]
         if len(starts) > 1:
             raise ValueError(f"options {' and '.join(starts)} both say where to start: give one")
+        fail_on_data_loss = (get("fail_on_data_loss") or "true").lower()
+        if fail_on_data_loss not in ("true", "false"):
+            raise ValueError('option "fail_on_data_loss" is "true" or "false"')
         if get("end_cut") and get("ending_timestamp_ms"):
             raise ValueError("options end_cut and ending_timestamp_ms both say where to end: give one")
         return cls(endpoint=endpoint, scope=scope, stream=stream, encoding=encoding,
@@ -106,6 +110,7 @@ class _Options:
                    starting_timestamp_ms=_integer(get, "starting_timestamp_ms"),
                    ending_timestamp_ms=_integer(get, "ending_timestamp_ms"),
                    max_bytes_per_trigger=_integer(get, "max_bytes_per_trigger", minimum=1),
+                   fail_on_data_loss=fail_on_data_loss == "true",
                    max_partition_bytes=_integer(get, "max_partition_bytes", minimum=1) or DEFAULT_PARTITION_BYTES,
                    s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
                    sink_id=get("sink_id"), checkpoint_location=get("checkpointlocation"),
@@ -343,10 +348,36 @@ class _StreamReader(DataSourceStreamReader):
         return self._last_end
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        from rillet.errors import InvalidArgument, SegmentNotFound, Truncated
+
         o = self.options
         self._last_end = self._last_end or end
-        slices = o.connection().controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices
-        return _partitions(o, slices, None)  # one partition per segment: each key's events stay in order
+        controller = o.connection().controller
+        try:  # one partition per segment: each key's events stay in order
+            return _partitions(o, controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices, None)
+        except (Truncated, SegmentNotFound) as lost:
+            head = self._data_lost(start["cut"], lost)
+        try:
+            return _partitions(o, controller.slices(o.scope, o.stream, head, end["cut"]).slices, None)
+        except (Truncated, SegmentNotFound, InvalidArgument):
+            return []  # the whole batch lies below the head: an empty batch, and the next one goes on
+
+    def _data_lost(self, start: str, lost: Exception) -> str:
+        """Retention truncated bytes this query had not read (it was stopped, or slower than the policy):
+        Kafka's failOnDataLoss. By default the query fails, naming the range; with
+        ``fail_on_data_loss=false`` it goes on from the stream's head and logs what it skipped."""
+        import logging
+
+        from rillet.stream_cut import StreamCut
+
+        o = self.options
+        head = StreamCut.of(o.scope, o.stream, o.connection().controller.head(o.scope, o.stream)).to_text()
+        what = f"{o.scope}/{o.stream}: bytes from {start} up to the head {head} were truncated before this query " \
+               f"read them ({lost})"
+        if o.fail_on_data_loss:
+            raise RuntimeError(f"{what}. Set fail_on_data_loss=false to go on from the head.")
+        logging.getLogger("rillet_spark").warning("skipped %s", what)
+        return head
 
     def read(self, partition: RangePartition) -> Iterator:
         yield from _read(self.options, partition)

@@ -10,6 +10,7 @@ from pyspark.sql.types import StringType
 
 import rillet
 from controlplane.service import Controller
+from rillet.connection import Connection
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from standalone.resources import bind_all
 
@@ -261,3 +262,44 @@ def test_a_stream_query_starts_at_the_tail_and_reads_a_backlog_in_bounded_batche
     sizes = [len(batch) * (100 + 4) for batch in batches if batch]  # framed bytes of each batch
     assert len(sizes) >= 8, sizes
     assert max(sizes) <= 4096 + 2 * 1024 + 200, sizes  # the budget, give or take a block per segment
+
+
+def test_data_truncated_behind_a_stopped_query_fails_it_by_default_or_is_skipped(spark, stack, manager, scope,
+                                                                                tmp_path):
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    seen = []
+
+    def start_query(**options):
+        reader = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+                  .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8"))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return (reader.load().writeStream.foreachBatch(lambda frame, _: seen.extend(r.event for r in frame.collect()))
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(processingTime="200 milliseconds").start())
+
+    _write(stack, scope, "s", [("k", f"a{i}".encode()) for i in range(50)])
+    query = start_query()
+    try:
+        _stream_until(query, lambda: len(seen) >= 50)
+    finally:
+        query.stop()
+    _write(stack, scope, "s", [("k", f"b{i}".encode()) for i in range(50)])
+    Connection(stack.controller_url).controller.truncate_stream(scope, "s", manager.get_tail(scope, "s").offsets)
+    _write(stack, scope, "s", [("k", f"c{i}".encode()) for i in range(30)])
+
+    query = start_query()
+    deadline = time.monotonic() + 60
+    while query.isActive and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not query.isActive
+    assert "were truncated before this query read them" in str(query.exception())
+    assert "fail_on_data_loss=false" in str(query.exception())
+
+    query = start_query(fail_on_data_loss="false")
+    try:
+        _stream_until(query, lambda: len(seen) >= 80)
+        time.sleep(1)
+    finally:
+        query.stop()
+    assert sorted(seen) == sorted([f"a{i}" for i in range(50)] + [f"c{i}" for i in range(30)])
