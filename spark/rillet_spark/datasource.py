@@ -65,6 +65,7 @@ class _Options:
     ending_timestamp_ms: int | None = None
     max_bytes_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    min_partitions: int | None = None
     max_partition_bytes: int = DEFAULT_PARTITION_BYTES
     s3_endpoint: str | None = None
     subscriber: str | None = None
@@ -111,6 +112,7 @@ class _Options:
                    ending_timestamp_ms=_integer(get, "ending_timestamp_ms"),
                    max_bytes_per_trigger=_integer(get, "max_bytes_per_trigger", minimum=1),
                    fail_on_data_loss=fail_on_data_loss == "true",
+                   min_partitions=_integer(get, "min_partitions", minimum=1),
                    max_partition_bytes=_integer(get, "max_partition_bytes", minimum=1) or DEFAULT_PARTITION_BYTES,
                    s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
                    sink_id=get("sink_id"), checkpoint_location=get("checkpointlocation"),
@@ -182,7 +184,12 @@ class RangePartition(InputPartition):
 
 
 def _partitions(options: _Options, slices: list, max_bytes: int | None) -> list[RangePartition]:
-    """One partition per slice, split at plan-part boundaries (event boundaries) beyond ``max_bytes``."""
+    """One partition per slice, split at plan-part boundaries (event boundaries) so that none holds more
+    than ``max_bytes`` (a single larger part stays whole), or than ``min_partitions`` leaves for each."""
+    if options.min_partitions:
+        total = sum(max(0, piece.end_offset - piece.start_offset) for piece in slices)
+        wanted = max(1, -(-total // options.min_partitions))
+        max_bytes = wanted if max_bytes is None else min(max_bytes, wanted)
     connection = options.connection()
     partitions = []
     for piece in slices:
@@ -192,7 +199,7 @@ def _partitions(options: _Options, slices: list, max_bytes: int | None) -> list[
                                         piece.start_offset, piece.end_offset)
         current: RangePartition | None = None
         for part in plan.parts:
-            if current is None or (max_bytes is not None and current.end - current.start >= max_bytes):
+            if current is None or (max_bytes is not None and part.offset + part.length - current.start > max_bytes):
                 current = RangePartition(piece.segment.segment_id, part.offset, part.offset, plan.bucket)
                 partitions.append(current)
             current.parts.append((part.offset, part.length, part.object_key, part.object_offset))
@@ -353,7 +360,7 @@ class _StreamReader(DataSourceStreamReader):
         o = self.options
         self._last_end = self._last_end or end
         controller = o.connection().controller
-        try:  # one partition per segment: each key's events stay in order
+        try:  # one partition per segment (each key's events in order) unless min_partitions asks for more
             return _partitions(o, controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices, None)
         except (Truncated, SegmentNotFound) as lost:
             head = self._data_lost(start["cut"], lost)

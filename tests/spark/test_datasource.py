@@ -303,3 +303,16 @@ def test_data_truncated_behind_a_stopped_query_fails_it_by_default_or_is_skipped
     finally:
         query.stop()
     assert sorted(seen) == sorted([f"a{i}" for i in range(50)] + [f"c{i}" for i in range(30)])
+
+
+def test_min_partitions_splits_a_segment_at_block_boundaries(spark, stack, manager, scope):
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    _write(stack, scope, "s", [("k", f"e{i:03d}".ljust(200, ".").encode()) for i in range(200)], linger_ms=1000,
+           batch=2048)
+    plain = _reader(spark, stack, f"{scope}/s", encoding="utf-8").load()
+    split = _reader(spark, stack, f"{scope}/s", encoding="utf-8", min_partitions=6).load()
+    assert plain.rdd.getNumPartitions() == 1
+    assert split.rdd.getNumPartitions() >= 6
+    assert sorted(r.event for r in split.collect()) == sorted(r.event for r in plain.collect())
+    offsets = [r.offset for r in split.orderBy("offset").collect()]
+    assert len(offsets) == len(set(offsets)) == 200
