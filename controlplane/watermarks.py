@@ -10,12 +10,20 @@ bound of the active writers' positions (a stream cut at or after each of them), 
 (every event after the cut is at least that late) and the highest (every event before it is at most
 that late). A watermark is appended to the stream's internal ``_MARK<stream>`` stream only when it
 moves forward: a later lowest time and a cut at or after the previous one.
+
+Numbering: the n-th watermark is event number n of the watermark stream's writer, and the stream
+record's ``watermark_count`` is n + 1 only once ``last_watermark`` names that event. A job that stops
+between the append and the record update, or two jobs that overlap, append under the same number;
+the segment store keeps the first and answers the others as duplicates, and a duplicate's job reads
+the watermark stored under the number and records that one. So the record never names a watermark the
+stream lacks, and the next watermark is computed from the one the stream holds (never behind it).
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 
 from pynamodb.exceptions import DeleteError, PutError
@@ -25,7 +33,7 @@ from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks
 from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
-from rillet.framing import frame
+from rillet.framing import frame, unframe
 from rillet.models import ScalingPolicy, SegmentPosition, SegmentRange, StreamConfiguration, StreamState
 from rillet.names import mark_stream_name, segment_name
 from rillet.stream_cut import Ordering, compare_positions
@@ -76,7 +84,7 @@ class WatermarkTasks:
         except WriterMarkRecord.DoesNotExist:
             pass
         mark = WriterMarkRecord(*key, writer=writer, timestamp_ms=timestamp_ms, position=_wire(position),
-                                updated_ms=now_ms())
+                                updated_ms=now_ms(), write_id=uuid.uuid4().hex)
         try:  # a note of the same writer racing this one may have saved a later time meanwhile
             mark.save(condition=WriterMarkRecord.timestamp_ms.does_not_exist()
                       | (WriterMarkRecord.timestamp_ms <= timestamp_ms))
@@ -90,9 +98,12 @@ class WatermarkTasks:
 
     @staticmethod
     def _forget(mark: WriterMarkRecord) -> None:
-        """Delete a silent writer's mark as it was read: if the writer noted a time since, it stays."""
+        """Delete a silent writer's mark as it was read: if the writer noted a time since, it stays (each
+        note writes a new token; the note's time stamp is no witness, clocks of two hosts may agree)."""
+        as_read = (WriterMarkRecord.write_id == mark.write_id if mark.write_id else
+                   WriterMarkRecord.write_id.does_not_exist() & (WriterMarkRecord.updated_ms == mark.updated_ms))
         try:
-            mark.delete(condition=WriterMarkRecord.updated_ms == mark.updated_ms)
+            mark.delete(condition=as_read)
         except DeleteError as e:
             if not failed_condition(e):
                 raise
@@ -137,13 +148,29 @@ class WatermarkTasks:
                          or compare_positions(watermark.cut, previous.cut) in (Ordering.BEFORE, Ordering.OVERLAPPING)):
             return None
         count = int(record.watermark_count or 0)
-        self.streams.segments.append(segment_name(scope, mark_stream_name(stream), 0), WATERMARK_WRITER, count, 1,
-                                     frame(watermark.to_json()))
-        # Through the store: a resend refused after a lost answer is told apart from a concurrent change.
-        self.store.update(record, [StreamRecord.watermark_count.set(count + 1),
-                                   StreamRecord.last_watermark.set(json.loads(watermark.to_json()))],
-                          "stream changed concurrently")
+        marks_segment = segment_name(scope, mark_stream_name(stream), 0)
+        appended = self.streams.segments.append(marks_segment, WATERMARK_WRITER, count, 1, frame(watermark.to_json()))
+        if appended.duplicate:  # number ``count`` was taken (an earlier attempt, a stopped or concurrent job)
+            watermark = self._stored(marks_segment, count, appended.offset)
+        recorded = [StreamRecord.watermark_count.set(count + 1),
+                    StreamRecord.last_watermark.set(json.loads(watermark.to_json()))]
+        try:  # through the store: a resend refused after a lost answer is told apart from a concurrent change
+            self.store.update(record, recorded, "stream changed concurrently")
+        except WriteConflict:
+            fresh = self.store.get_stream(scope, stream)
+            if fresh.watermark_count != count + 1 or self.last(scope, stream, fresh) != watermark:
+                raise
         return watermark
+
+    def _stored(self, segment: str, number: int, offset: int | None) -> Watermark:
+        """The watermark the watermark stream holds under ``number``, which starts at ``offset``."""
+        if offset is None:  # the stream already holds later numbers: this job's record is stale
+            raise WriteConflict(f"watermark {number} was superseded while it was computed")
+        events, _ = unframe(self.streams.segments.read(segment, offset).data)
+        if not events:
+            raise WriteConflict(f"watermark {number} could not be read back")
+        stored = json.loads(events[0][1])
+        return Watermark(int(stored["lower_ms"]), int(stored["upper_ms"]), _positions(stored["cut"]))
 
     def last(self, scope: str, stream: str, record: StreamRecord | None = None) -> Watermark | None:
         record = record or self.store.get_stream(scope, stream)
