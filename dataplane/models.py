@@ -84,17 +84,22 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     length = NumberAttribute(default=0, attr_name="n")
     start = NumberAttribute(default=0, attr_name="s")
     sealed = BooleanAttribute(default=False, attr_name="x")
+    # When the segment was created: also its incarnation, which every other item of the partition
+    # carries (IndexEntry.incarnation, WriterState.incarnation), so that a name deleted and created
+    # again never adopts an item of its earlier life.
     created_ms = NumberAttribute(attr_name="c")
     # writer id -> {"f": first event number, "l": last event number, "o": offset, "t": time ms} of
-    # the writer's last block; "_merge" -> {"src": source segment, "o": offset} of the last merge.
-    # Bounded: at most StoreSettings.head_writers writers plus "_merge"; an append of another writer
-    # moves the least recently active one out to its WriterState item first (SegmentStore._advance).
+    # the writer's last block. Bounded: at most StoreSettings.head_writers writers; an append of another
+    # writer moves the least recently active one out to its WriterState item first (SegmentStore._advance).
+    # Merges are not listed: a merged source's own merged_into / merged_offset mark de-duplicates them.
     writers = MapAttribute(default=dict, attr_name="w")
     # Exponentially decayed event and byte rates: {"t": ms, "e": [...], "b": [...]} (see rates.py).
     rates = MapAttribute(null=True, attr_name="r")
     inline_bytes = NumberAttribute(default=0, attr_name="ib")
     tier_shard = UnicodeAttribute(null=True, attr_name="ts")
     tier_at = NumberAttribute(null=True, attr_name="ta")
+    # Set (with merged_offset) on a transaction segment by the transaction that commits its merge, only if
+    # not set yet: the fence that lets a source be merged once (SegmentStore._commit_merge).
     merged_into = UnicodeAttribute(null=True, attr_name="mi")
     merged_offset = NumberAttribute(null=True, attr_name="mo")
     # EVENTS or BYTES, pinned by the first append (no attribute: nothing appended yet).
@@ -124,6 +129,11 @@ class IndexEntry(SegmentItem, discriminator="e"):
     last = NumberAttribute(null=True, attr_name="l")
     created_ms = NumberAttribute(attr_name="c")
     raw = BooleanAttribute(null=True, attr_name="b")  # a claim of raw bytes (set only then: it pins BYTES)
+    # The head record's created_ms when the claim (or chunk) was made: the incarnation of the segment
+    # name it belongs to. An item of another incarnation is a stale appender's claim that landed after
+    # the segment was deleted (and perhaps created again): never read, advanced or tiered. Absent only
+    # on items written before incarnations were recorded, which count as the current incarnation's.
+    incarnation = NumberAttribute(null=True, attr_name="i")
 
     @property
     def end(self) -> int:

@@ -186,20 +186,29 @@ class _Block:
     source: str | None = None
     raw: bool = False  # bytes of a byte stream, not framed events
     age_ms: int | None = field(default=None, compare=False)  # since the writer first sent it (None: unknown)
+    incarnation: int | None = field(default=None, compare=False)  # of a claim read back (see IndexEntry)
 
     @property
     def content(self) -> str:
         return BYTES if self.raw else EVENTS
 
-    def to_entry(self, segment: str, offset: int) -> IndexEntry:
+    def to_entry(self, segment: str, offset: int, incarnation: int) -> IndexEntry:
         return IndexEntry(segment, entry_key(offset), offset=offset, size=self.size, data=self.data,
                           object_key=self.object_key, source=self.source, writer=self.writer,
-                          first=self.first, last=self.last, created_ms=now_ms(), raw=self.raw or None)
+                          first=self.first, last=self.last, created_ms=now_ms(), raw=self.raw or None,
+                          incarnation=incarnation)
 
 
 def _block_of(entry: IndexEntry) -> _Block:
     return _Block(size=entry.size, writer=entry.writer, first=entry.first or 0, last=entry.last or 0,
-                  data=entry.data, object_key=entry.object_key, source=entry.source, raw=bool(entry.raw))
+                  data=entry.data, object_key=entry.object_key, source=entry.source, raw=bool(entry.raw),
+                  incarnation=None if entry.incarnation is None else int(entry.incarnation))
+
+
+def _same_incarnation(item: IndexEntry | _Block, incarnation: int | None) -> bool:
+    """Whether an index item belongs to the segment's ``incarnation`` (None: not checked, as for merged
+    transaction segments, whose names carry a random transaction id and are never created again)."""
+    return incarnation is None or item.incarnation is None or int(item.incarnation) == incarnation
 
 
 def _holds(size: int, data: bytes | None, object_key: str | None, source: str | None) -> Condition:
@@ -314,7 +323,7 @@ class SegmentStore:
             raise InvalidArgument(f"cannot truncate {segment} at {offset}: beyond its length {meta.length}")
         try:
             meta.update(actions=[SegmentMeta.start.set(offset)],
-                        condition=SegmentMeta.start <= offset)
+                        condition=(SegmentMeta.start <= offset) & (SegmentMeta.created_ms == meta.created_ms))
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
@@ -436,16 +445,18 @@ class SegmentStore:
         last event moved past the block's predecessor), which also stops helpers from committing it.
         """
         owned_at = None  # where this request's own claim put the block
+        incarnation = None if meta is None else int(meta.created_ms)  # of the segment this request appends to
         waiting_since, waited, waited_length = None, None, None
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
         while True:
             if block.source is not None:
                 # Another finisher of the same commit may have merged the source since we began: its mark
                 # on the source says where, whatever was merged into the target after it.
-                merged = self._merged_at(segment, block, owned_at)
+                merged = self._merged_at(segment, block, owned_at, incarnation)
                 if merged is not None:
                     return merged
-            meta = meta or self._meta(segment)
+            meta = meta or self._head_of(segment, incarnation, block, owned_at)
+            incarnation = int(meta.created_ms)
             # Read after the head record (see _writer_state). While waiting for a predecessor the head
             # record is polled, and the writer's own item read again only once the segment grew: the
             # predecessor's commit lists the writer in the head record, but other writers committing
@@ -459,17 +470,17 @@ class SegmentStore:
                     return replace(done, duplicate=False)
                 if owned_at is not None:
                     # Another request of the same block committed it elsewhere: our claim is garbage.
-                    self._release_claim(segment, owned_at, block)
+                    self._release_claim(segment, owned_at, block, incarnation)
                 return done
             if owned_at is not None and meta.length > owned_at:
                 # The tail moved past our claim without committing it: the claim was made from a stale
                 # head record at an offset whose entry tiering had already folded into a chunk. Remove
                 # it, so that no reader ever meets it inside the committed range, and claim again.
-                self._release_claim(segment, owned_at, block)
+                self._release_claim(segment, owned_at, block, incarnation)
                 owned_at = None
             if meta.sealed:
                 if owned_at is not None:
-                    self._release_claim(segment, owned_at, block)  # at the final length: it never commits
+                    self._release_claim(segment, owned_at, block, incarnation)  # at the final length: it never commits
                 raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
             if meta.content is not None and meta.content != block.content:
                 held, sent = ("raw bytes", "framed events") if meta.content == BYTES else ("framed events", "raw bytes")
@@ -494,11 +505,26 @@ class SegmentStore:
             self._check_event_order(state, block)
             tail = meta.length
             meta_read, meta = meta, None  # the next round reads the head record again
-            claimed = self._claim(segment, tail, block)
+            claimed = self._claim(segment, tail, block, incarnation)
             if claimed is block:
                 owned_at = tail
             if claimed is not None and self._advance(meta_read, tail, claimed) and claimed is block:
                 return AppendResult(tail, tail + block.size)
+
+    def _head_of(self, segment: str, incarnation: int | None, block: _Block, owned_at: int | None) -> SegmentMeta:
+        """The head record, read again during an append: the segment must still be the one the request
+        began with (``incarnation``). If it was deleted, or deleted and created again, the request's
+        claim (if any) is removed, and it answers SegmentNotFound: its block belongs to no other life
+        of the name."""
+        try:
+            meta = self._meta(segment)
+        except SegmentNotFound:
+            meta = None
+        if meta is not None and incarnation in (None, int(meta.created_ms)):
+            return meta
+        if owned_at is not None:
+            self._release_claim(segment, owned_at, block, incarnation)
+        raise SegmentNotFound(f"segment {segment} was deleted while this append was under way")
 
     def _writer_state(self, meta: SegmentMeta, block: _Block, unlisted: object = _UNREAD) -> dict | None:
         """The writer's last block on the segment as of ``meta``: from the head record, or, for a writer
@@ -548,7 +574,8 @@ class SegmentStore:
         entries = IndexEntry.query(meta.pk, IndexEntry.sk.between(ENTRY_PREFIX, entry_key(max(0, meta.length - 1))),
                                    scan_index_forward=False, limit=depth, consistent_read=True)
         for entry in entries:
-            if (entry.writer, entry.first, entry.last) == (block.writer, block.first, block.last):
+            if (entry.writer, entry.first, entry.last) == (block.writer, block.first, block.last) \
+                    and _same_incarnation(entry, int(meta.created_ms)):
                 if self._chunks_over(meta.pk, entry.offset, entry.offset + 1):
                     continue  # a stale claim inside a chunk, not where the block was committed
                 return int(entry.offset)
@@ -561,15 +588,16 @@ class SegmentStore:
                 f"writer {block.writer} must continue at event number {int(state['l']) + 1}, got {block.first}",
                 expected_event_number=int(state["l"]) + 1)
 
-    def _claim(self, segment: str, tail: int, block: _Block) -> _Block | None:
+    def _claim(self, segment: str, tail: int, block: _Block, incarnation: int) -> _Block | None:
         """Put our entry at ``tail`` unless one is there; return whichever block now sits there.
 
         ``block`` itself comes back only if this request's put made the claim; an equal block claimed
         by an earlier request (a retry racing its original, or one that crashed) comes back as a copy,
-        so that exactly one request reports a block as appended (``duplicate=False``).
+        so that exactly one request reports a block as appended (``duplicate=False``). A claim of
+        another incarnation there is removed once the head record shows it stale (None comes back).
         """
         try:
-            block.to_entry(segment, tail).save(condition=IndexEntry.pk.does_not_exist())
+            block.to_entry(segment, tail, incarnation).save(condition=IndexEntry.pk.does_not_exist())
             return block
         except PutError as e:
             if not _failed_condition(e):
@@ -583,6 +611,9 @@ class SegmentStore:
             # resend met it): the key is this request's alone. Taken for a twin's claim, the block would
             # be answered as a duplicate and append() would delete the object the committed entry names.
             return block
+        if not _same_incarnation(existing, incarnation):
+            self._remove_other_incarnations(segment, [existing])
+            return None  # the next round reads the head record again and claims again
         return _block_of(existing)
 
     def _advance(self, meta: SegmentMeta, tail: int, block: _Block) -> bool:
@@ -611,7 +642,10 @@ class SegmentStore:
             due = now if meta.inline_bytes + block.size >= self.settings.chunk_target else now + self.settings.tier_max_age_ms
             actions += [SegmentMeta.inline_bytes.add(block.size), SegmentMeta.tier_shard.set(TIER_SHARD),
                         SegmentMeta.tier_at.set(due if meta.tier_at is None else min(due, meta.tier_at))]
-        condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind
+        # The incarnation, so that a name deleted and created again (at the same length) never commits
+        # a claim made for its earlier life.
+        condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind \
+            & (SegmentMeta.created_ms == meta.created_ms)
         try:
             if block.source is None:
                 meta.update(actions=actions, condition=condition)
@@ -624,11 +658,14 @@ class SegmentStore:
         except TransactWriteError as e:
             if not _cancelled_by_condition(e):
                 raise
-        fresh = self._meta(meta.pk)
-        if fresh.length == tail and not fresh.sealed:
+        try:
+            fresh = self._meta(meta.pk)
+        except SegmentNotFound:
+            return False  # deleted: the appender's next head read says so and removes its claim
+        if fresh.length == tail and not fresh.sealed and fresh.created_ms == meta.created_ms:
             # The claim breaks the writer's event order (only a misbehaving writer causes that) or is of
             # the other kind: release it so the tail is free again.
-            self._release_claim(meta.pk, tail, block)
+            self._release_claim(meta.pk, tail, block, int(meta.created_ms))
         return False
 
     @staticmethod
@@ -646,20 +683,21 @@ class SegmentStore:
             transaction.update(source, actions=[SegmentMeta.merged_into.set(meta.pk), SegmentMeta.merged_offset.set(tail)],
                                condition=(SegmentMeta.sealed == True) & SegmentMeta.merged_into.does_not_exist())
 
-    def _merged_at(self, segment: str, block: _Block, owned_at: int | None) -> AppendResult | None:
+    def _merged_at(self, segment: str, block: _Block, owned_at: int | None,
+                   incarnation: int | None) -> AppendResult | None:
         """Where the merge ``block`` committed, once its source is marked merged (None: not yet). A claim
         of this request elsewhere can never commit (the mark is the commit's condition): it is removed."""
         try:
             source = self._meta(block.source)
         except SegmentNotFound:
             if owned_at is not None:
-                self._release_claim(segment, owned_at, block)
+                self._release_claim(segment, owned_at, block, incarnation)
             raise
         if source.merged_into is None:
             return None
         at = int(source.merged_offset)
         if owned_at is not None and owned_at != at:
-            self._release_claim(segment, owned_at, block)
+            self._release_claim(segment, owned_at, block, incarnation)
         if source.merged_into != segment:
             raise InvalidArgument(f"{block.source} was merged into {source.merged_into}, not {segment}")
         return AppendResult(at, at + block.size, duplicate=owned_at != at)
@@ -686,11 +724,28 @@ class SegmentStore:
             if not _failed_condition(e):
                 raise  # else the item holds a later block: this head record is old and its advance fails
 
-    def _release_claim(self, segment: str, offset: int, block: _Block) -> None:
+    def _remove_other_incarnations(self, segment: str, items: list[IndexEntry]) -> None:
+        """Delete index items of an earlier life of the segment's name (stale appenders' claims that landed
+        after it was deleted), each only if unchanged. An incarnation is over for good once a head record
+        read after the item shows another one or none (a name created again gets a new created_ms), so
+        the head record is read again here, after the items; if it shows the items' own incarnation, the
+        caller's view was the stale one and nothing is deleted."""
+        try:
+            current = int(self._meta(segment).created_ms)
+        except SegmentNotFound:
+            current = None
+        for item in items:
+            if item.incarnation is not None and (current is None or int(item.incarnation) != current):
+                self._delete_unchanged(item)
+
+    def _release_claim(self, segment: str, offset: int, block: _Block, incarnation: int | None) -> None:
+        if incarnation is None:
+            return  # no head record read yet: no claim made
         try:
             IndexEntry(segment, entry_key(offset)).delete(
                 condition=(IndexEntry.writer == block.writer) & (IndexEntry.first == block.first)
-                & _holds(block.size, block.data, block.object_key, block.source))
+                & _holds(block.size, block.data, block.object_key, block.source)
+                & (IndexEntry.incarnation.does_not_exist() | (IndexEntry.incarnation == incarnation)))
         except DeleteError as e:
             if not _failed_condition(e):
                 raise
@@ -719,7 +774,10 @@ class SegmentStore:
         except (_IndexGap, _ObjectUnreadable) as gone:
             # A truncation released the range after the head record was read: say so, typed. Otherwise
             # (a permission problem, a missing object above the start) it stays an error.
-            start = self._meta(segment).start
+            now = self._meta(segment)
+            if now.created_ms != meta.created_ms:
+                raise SegmentNotFound(f"segment {segment} was deleted while it was read") from None
+            start = now.start
             if offset < start:
                 raise Truncated(f"offset {offset} of {segment} is below its start offset {start}",
                                 start_offset=start) from None
@@ -743,11 +801,12 @@ class SegmentStore:
             raise InvalidArgument(f"range [{start}, {end}) is not within the length {meta.length} of {segment}")
         if start == end:
             return []  # no index entry covers an empty range (an empty segment has none at all)
-        return self._plan(segment, start, end, 0, self._may_have_chunks(meta, start))
+        return self._plan(segment, start, end, 0, self._may_have_chunks(meta, start), int(meta.created_ms))
 
-    def _plan(self, segment: str, start: int, end: int, shift: int, chunked: bool = True) -> list[PlanPart]:
+    def _plan(self, segment: str, start: int, end: int, shift: int, chunked: bool = True,
+              incarnation: int | None = None) -> list[PlanPart]:
         parts: list[PlanPart] = []
-        for entry, lo, hi in self._covering(segment, start, end, chunked):
+        for entry, lo, hi in self._covering(segment, start, end, chunked, incarnation):
             if entry.source is not None:
                 parts += self._plan(entry.source, lo - entry.offset, hi - entry.offset, shift + entry.offset)
             elif entry.object_key is not None:
@@ -760,7 +819,7 @@ class SegmentStore:
                     meta: SegmentMeta | None = None) -> bytes:
         """The bytes [start, end); with ``meta`` (the head record the range was checked against), an entry
         that record proves uncommitted counts as a gap (see ``_not_committed_in``)."""
-        covering = self._covering(segment, start, end, chunked)
+        covering = self._covering(segment, start, end, chunked, None if meta is None else int(meta.created_ms))
         if meta is not None:
             proofs = {self._not_committed_in(meta, entry) for entry, _, _ in covering}
             if True in proofs or (None in proofs and self._meta(segment).start > start):
@@ -817,15 +876,19 @@ class SegmentStore:
         Reads of segments written in large blocks skip the chunk query that way."""
         return meta.inline_bytes > 0 or (meta.chunk_end or 0) > offset
 
-    def _covering(self, segment: str, start: int, end: int, chunked: bool = True) -> list[tuple[IndexEntry, int, int]]:
+    def _covering(self, segment: str, start: int, end: int, chunked: bool = True,
+                  incarnation: int | None = None) -> list[tuple[IndexEntry, int, int]]:
         """The entries holding [start, end) in order, each with the sub-range it contributes."""
-        return self._scan(segment, start, end, chunked)[0]
+        return self._scan(segment, start, end, chunked, incarnation)[0]
 
-    def _scan(self, segment: str, start: int, end: int,
-              chunked: bool = True) -> tuple[list[tuple[IndexEntry, int, int]], list[IndexEntry]]:
+    def _scan(self, segment: str, start: int, end: int, chunked: bool = True,
+              incarnation: int | None = None) -> tuple[list[tuple[IndexEntry, int, int]], list[IndexEntry]]:
         """The chain of entries holding [start, end) (as ``_covering``), and the garbage met on the way:
         ``e#`` entries that start inside a chunk (stale claims, or entries a tiering pass has not
-        deleted yet). ``chunked=False`` skips the chunk query where ``_may_have_chunks`` says none can be.
+        deleted yet), and items of another ``incarnation`` than the head record's the caller read (stale
+        claims that landed after an earlier segment of the name was deleted; only
+        ``_remove_other_incarnations`` may delete those). ``chunked=False`` skips the chunk query where
+        ``_may_have_chunks`` says none can be.
 
         The ``e#`` entries are read before the chunks. A stale claim can only land on a key that tiering
         freed after saving the chunk around it, so the chunk query, made later, sees that chunk; and a
@@ -837,8 +900,13 @@ class SegmentStore:
         garbage: dict[str, IndexEntry] = {}
         parts: list[tuple[IndexEntry, int, int]] = []
         for _attempt in range(8):
-            entries = list(self._entries_from(segment, expected, end))
-            chunks = self._chunks_over(segment, expected, end) if chunked else []
+            entries, chunks = [], []
+            for item in self._entries_from(segment, expected, end, incarnation) + (
+                    self._chunks_over(segment, expected, end) if chunked else []):
+                if _same_incarnation(item, incarnation):
+                    (chunks if item.sk.startswith(CHUNK_PREFIX) else entries).append(item)
+                else:
+                    garbage[item.sk] = item
 
             def in_chunk(entry: IndexEntry) -> bool:
                 return any(c.offset <= entry.offset < c.end for c in chunks)  # noqa: B023 - used at once
@@ -886,23 +954,24 @@ class SegmentStore:
                 return False
             raise
 
-    def _entries_from(self, segment: str, offset: int, end: int | None = None) -> Iterator[IndexEntry]:
+    def _entries_from(self, segment: str, offset: int, end: int | None = None,
+                      incarnation: int | None = None) -> list[IndexEntry]:
         """Entries in offset order from the one covering ``offset`` (if any), stopping before ``end``.
 
         Sequential readers usually ask for an offset where an entry starts, which takes one query;
-        an offset inside an entry takes a second one to find that entry.
+        an offset inside an entry takes a second one to find that entry: the nearest key below of the
+        ``incarnation`` (a stale claim of another one may sit inside the entry that holds the offset).
         """
         upper = entry_key(end - 1) if end is not None else ENTRY_PREFIX + "~"
-        forward = iter(IndexEntry.query(segment, IndexEntry.sk.between(entry_key(offset), upper),
+        forward = list(IndexEntry.query(segment, IndexEntry.sk.between(entry_key(offset), upper),
                                         consistent_read=True))
-        first = next(forward, None)
-        if offset > 0 and (first is None or first.offset > offset):
+        if offset > 0 and (not forward or forward[0].offset > offset):
             before = IndexEntry.query(segment, IndexEntry.sk.between(ENTRY_PREFIX, entry_key(offset)),
-                                      scan_index_forward=False, limit=1, consistent_read=True)
-            yield from (e for e in before if e.end > offset)
-        if first is not None:
-            yield first
-            yield from forward
+                                      scan_index_forward=False, page_size=2, consistent_read=True)
+            nearest = next((e for e in before if _same_incarnation(e, incarnation)), None)
+            if nearest is not None and nearest.end > offset:
+                forward.insert(0, nearest)
+        return forward
 
     def _get_object_range(self, key: str, lo: int, hi: int) -> bytes:
         try:
@@ -938,21 +1007,26 @@ class SegmentStore:
             return 0  # deleted
         epoch = meta.tier_epoch
         try:
-            parts, garbage = self._scan(segment, meta.start, meta.length) if meta.length > meta.start else ([], [])
+            parts, garbage = self._scan(segment, meta.start, meta.length, True, int(meta.created_ms)) \
+                if meta.length > meta.start else ([], [])
         except _IndexGap:
             return 0  # a truncation released the range meanwhile; the segment stays due for the next pass
         if meta.sealed:  # a claim at the final length never commits: its appender died before removing it
             garbage += list(IndexEntry.query(meta.pk, IndexEntry.sk.between(entry_key(meta.length), ENTRY_PREFIX + "~"),
                                              consistent_read=True))
+        stale = [item for item in garbage if not _same_incarnation(item, int(meta.created_ms))]
+        if stale:
+            self._remove_other_incarnations(segment, stale)
         for entry in garbage:
-            self._delete_unchanged(entry)  # only the item: its object may be another entry's too
+            if _same_incarnation(entry, int(meta.created_ms)):
+                self._delete_unchanged(entry)  # only the item: its object may be another entry's too
         entries = [entry for entry, _, _ in parts]
         horizon = now_ms() - self.settings.tier_min_age_ms
         moved = 0
         chunk_end = meta.chunk_end or 0
         tiered: set[str] = set()
         for run in self._inline_runs(entries, meta, horizon):
-            if not self._tier_run(segment, run, epoch, chunk_end):
+            if not self._tier_run(segment, run, epoch, chunk_end, int(meta.created_ms)):
                 return moved  # a newer pass took over; it finishes the job
             moved += run[-1].end - run[0].offset
             chunk_end = max(chunk_end, run[-1].end)
@@ -980,7 +1054,8 @@ class SegmentStore:
             # and kept the segment due; overwriting that would drop it from the tiering index for good.
             # And only if no newer pass began, whose count this one would overwrite.
             meta.update(actions=actions,
-                        condition=(SegmentMeta.length == meta.length) & (SegmentMeta.tier_epoch == epoch))
+                        condition=(SegmentMeta.length == meta.length) & (SegmentMeta.tier_epoch == epoch)
+                        & (SegmentMeta.created_ms == meta.created_ms))
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
@@ -1002,7 +1077,7 @@ class SegmentStore:
         if run:
             yield run
 
-    def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int) -> bool:
+    def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int, incarnation: int) -> bool:
         """Pack one run into a chunk; False if a newer tiering pass began (nothing was saved)."""
         first, last = run[0], run[-1]
         # The key names the pass's epoch: only this pass ever saves a chunk item naming the object, and
@@ -1010,8 +1085,9 @@ class SegmentStore:
         key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}-{epoch}"
         self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=b"".join(e.data for e in run))
         chunk = IndexEntry(segment, chunk_key(first.offset), offset=first.offset, size=last.end - first.offset,
-                           object_key=key, created_ms=now_ms())
-        fenced = SegmentMeta.tier_epoch == epoch
+                           object_key=key, created_ms=now_ms(), incarnation=incarnation)
+        # The epoch of this incarnation: a segment created again under the name counts its epochs anew.
+        fenced = (SegmentMeta.tier_epoch == epoch) & (SegmentMeta.created_ms == incarnation)
         try:
             with TransactWrite(connection=IndexEntry._get_connection().connection) as transaction:
                 if chunk.end > chunk_end:
@@ -1083,9 +1159,14 @@ class SegmentStore:
             meta = self._meta(segment)
         except SegmentNotFound:
             return
-        start, released = meta.start, meta.released
+        start, released, incarnation = meta.start, meta.released, int(meta.created_ms)
         chunks = self._index_items(segment, CHUNK_PREFIX, below=start)
         entries = self._index_items(segment, ENTRY_PREFIX, below=start)
+        stale = [item for item in chunks + entries if not _same_incarnation(item, incarnation)]
+        if stale:
+            self._remove_other_incarnations(segment, stale)
+            chunks = [c for c in chunks if _same_incarnation(c, incarnation)]
+            entries = [e for e in entries if _same_incarnation(e, incarnation)]
         if start > released:
             def in_chunk(entry: IndexEntry) -> bool:
                 return any(c.offset <= entry.offset < c.end for c in chunks)
@@ -1105,7 +1186,9 @@ class SegmentStore:
                 reached = entry.end
             if reached > released:
                 try:
-                    meta.update(actions=[SegmentMeta.released.set(reached)], condition=SegmentMeta.released.does_not_exist() | (SegmentMeta.released < reached))
+                    meta.update(actions=[SegmentMeta.released.set(reached)],
+                                condition=(SegmentMeta.released.does_not_exist() | (SegmentMeta.released < reached))
+                                & (SegmentMeta.created_ms == incarnation))
                 except UpdateError as e:
                     if not _failed_condition(e):
                         raise

@@ -4,6 +4,8 @@ the other party's steps inside a named step of the first (a wrapped method), so 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from dataplane_model import (
     event_block,
@@ -95,12 +97,12 @@ def test_a_finisher_that_claimed_before_the_other_merged_leaves_no_claim(deploym
     real_claim = SegmentStore._claim
     fired: list[bool] = []
 
-    def claim_after_b(segment, tail, block):
+    def claim_after_b(segment, tail, block, *rest):
         if not fired:
             fired.append(True)
             finisher_b.merge(target, t1)
             finisher_b.merge(target, t2)
-        return real_claim(finisher_a, segment, tail, block)
+        return real_claim(finisher_a, segment, tail, block, *rest)
 
     finisher_a._claim = claim_after_b
     assert finisher_a.merge(target, t1) == 0
@@ -121,3 +123,91 @@ def test_a_lost_answer_of_the_merge_commit_is_recognised(store, unique):
     assert [e.source for e in index_entries(target)] == [t1]
     assert store.merge(target, t1) == 0
 
+
+# -- defect 2: a stale claim survives delete and re-create of a segment name ------------------------
+
+
+def _after_first_read(store: SegmentStore, segment: str, then) -> None:
+    """Make ``store`` run ``then()`` once, right after its first head-record read of ``segment``."""
+    real_meta = SegmentStore._meta
+    fired: list[bool] = []
+
+    def meta(name: str):
+        read = real_meta(store, name)
+        if name == segment and not fired:
+            fired.append(True)
+            then()
+        return read
+
+    store._meta = meta  # this instance only
+
+
+def _recreate(store: SegmentStore, seg: str) -> None:
+    store.delete(seg)
+    time.sleep(0.002)  # the new incarnation's created_ms differs from the old one's
+    assert store.create(seg)
+
+
+def _stale_claim_after_delete(deployment, store: SegmentStore, seg: str, size: int) -> None:
+    """An appender reads the head record, the segment is deleted before its claim lands: it answers
+    SegmentNotFound. Then the segment is created again."""
+    appender = small_store(deployment)
+    _after_first_read(appender, seg, lambda: store.delete(seg))
+    with pytest.raises(SegmentNotFound):
+        appender.append(seg, "a", 0, 1, event_block("stale", size))
+    time.sleep(0.002)
+    assert store.create(seg)
+
+
+def test_a_claim_into_a_deleted_segment_is_not_adopted_by_its_new_incarnation(deployment, store, unique):
+    """The stale claim sits at e#200; the re-created segment's tail reaches 200: the next appender must
+    not commit the refused block into the new segment."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    for i in range(2):
+        store.append(seg, "w", i, 1, event_block(f"old{i}", 100))
+    _stale_claim_after_delete(deployment, store, seg, 50)
+    blocks = [event_block(f"new{i}", 100) for i in range(4)]
+    for i, block in enumerate(blocks):
+        r = store.append(seg, "v", i, 1, block)
+        assert (r.offset, r.duplicate) == (100 * i, False)
+    assert read_all(store, seg) == b"".join(blocks)
+    assert {e.writer for e in index_entries(seg)} == {"v"}  # the stale claim was removed when met
+
+
+def test_a_stale_claim_inside_the_new_incarnation_is_never_read_or_tiered(deployment, store, unique):
+    """The stale claim (inline, e#200 + 50) lies inside the new segment's committed range, which is
+    written in 30-byte inline blocks: reads from its offset and across it, and tiering, use only the
+    new segment's entries."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    for i in range(2):
+        store.append(seg, "w", i, 1, event_block(f"old{i}", 100))
+    _stale_claim_after_delete(deployment, store, seg, 50)
+    blocks = [event_block(f"n{i}", 30) for i in range(10)]
+    for i, block in enumerate(blocks):
+        store.append(seg, "v", i, 1, block)
+    data = b"".join(blocks)
+    assert store.read(seg, 200, 50).data == data[200:250]
+    assert read_all(store, seg) == data
+    store.seal(seg)
+    store.tier(seg)
+    assert read_all(store, seg) == data
+    assert {e.writer for e in index_entries(seg) if not e.sk.startswith("c#")} <= {"v"}
+    assert all(e.writer != "a" for e in index_entries(seg))
+
+
+def test_an_appender_whose_segment_was_recreated_at_the_same_length_appends_nothing(deployment, store, unique):
+    """The appender reads the empty head record; the segment is deleted and created again (empty too)
+    before its claim: its advance must not commit into the new incarnation, whose length matches."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    appender = small_store(deployment)
+    _after_first_read(appender, seg, lambda: _recreate(store, seg))
+    with pytest.raises(SegmentNotFound):
+        appender.append(seg, "a", 0, 1, event_block("stale", 40))
+    assert store.info(seg).length == 0
+    assert index_entries(seg) == []
+    block = event_block("new", 40)
+    assert store.append(seg, "v", 0, 1, block).offset == 0
+    assert read_all(store, seg) == block
