@@ -134,6 +134,9 @@ class IndexEntry(SegmentItem, discriminator="e"):
     # the segment was deleted (and perhaps created again): never read, advanced or tiered. Absent only
     # on items written before incarnations were recorded, which count as the current incarnation's.
     incarnation = NumberAttribute(null=True, attr_name="i")
+    # A random number of the request that claimed an inline block (a block in an object is told apart by
+    # its object's key): its own claim, met again by botocore's resend after a lost answer, is recognised.
+    token = NumberAttribute(null=True, attr_name="t")
 
     @property
     def end(self) -> int:

@@ -187,6 +187,7 @@ class _Block:
     raw: bool = False  # bytes of a byte stream, not framed events
     age_ms: int | None = field(default=None, compare=False)  # since the writer first sent it (None: unknown)
     incarnation: int | None = field(default=None, compare=False)  # of a claim read back (see IndexEntry)
+    token: int | None = None  # an inline block's request token (see IndexEntry.token)
 
     @property
     def content(self) -> str:
@@ -196,13 +197,14 @@ class _Block:
         return IndexEntry(segment, entry_key(offset), offset=offset, size=self.size, data=self.data,
                           object_key=self.object_key, source=self.source, writer=self.writer,
                           first=self.first, last=self.last, created_ms=now_ms(), raw=self.raw or None,
-                          incarnation=incarnation)
+                          incarnation=incarnation, token=self.token)
 
 
 def _block_of(entry: IndexEntry) -> _Block:
     return _Block(size=entry.size, writer=entry.writer, first=entry.first or 0, last=entry.last or 0,
                   data=entry.data, object_key=entry.object_key, source=entry.source, raw=bool(entry.raw),
-                  incarnation=None if entry.incarnation is None else int(entry.incarnation))
+                  incarnation=None if entry.incarnation is None else int(entry.incarnation),
+                  token=None if entry.token is None else int(entry.token))
 
 
 def _same_incarnation(item: IndexEntry | _Block, incarnation: int | None) -> bool:
@@ -388,7 +390,7 @@ class SegmentStore:
             raise InvalidArgument(f"the block after event {after} must start at event {after + 1}")
         meta = None
         if len(data) <= self.settings.inline_max:
-            block = replace(block, data=data)
+            block = replace(block, data=data, token=secrets.randbits(32))
         else:
             meta = self._meta(segment)  # also fails fast on unknown segments
             done = self._already_placed(meta, self._writer_state(meta, block), block)
@@ -466,8 +468,14 @@ class SegmentStore:
             done = self._already_placed(meta, state, block)
             if done is not None:
                 if owned_at is not None and done.offset == owned_at:
-                    # Our claim, which another appender helped through: appended by this request.
-                    return replace(done, duplicate=False)
+                    if not self._freed_under(meta, owned_at):
+                        # Our claim, which another appender helped through: appended by this request.
+                        return replace(done, duplicate=False)
+                    # Our claim landed, from a stale head record, on the key of the block's committed
+                    # copy (a twin request's) after truncation or tiering freed it: garbage. Removed,
+                    # and append() deletes its object, which nothing else names.
+                    self._release_claim(segment, owned_at, block, incarnation)
+                    return done
                 if owned_at is not None:
                     # Another request of the same block committed it elsewhere: our claim is garbage.
                     self._release_claim(segment, owned_at, block, incarnation)
@@ -525,6 +533,15 @@ class SegmentStore:
         if owned_at is not None:
             self._release_claim(segment, owned_at, block, incarnation)
         raise SegmentNotFound(f"segment {segment} was deleted while this append was under way")
+
+    def _freed_under(self, meta: SegmentMeta, offset: int) -> bool:
+        """Whether the key at ``offset`` (below the length) is one that truncation (below ``released``)
+        or tiering (inside a chunk) freed: an entry there now is a stale claim, or a committed one of
+        ours that was released or tiered since (its object already deleted; only the duplicate flag
+        then errs). No request unless a chunk reaches the offset, which a fresh claim's rarely does."""
+        return offset < meta.released or (
+            (meta.chunk_end or 0) > offset
+            and any(_same_incarnation(c, int(meta.created_ms)) for c in self._chunks_over(meta.pk, offset, offset + 1)))
 
     def _writer_state(self, meta: SegmentMeta, block: _Block, unlisted: object = _UNREAD) -> dict | None:
         """The writer's last block on the segment as of ``meta``: from the head record, or, for a writer
@@ -606,10 +623,12 @@ class SegmentStore:
             existing = IndexEntry.get(segment, entry_key(tail), consistent_read=True)
         except DoesNotExist:
             return None  # the claim was released meanwhile; the next round claims again
-        if block.object_key is not None and existing.object_key == block.object_key:
+        if (block.object_key is not None and existing.object_key == block.object_key) \
+                or (block.token is not None and existing.token == block.token):
             # Our own put, applied by an attempt whose answer was lost (botocore sent it again, and the
-            # resend met it): the key is this request's alone. Taken for a twin's claim, the block would
-            # be answered as a duplicate and append() would delete the object the committed entry names.
+            # resend met it): the object key or the token is this request's alone. Taken for a twin's
+            # claim, the block would be answered as a duplicate (and append() would delete the object
+            # the committed entry names).
             return block
         if not _same_incarnation(existing, incarnation):
             self._remove_other_incarnations(segment, [existing])

@@ -12,6 +12,7 @@ from dataplane_model import (
     head,
     index_entries,
     lose_answer,
+    object_keys,
     parse_events,
     read_all,
     small_store,
@@ -211,3 +212,47 @@ def test_an_appender_whose_segment_was_recreated_at_the_same_length_appends_noth
     block = event_block("new", 40)
     assert store.append(seg, "v", 0, 1, block).offset == 0
     assert read_all(store, seg) == block
+
+
+# -- lost answers and resends: answer what happened, leave no object behind -------------------------
+
+
+def test_an_inline_append_whose_claim_answer_was_lost_says_it_appended(store, unique):
+    """The claim (the first write of an inline append) is applied, its answer lost, the resend refused
+    by the claim itself: the request appended the block and must say so (duplicate=False), as a block
+    in an object does."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    store.append(seg, "w", 0, 1, event_block("w0", 40))
+    block = event_block("lost", 30)
+    with lose_answer(1) as seen:
+        r = store.append(seg, "w", 1, 1, block)
+    assert seen[0] == "PutItem"
+    assert (r.offset, r.duplicate) == (40, False)
+    again = store.append(seg, "w", 1, 1, block)
+    assert (again.offset, again.duplicate) == (40, True)
+    assert read_all(store, seg)[40:] == block
+
+
+def test_a_resend_whose_stale_claim_lands_on_its_twins_released_offset_deletes_its_object(deployment, store, unique):
+    """A resend of a block (in an object) reads the head record before the first attempt commits at X;
+    the first attempt commits, a truncation releases X (its key is free again), and the resend's claim
+    lands there. The resend answers a duplicate at X and deletes its object and its claim: nothing names
+    them, and the segment is never sealed to find them."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    store.append(seg, "v", 0, 1, event_block("v0", 100))
+    block = event_block("twin", 100)
+    resend = small_store(deployment)
+
+    def first_attempt_commits_then_truncation() -> None:
+        assert store.append(seg, "w", 0, 1, block).offset == 100
+        store.append(seg, "v", 1, 1, event_block("v1", 100))
+        store.truncate(seg, 200)
+
+    _after_first_read(resend, seg, first_attempt_commits_then_truncation)
+    r = resend.append(seg, "w", 0, 1, block)
+    assert (r.offset, r.duplicate) == (100, True)
+    assert object_keys(store, seg) == {e.object_key for e in index_entries(seg) if e.object_key}
+    assert [e.offset for e in index_entries(seg)] == [200]
+    assert read_all(store, seg, 200) == event_block("v1", 100)
