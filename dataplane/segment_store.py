@@ -10,8 +10,10 @@ How an append commits (one S3 PUT for a large block, then three small DynamoDB r
    recently active), the writer's own state item. De-duplicate: a block whose event numbers the
    writer already appended is acknowledged with its original offset.
 3. *Claim* the tail: put the index entry at ``e#<length>`` on the condition that no entry exists there.
-4. *Advance*: update the head record on the condition that its length is still ``length`` and it is
-   not sealed, setting the new length and the writer's last block.
+   It carries the head record's ``created_ms``, the segment's incarnation (a name deleted and created
+   again is another incarnation, whose reads, advances and tiering ignore the claim).
+4. *Advance*: update the head record on the condition that its length is still ``length``, it is not
+   sealed and it is the same incarnation, setting the new length and the writer's last block.
 
 The head record's length is the commit point: entries at or beyond it are claims, not data. If step 3
 finds another writer's claim, the appender first completes that claim's step 4 on its behalf and
@@ -82,7 +84,7 @@ from rillet.errors import (
 from rillet.framing import MAX_BLOCK_SIZE, MAX_READ_SIZE
 from rillet.names import validate_writer_id
 
-MERGE_KEY = "_merge"
+MERGE_KEY = "_merge"  # the writer name of a merge's index entry (no writer id can start with "_")
 TIER_SHARD = "due"
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
