@@ -31,6 +31,7 @@ import json
 import math
 import random
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +73,7 @@ from rillet.models import (
     SegmentRange,
     StreamCutBody,
     StreamDataRetention,
+    StreamRange,
     SuccessorInfo,
 )
 from rillet.names import validate_reader_group_name, validate_scope_name
@@ -82,6 +84,10 @@ LEASE_KEY = "lease"
 LEASE_SHARD = "reader-lease"  # the lease records' partition of the deadlines index
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
+# A subscriber group's create or reset is one DynamoDB transaction, of at most 100 writes: the group's
+# record (and its listing entry), two per subscribed stream (its subscriber record and the stream's
+# subscriber fence) and, for a reset, one per stream it stops subscribing to: 2 + 2 x 32 + 32 < 100.
+MAX_SUBSCRIBED_STREAMS = 32
 
 
 class Held(BaseModel):
@@ -503,11 +509,17 @@ def checkpoint_info(state: GroupState, name: str) -> CheckpointInfo:
 class ReaderGroups:
     """Reader group operations, each a conditional read-modify-write of the group's record.
 
-    A group whose retention type is not NONE is a *subscriber* of each of its streams: it is
-    registered before the group exists (so no retention cycle can truncate what it has yet to read),
-    unregistered after its configuration drops the stream or the subscription, and its acknowledged
-    cut follows every completed checkpoint (AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT) or the application's
-    explicit cuts (MANUAL_RELEASE_AT_USER_STREAMCUT).
+    A group whose retention type is not NONE is a *subscriber* of each of its streams. Its subscriber
+    records change only in one transaction with the group's record: a create writes them with the new
+    group, a reset writes them at the new generation (and removes those of streams it drops) with the
+    new state, conditioned on the version it read, and a delete removes them with the group. So a
+    group and its subscriptions are never at two generations, whatever stops a reset part way, and a
+    delete that loses a race (a reader's sync) leaves the group subscribed. Each registration moves
+    the stream's subscriber fence (controlplane.retention), read before the head it starts at: a
+    retention cycle deciding meanwhile truncates nothing, and a registration racing a truncation reads
+    the head again. The acknowledged cut then follows every completed checkpoint
+    (AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT) or the application's explicit cuts
+    (MANUAL_RELEASE_AT_USER_STREAMCUT).
     """
 
     def __init__(self, streams: Any, retention: Any) -> None:  # StreamTasks, RetentionTasks
@@ -515,53 +527,97 @@ class ReaderGroups:
         self.retention = retention
 
     def create(self, scope: str, group: str, config: ReaderGroupConfig) -> bool:
+        """Create the group with its subscriptions in one transaction; False if it exists. A create whose
+        answer was lost, and whose resend its own first attempt refused, is told by its token in the
+        group's listing entry (which nothing rewrites)."""
         validate_reader_group_name(group)
-        starts = self._starts(config)
         config = config.model_copy(update={"generation": 0})
-        try:
-            self._record(scope, group)
-            return False  # it exists: creating is idempotent, and its subscriptions stay as they are
-        except ReaderGroupNotFound:
-            pass
-        state = _storable(new_state(config, starts), f"reader group {scope}/{group}")
-        self._subscribe(scope, group, config, starts, replace=False)
-        record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group, state=state)
-        listed = ReaderGroupNameRecord(reader_groups_pk(scope), group, created_ms=_now())
-        try:
-            with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                tx.save(record, condition=ReaderGroupRecord.pk.does_not_exist())
-                tx.save(listed)
-            return True
-        except TransactWriteError as e:
-            if _cancelled_by_condition(e, 0):
-                return False
-            raise
+        _check_subscriptions(config)
+        for attempt in range(20):
+            try:
+                self._record(scope, group)
+                return False  # it exists: creating is idempotent, and its subscriptions stay as they are
+            except ReaderGroupNotFound:
+                pass
+            fences = self._fences(config)  # before the heads the group starts at
+            starts = self._starts(config)
+            state = _storable(new_state(config, starts), f"reader group {scope}/{group}")
+            token = uuid.uuid4().hex
+            record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group, state=state,
+                                       write_id=token)
+            listed = ReaderGroupNameRecord(reader_groups_pk(scope), group, created_ms=_now(), write_id=token)
+            try:
+                with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
+                    tx.save(record, condition=ReaderGroupRecord.pk.does_not_exist())
+                    tx.save(listed)
+                    self._write_subscriptions(tx, scope, group, config, starts, fences, token, dropping=None)
+                return True
+            except TransactWriteError as e:
+                if self._listed_by(scope, group, token):
+                    return True
+                if _cancelled_by_condition(e, 0):
+                    return False
+                if not _contended(e):
+                    raise
+            time.sleep(random.uniform(0, 0.02 * (attempt + 1)))  # a subscriber fence moved: read again
+        raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
     def reset(self, scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
-        """Start over with a new configuration (a new generation); online readers are dropped."""
-        starts = self._starts(config)
-        old = self.state(scope, group).config
-        config = config.model_copy(update={"generation": old.generation + 1})
-        self._subscribe(scope, group, config, starts, replace=True)
-
-        new = self._modify(scope, group, lambda _: new_state(config, starts), replace=True).config
-        self._unsubscribe(scope, group, old, keep=new)
-        return new
+        """Start over with a new configuration (a new generation); online readers are dropped. One
+        transaction: the new state, conditioned on the version read, with the subscriptions at the new
+        generation and the removal of those the new configuration drops."""
+        _check_subscriptions(config)
+        for attempt in range(20):
+            record = self._record(scope, group)
+            current = GroupState.model_validate(record.state)
+            new = config.model_copy(update={"generation": current.config.generation + 1})
+            fences = self._fences(new)  # before the heads the group starts at
+            starts = self._starts(new)
+            state = new_state(new, starts)
+            deadline, version = schedule_lease_check(state, _now()), record.version + 1
+            token = uuid.uuid4().hex
+            try:
+                with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
+                    tx.update(record, actions=[
+                        ReaderGroupRecord.state.set(_storable(state, f"reader group {scope}/{group}")),
+                        ReaderGroupRecord.write_id.set(token)])
+                    self._write_subscriptions(tx, scope, group, new, starts, fences, token, dropping=current.config)
+            except TransactWriteError as e:
+                if not self._written_by(scope, group, token):
+                    if not _contended(e):
+                        raise
+                    time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
+                    continue
+            if deadline != current.lease_deadline_ms:
+                self._announce_lease(scope, group, version, deadline)
+            return new
+        raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
     def delete(self, scope: str, group: str) -> bool:
+        """Delete the group, its listing entry and its subscriptions in one transaction conditioned on the
+        version read: a delete that loses a race (a reader's sync) changes nothing and answers
+        WriteConflict. A refusal that finds the group gone is a delete done (this call's first attempt,
+        whose answer was lost, or another's): the lease record goes too."""
         try:
             record = ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
         except DoesNotExist:
             return False
-        self._unsubscribe(scope, group, GroupState.model_validate(record.state).config, keep=None)
+        config = GroupState.model_validate(record.state).config
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
                 tx.delete(record, condition=ReaderGroupRecord.version == record.version)
                 tx.delete(ReaderGroupNameRecord(reader_groups_pk(scope), group))
+                for spec in _subscribed(config):
+                    self.retention.unsubscribe(tx, spec.scope, spec.stream, f"{scope}/{group}")
         except TransactWriteError as e:
-            if _cancelled_by_condition(e, 0):
+            if not _contended(e):
+                raise
+            try:
+                self._record(scope, group)
+            except ReaderGroupNotFound:
+                pass
+            else:
                 raise WriteConflict(f"reader group {scope}/{group} changed while being deleted") from e
-            raise
         self._drop_lease(scope, group, ReaderLeaseRecord.group_version <= record.version)
         return True
 
@@ -577,20 +633,35 @@ class ReaderGroups:
                                                          {p.segment.segment_id: p.offset for p in cut.positions})
         return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions)
 
-    def _subscribe(self, scope: str, group: str, config: ReaderGroupConfig,
-                   starts: dict[str, list[SegmentPosition]], replace: bool) -> None:
-        if config.retention_type == StreamDataRetention.NONE:
-            return
-        for spec in config.streams:
-            self.retention.add_subscriber(spec.scope, spec.stream, f"{scope}/{group}", config.generation,
-                                          starts[spec.scoped_name], replace=replace)
+    def _fences(self, config: ReaderGroupConfig) -> dict[str, int | None]:
+        """The subscriber fence of each stream the group subscribes to."""
+        return {spec.scoped_name: self.retention.fence(spec.scope, spec.stream) for spec in _subscribed(config)}
 
-    def _unsubscribe(self, scope: str, group: str, old: ReaderGroupConfig, keep: ReaderGroupConfig | None) -> None:
-        kept = set() if keep is None or keep.retention_type == StreamDataRetention.NONE else {
-            s.scoped_name for s in keep.streams}
-        for spec in old.streams:
+    def _write_subscriptions(self, tx: TransactWrite, scope: str, group: str, config: ReaderGroupConfig,
+                             starts: dict[str, list[SegmentPosition]], fences: dict[str, int | None], token: str,
+                             dropping: ReaderGroupConfig | None) -> None:
+        """Add to ``tx`` the group's subscription of each stream of ``config`` at its start, moving each
+        stream's fence from the value read, and the removal of those of ``dropping`` that it lacks."""
+        name, kept = f"{scope}/{group}", set()
+        for spec in _subscribed(config):
+            self.retention.subscribe(tx, spec.scope, spec.stream, name, config.generation, starts[spec.scoped_name],
+                                     fences[spec.scoped_name], token)
+            kept.add(spec.scoped_name)
+        for spec in _subscribed(dropping) if dropping else []:
             if spec.scoped_name not in kept:
-                self.retention.remove_subscriber(spec.scope, spec.stream, f"{scope}/{group}", old.generation)
+                self.retention.unsubscribe(tx, spec.scope, spec.stream, name)
+
+    def _listed_by(self, scope: str, group: str, token: str) -> bool:
+        try:
+            return ReaderGroupNameRecord.get(reader_groups_pk(scope), group, consistent_read=True).write_id == token
+        except DoesNotExist:
+            return False
+
+    def _written_by(self, scope: str, group: str, token: str) -> bool:
+        try:
+            return self._record(scope, group).write_id == token
+        except ReaderGroupNotFound:
+            return False
 
     def _publish(self, scope: str, group: str, before: CheckpointInfo | None, state: GroupState) -> None:
         """After a completed checkpoint, an automatic subscriber acknowledges its cuts."""
@@ -603,8 +674,28 @@ class ReaderGroups:
                 self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}",
                                                      state.config.generation,
                                                      {p.segment.segment_id: p.offset for p in cut.positions})
-            except (InvalidArgument, NotFound, WriteConflict):
-                pass  # an older or concurrent cut: the subscriber's cut only moves forward anyway
+            except (InvalidArgument, NotFound):
+                self._check_subscription(scope, group, cut, state.config.generation)
+            except WriteConflict:
+                pass  # contended: the subscriber's cut lags (it never runs ahead); the next checkpoint publishes
+
+    def _check_subscription(self, scope: str, group: str, cut: StreamCutBody, generation: int) -> None:
+        """Judge a refused publish: stale (the group was reset or deleted since, or a later checkpoint's
+        cut got there first) unless the group still has ``generation`` and its subscription of the
+        stream is gone or of another generation. Then retention no longer follows the group's
+        checkpoints, and the caller hears it (IllegalState) instead of the refusal being swallowed."""
+        acknowledged = self.retention.acknowledged_cut(cut.scope, cut.stream, f"{scope}/{group}")
+        if acknowledged is not None and acknowledged.generation == generation:
+            return
+        try:
+            if self.state(scope, group).config.generation != generation:
+                return
+        except ReaderGroupNotFound:
+            return
+        found = "none" if acknowledged is None else f"generation {acknowledged.generation}'s"
+        raise IllegalState(f"reader group {scope}/{group} (generation {generation}) has {found} subscription of "
+                           f"{cut.scope}/{cut.stream}: retention does not follow its checkpoints there; reset "
+                           "the group to subscribe again", stream=f"{cut.scope}/{cut.stream}", generation=generation)
 
     def state(self, scope: str, group: str) -> GroupState:
         return GroupState.model_validate(self._record(scope, group).state)
@@ -779,6 +870,23 @@ class ReaderGroups:
         except DeleteError as e:
             if not failed_condition(e):
                 raise
+
+
+def _subscribed(config: ReaderGroupConfig) -> list[StreamRange]:
+    """The streams the group subscribes to (none unless its retention type asks for it)."""
+    return [] if config.retention_type == StreamDataRetention.NONE else list(config.streams)
+
+
+def _check_subscriptions(config: ReaderGroupConfig) -> None:
+    if len(_subscribed(config)) > MAX_SUBSCRIBED_STREAMS:
+        raise InvalidArgument(f"a reader group with retention type {config.retention_type.value} reads at most "
+                              f"{MAX_SUBSCRIBED_STREAMS} streams (it has {len(config.streams)}); use NONE for more")
+
+
+def _contended(error: TransactWriteError) -> bool:
+    """Whether a transaction was refused for a race (a condition, or a concurrent transaction)."""
+    reasons = {r.code for r in error.cancellation_reasons or [] if r is not None}
+    return bool(reasons & {"ConditionalCheckFailed", "TransactionConflict"})
 
 
 def _cancelled_by_condition(error: TransactWriteError, index: int) -> bool:

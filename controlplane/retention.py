@@ -22,6 +22,21 @@ Each retention cycle of a stream:
 4. Truncates only forward, through the ordinary truncation workflow, then drops the retention record
    it truncated at and every one before it, as Pravega's ``deleteStreamCutBefore`` does.
 
+The subscriber fence: a cycle decides from the subscriber set it read, and a group may register (at
+the head, or a reset back to an earlier start) while it decides. Each stream has a fence item (a
+counter) that every registration moves in the same transaction that writes the subscriber record,
+and that a consumption-based cycle moves in the same transaction that begins its truncation (the
+stream record's step to TRUNCATING), each on the condition that the fence still holds the value it
+read, the cycle before reading the subscribers, a registration before reading the head it starts at.
+Of a cycle and a registration that overlap, the one that commits second is refused: a refused cycle
+truncates nothing (the next cycle decides again), a refused registration reads the head again. So no
+truncation passes a subscriber registered while it was decided, and no group registers at a head a
+truncation already moved. Removing a subscriber never moves the fence: it only allows more truncation.
+
+Every write of a subscriber or retention record is conditioned on the token of the write it read (a
+random ``write_id`` each write stores), never on a wall-clock time: two hosts' clocks may stamp the
+same millisecond. A retention record is saved only while the stream is the incarnation the cycle read.
+
 Every decision (and why nothing was truncated) is returned, so the Dagster run can show it.
 """
 
@@ -29,22 +44,26 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 
-from pynamodb.exceptions import DeleteError, PutError
+from pynamodb.exceptions import DeleteError, PutError, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
 
 from controlplane.cuts import lower_bound
 from controlplane.models import (
+    PENDING,
     RetentionDecisionRecord,
     RetentionRecord,
     SegmentRecord,
     StreamRecord,
     SubscriberRecord,
+    scope_pk,
     stream_pk,
 )
-from controlplane.store import conditional, failed_condition
+from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
-from rillet.errors import InvalidArgument, NotFound, RilletError
+from rillet.errors import InvalidArgument, NotFound, RilletError, StreamNotFound, WriteConflict
 from rillet.models import (
     AcknowledgedCut,
     RetentionDecision,
@@ -61,6 +80,21 @@ from rillet.models import (
 from rillet.stream_cut import Ordering, compare_positions, segment_is_before, validity_problem
 
 DECISION_KEY = "retention-decision"
+# The subscriber set's fence: a SubscriberRecord item whose ``generation`` counts the registrations and
+# fenced truncations of the stream (see the module docstring). Outside the "sub#" prefix, so it is no
+# subscriber; in the stream's partition, so it goes with the stream.
+FENCE_KEY = "subscribers"
+_ATTEMPTS = 10
+
+
+def refusals(error: TransactWriteError) -> list[str | None]:
+    """Why each write of a refused transaction was refused (None: it was not)."""
+    return [r.code if r is not None else None for r in (error.cancellation_reasons or [])]
+
+
+def _refused_by_condition(error: TransactWriteError, index: int) -> bool:
+    reasons = refusals(error)
+    return len(reasons) > index and reasons[index] == "ConditionalCheckFailed"
 
 
 def now_ms() -> int:
@@ -109,6 +143,17 @@ class Decision:
     consumption: bool = False  # the stream's policy is consumption-based
 
 
+def _as_read(model: type, record: SubscriberRecord | RetentionRecord):
+    """The condition that ``record`` is still the write that was read: its token, or, for an item
+    written before writes carried one, no token and the same generation (subscriber) or instant
+    (retention record, whose key is that instant)."""
+    if record.write_id:
+        return model.write_id == record.write_id
+    same = (model.generation == record.generation if model is SubscriberRecord
+            else model.recorded_ms == record.recorded_ms)
+    return model.write_id.does_not_exist() & same
+
+
 class RetentionTasks:
     def __init__(self, streams: StreamTasks, settings: RetentionSettings | None = None) -> None:
         self.streams = streams
@@ -132,22 +177,66 @@ class RetentionTasks:
 
     # -- subscribers -----------------------------------------------------------------------------
 
+    @staticmethod
+    def fence(scope: str, stream: str) -> int | None:
+        """The stream's subscriber fence (None before anything moved it). Read it before what the
+        fenced write depends on: the subscriber set, or the head a registration starts at."""
+        try:
+            return int(SubscriberRecord.get(stream_pk(scope, stream), FENCE_KEY, consistent_read=True).generation)
+        except SubscriberRecord.DoesNotExist:
+            return None
+
+    @staticmethod
+    def move_fence(tx: TransactWrite, scope: str, stream: str, read: int | None, token: str) -> None:
+        """Add to ``tx`` the move of the stream's fence on from ``read``: refused if it moved since."""
+        held = SubscriberRecord.pk.does_not_exist() if read is None else SubscriberRecord.generation == read
+        tx.save(SubscriberRecord(stream_pk(scope, stream), FENCE_KEY, group=FENCE_KEY, generation=(read or 0) + 1,
+                                 cut=[], updated_ms=0, write_id=token), condition=held)
+
+    @staticmethod
+    def fence_moved_by(scope: str, stream: str, token: str) -> bool:
+        """Whether the fence's last move was the write carrying ``token`` (a lost answer's resend)."""
+        try:
+            return SubscriberRecord.get(stream_pk(scope, stream), FENCE_KEY, consistent_read=True).write_id == token
+        except SubscriberRecord.DoesNotExist:
+            return False
+
+    def subscribe(self, tx: TransactWrite, scope: str, stream: str, group: str, generation: int,
+                  start: list[SegmentPosition], fence: int | None, token: str, condition=None) -> None:
+        """Add to ``tx`` two writes: the subscriber record of ``group`` acknowledging ``start`` (where it
+        starts reading), then the fence's move from ``fence``."""
+        tx.save(SubscriberRecord(stream_pk(scope, stream), f"sub#{group}", group=group, generation=generation,
+                                 cut=_wire(start), updated_ms=now_ms(), write_id=token), condition=condition)
+        self.move_fence(tx, scope, stream, fence, token)
+
+    @staticmethod
+    def unsubscribe(tx: TransactWrite, scope: str, stream: str, group: str) -> None:
+        """Add to ``tx`` the removal of ``group``'s subscriber record, of whatever generation."""
+        tx.delete(SubscriberRecord(stream_pk(scope, stream), f"sub#{group}"))
+
     def add_subscriber(self, scope: str, stream: str, group: str, generation: int,
                        start: list[SegmentPosition], replace: bool = True) -> None:
-        """Register a subscriber; until it publishes, its acknowledged cut is where it starts reading.
+        """Register a subscriber on its own (reader groups register in their own transaction); until it
+        publishes, its acknowledged cut is where it starts reading.
 
         Without ``replace`` an existing registration (and the cut it acknowledged) is left alone; with
         it, only a registration of the same or an older generation is replaced (a reset that lost a race
         to a later one must not take its subscription back).
         """
-        record = SubscriberRecord(stream_pk(scope, stream), f"sub#{group}", group=group, generation=generation,
-                                  cut=_wire(start), updated_ms=now_ms())
         absent = SubscriberRecord.pk.does_not_exist()
-        try:
-            record.save(condition=absent | (SubscriberRecord.generation <= generation) if replace else absent)
-        except PutError as e:
-            if not failed_condition(e):
-                raise
+        condition = absent | (SubscriberRecord.generation <= generation) if replace else absent
+        for _ in range(_ATTEMPTS):
+            fence, token = self.fence(scope, stream), uuid.uuid4().hex
+            try:
+                with TransactWrite(connection=self.store.transaction_connection) as tx:
+                    self.subscribe(tx, scope, stream, group, generation, start, fence, token, condition)
+                return
+            except TransactWriteError as e:
+                if self.fence_moved_by(scope, stream, token) or _refused_by_condition(e, 0):
+                    return  # applied (its answer was lost), or a registration that stays
+                if not set(refusals(e)) & {"ConditionalCheckFailed", "TransactionConflict"}:
+                    raise
+        raise WriteConflict(f"the subscribers of {scope}/{stream} are too contended; try again")
 
     def remove_subscriber(self, scope: str, stream: str, group: str, generation: int) -> None:
         """Drop the registration of ``generation`` (or older): one a later reset made stays."""
@@ -206,21 +295,38 @@ class RetentionTasks:
 
     def update_truncation_cut(self, scope: str, stream: str, group: str, generation: int,
                               offsets: dict[int, int]) -> list[SegmentPosition]:
-        """A subscriber acknowledges consumption up to a cut: valid, and never behind its previous one."""
+        """A subscriber acknowledges consumption up to a cut: valid, and never behind its previous one.
+
+        The write is conditioned on the token of the record it read: a reset (or another publish) in
+        between, in whatever millisecond, makes it read again and judge the cut against the new record.
+        """
         cut = self.streams.resolve_cut(scope, stream, offsets)
-        try:
-            record = SubscriberRecord.get(stream_pk(scope, stream), f"sub#{group}", consistent_read=True)
-        except SubscriberRecord.DoesNotExist:
-            raise NotFound(f"{group} is not a subscriber of {scope}/{stream}") from None
-        if generation < record.generation:
-            raise InvalidArgument(f"generation {generation} is older than the subscriber's {record.generation}")
-        if compare_positions(cut, _positions(record.cut)) in (Ordering.BEFORE, Ordering.OVERLAPPING):
-            raise InvalidArgument("a subscriber's truncation stream cut never moves backwards")
-        with conditional(f"subscriber {group} of {scope}/{stream} published concurrently"):
-            record.update(actions=[SubscriberRecord.cut.set(_wire(cut)), SubscriberRecord.updated_ms.set(now_ms()),
-                                   SubscriberRecord.generation.set(generation)],
-                          condition=SubscriberRecord.updated_ms == record.updated_ms)
-        return cut
+        key = (stream_pk(scope, stream), f"sub#{group}")
+        for _ in range(_ATTEMPTS):
+            try:
+                record = SubscriberRecord.get(*key, consistent_read=True)
+            except SubscriberRecord.DoesNotExist:
+                raise NotFound(f"{group} is not a subscriber of {scope}/{stream}") from None
+            if generation < record.generation:
+                raise InvalidArgument(f"generation {generation} is older than the subscriber's {record.generation}")
+            if compare_positions(cut, _positions(record.cut)) in (Ordering.BEFORE, Ordering.OVERLAPPING):
+                raise InvalidArgument("a subscriber's truncation stream cut never moves backwards")
+            token = uuid.uuid4().hex
+            try:
+                record.update(actions=[SubscriberRecord.cut.set(_wire(cut)), SubscriberRecord.updated_ms.set(now_ms()),
+                                       SubscriberRecord.generation.set(generation),
+                                       SubscriberRecord.write_id.set(token)],
+                              condition=_as_read(SubscriberRecord, record))
+                return cut
+            except UpdateError as e:
+                if not failed_condition(e):
+                    raise
+            try:
+                if SubscriberRecord.get(*key, consistent_read=True).write_id == token:
+                    return cut  # applied: a resend after a lost answer was refused by its own first attempt
+            except SubscriberRecord.DoesNotExist:
+                pass
+        raise WriteConflict(f"subscriber {group} of {scope}/{stream} is too contended; try again")
 
     # -- the cycle ---------------------------------------------------------------------------------
 
@@ -266,12 +372,14 @@ class RetentionTasks:
             return Decision(name, "skipped", "no retention policy")
         if StreamState(record.state) != StreamState.ACTIVE:
             return Decision(name, "skipped", f"the stream is {record.state}")
+        fenced = policy.consumption is not None
+        fence = self.fence(scope, stream) if fenced else None  # before the subscribers are read
         segments = self.store.list_segments(scope, stream)
         by_id = {s.segment_id: s for s in segments}
         head = self.streams.head(scope, stream, record)
         tail = self.streams.tail(scope, stream, record)
         head_size, tail_size = self.size_till(segments, head), self.size_till(segments, tail)
-        retention_set = self._record_tail(scope, stream, tail, tail_size, now)
+        retention_set = self._record_tail(record, tail, tail_size, now)
         decision = Decision(name, "kept", "", size_bytes=tail_size - head_size, retained_bytes=tail_size - head_size)
         target = self._choose(policy, retention_set, tail_size, head, head_size, now, scope, stream, segments,
                               by_id, decision)
@@ -280,7 +388,10 @@ class RetentionTasks:
         if compare_positions(target, head) != Ordering.AFTER:
             decision.reason = decision.reason or "the chosen cut is not ahead of the head"
             return decision
-        self.streams.truncate_stream(scope, stream, {p.segment.segment_id: p.offset for p in target})
+        if not self._truncate(record, target, fenced, fence):
+            decision.reason = ("a subscriber registered or moved back while this cycle decided: nothing is "
+                               "truncated, the next cycle decides again")
+            return decision
         decision.outcome, decision.cut = "truncated", target
         decision.retained_bytes = tail_size - self.size_till(segments, target)
         for old in retention_set:
@@ -288,14 +399,69 @@ class RetentionTasks:
                 self._drop(old)
         return decision
 
-    def _record_tail(self, scope: str, stream: str, tail: list[SegmentPosition], size: int,
+    def _truncate(self, record: StreamRecord, target: list[SegmentPosition], fenced: bool,
+                  fence: int | None) -> bool:
+        """Truncate at ``target`` through the ordinary truncation workflow, its first step (the stream
+        record's move to TRUNCATING at the new head) taken here in one transaction with the move of the
+        subscriber fence from ``fence`` when ``fenced``. False when the fence moved: a subscriber
+        registered or moved back since the cycle read the subscribers, and nothing is truncated.
+
+        The stream record's step is conditioned on its version and incarnation; a change that leaves
+        what the cycle decided from (state, head, configuration) as it was (a watermark, say) is
+        retried on the fresh record.
+        """
+        scope, stream = record.scope, record.stream
+        for _ in range(_ATTEMPTS):
+            token = uuid.uuid4().hex
+            try:
+                with TransactWrite(connection=self.store.transaction_connection) as tx:
+                    tx.update(record, actions=[
+                        StreamRecord.state.set(StreamState.TRUNCATING.value),
+                        StreamRecord.workflow.set({"name": "truncate"}), StreamRecord.pending.set(PENDING),
+                        StreamRecord.pending_since.set(now_ms()), StreamRecord.head.set(_wire(target)),
+                        StreamRecord.write_id.set(token)], condition=StreamRecord.created_ms == record.created_ms)
+                    if fenced:
+                        self.move_fence(tx, scope, stream, fence, token)
+                break
+            except TransactWriteError as e:
+                fresh = self.store.get_stream(scope, stream)
+                if fresh.write_id == token:
+                    break  # applied: a resend after a lost answer was refused by its own first attempt
+                if fenced and _refused_by_condition(e, 1):
+                    return False
+                decided_from = ("created_ms", "state", "workflow", "head", "configuration")
+                if any(getattr(fresh, a) != getattr(record, a) for a in decided_from):
+                    raise WriteConflict(f"stream {scope}/{stream} changed while its retention was decided") from e
+                record = fresh
+        else:
+            raise WriteConflict(f"stream {scope}/{stream} is too contended for retention; the next cycle tries again")
+        self.streams.truncate_stream(scope, stream, {p.segment.segment_id: p.offset for p in target})
+        return True
+
+    def _record_tail(self, record: StreamRecord, tail: list[SegmentPosition], size: int,
                      now: int) -> list[RetentionRecord]:
+        """The retention set, with the tail recorded in it when the latest record is old enough: only
+        while the stream is the incarnation the cycle read (a cycle racing a delete and create again
+        must not put the old stream's cut in the new stream's set)."""
+        scope, stream = record.scope, record.stream
         records = list(RetentionRecord.query(stream_pk(scope, stream), RetentionRecord.sk.startswith("rs#"),
                                              consistent_read=True))
         if not records or now - records[-1].recorded_ms >= self.settings.frequency_ms:
             latest = RetentionRecord(stream_pk(scope, stream), f"rs#{now:015d}", recorded_ms=now, size=size,
-                                     cut=_wire(tail))
-            latest.save()
+                                     cut=_wire(tail), write_id=uuid.uuid4().hex)
+            try:
+                with TransactWrite(connection=self.store.transaction_connection) as tx:
+                    tx.condition_check(StreamRecord, scope_pk(scope), stream,
+                                       condition=StreamRecord.created_ms == record.created_ms)
+                    tx.save(latest, condition=RetentionRecord.pk.does_not_exist())
+            except TransactWriteError as e:
+                if _refused_by_condition(e, 0):
+                    raise StreamNotFound(f"stream {scope}/{stream} was deleted (and perhaps created again) "
+                                         "while its retention was decided") from e
+                if not _refused_by_condition(e, 1):
+                    raise
+                # there already: this cycle's own write (a lost answer), or a concurrent cycle's of that instant
+                latest = RetentionRecord.get(latest.pk, latest.sk, consistent_read=True)
             records.append(latest)
         return self._thin(records)
 
@@ -317,7 +483,7 @@ class RetentionTasks:
     def _drop(record: RetentionRecord) -> None:
         """Delete a retention record only as it was read (a concurrent cycle may have dropped it)."""
         try:
-            record.delete(condition=RetentionRecord.recorded_ms == record.recorded_ms)
+            record.delete(condition=_as_read(RetentionRecord, record))
         except DeleteError as e:
             if not failed_condition(e):
                 raise
