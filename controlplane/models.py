@@ -155,6 +155,10 @@ class MetadataItem(Model):
     # botocore sends after a lost answer is refused by the version its first attempt moved on, and the
     # token tells that refusal apart from another writer's change.
     write_id = UnicodeAttribute(null=True)
+    # A random token written with a record's creation and never changed (store.create_item): a create
+    # whose answer was lost is refused on resend because the record exists, and the token tells its own
+    # record apart from one someone else made (write_id does not: later changes replace it).
+    create_id = UnicodeAttribute(null=True)
     workflows = WorkflowIndex()
     txn_deadlines = TxnDeadlineIndex()
     retention = RetentionIndex()

@@ -83,6 +83,35 @@ def versioned_update(record: MetadataItem, actions: list, conflict: str) -> None
         record.deserialize(fresh.serialize())
 
 
+def create_item(record: MetadataItem, condition: Any) -> bool:
+    """Save a new record under ``condition`` (that it does not exist); False if it is refused because it does.
+
+    The record carries a fresh ``create_id``: a refusal of botocore's resend of a save whose answer was lost
+    (applied the first time) finds this call's own record and answers True; ``record`` is then brought up
+    to date as after a success."""
+    record.create_id = uuid.uuid4().hex
+    try:
+        record.save(condition=condition)
+        return True
+    except PutError as e:
+        if not failed_condition(e):
+            raise
+    return created_by(record)
+
+
+def created_by(record: MetadataItem) -> bool:
+    """Whether the stored item is the one ``record`` created (its ``create_id``); if so ``record`` takes
+    its current content (the version a save would have set, anything changed since)."""
+    try:
+        fresh = type(record).get(record.pk, record.sk, consistent_read=True)
+    except DoesNotExist:
+        return False
+    if fresh.create_id != record.create_id:
+        return False
+    record.deserialize(fresh.serialize())
+    return True
+
+
 def _encode_token(key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(key).encode()).decode() if key else None
 
@@ -136,13 +165,8 @@ class MetadataStore:
     # -- scopes --------------------------------------------------------------------------------
 
     def create_scope(self, record: ScopeRecord) -> bool:
-        try:
-            record.save(condition=ScopeRecord.pk.does_not_exist())
-            return True
-        except PutError as e:
-            if failed_condition(e):
-                return False
-            raise
+        """False if the scope existed before this call."""
+        return create_item(record, ScopeRecord.pk.does_not_exist())
 
     def get_scope(self, scope: str) -> ScopeRecord:
         try:
@@ -168,8 +192,10 @@ class MetadataStore:
     # -- streams -------------------------------------------------------------------------------
 
     def create_stream(self, record: StreamRecord) -> None:
-        """Store a new stream record, provided its scope exists and is not being deleted."""
+        """Store a new stream record, provided its scope exists and is not being deleted. A resend refused
+        by this call's own first attempt (its answer lost) is recognised by the record's ``create_id``."""
         scope_key = ScopeRecord(SCOPES_PK, record.scope)
+        record.create_id = uuid.uuid4().hex
         try:
             with TransactWrite(connection=self.transaction_connection) as tx:
                 tx.condition_check(ScopeRecord, SCOPES_PK, record.scope,
@@ -177,6 +203,8 @@ class MetadataStore:
                 tx.save(record, condition=StreamRecord.pk.does_not_exist())
         except TransactWriteError as e:
             reasons = [r.code if r else None for r in (e.cancellation_reasons or [])]
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed" and created_by(record):
+                return
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 self.get_scope(record.scope)  # raises ScopeNotFound if absent
                 raise IllegalState(f"scope {scope_key.sk} is being deleted") from e

@@ -52,7 +52,14 @@ from controlplane.models import (
     stream_pk,
     txn_sk,
 )
-from controlplane.store import _decode_token, _encode_token, conditional, failed_condition
+from controlplane.store import (
+    _decode_token,
+    _encode_token,
+    conditional,
+    create_item,
+    failed_condition,
+    versioned_update,
+)
 from controlplane.streams import StreamTasks, _range
 from rillet.errors import (
     IllegalState,
@@ -141,7 +148,8 @@ class TransactionTasks:
                         created_ms=now, lease_expiry_ms=expiry, max_expiry_ms=now + max_execution,
                         deadline_shard=OPEN_SHARD, deadline_ms=expiry)
         txn.sk = txn_sk(txn.txn_id)
-        txn.save(condition=TxnRecord.pk.does_not_exist())
+        if not create_item(txn, TxnRecord.pk.does_not_exist()):  # a resend refused by its own save is True
+            raise WriteConflict(f"transaction id {txn.txn_id} is taken; begin again")
         for sid, _, _ in txn.segments:  # a crash here leaves an open transaction that times out
             self.segments.create(segment_name(scope, stream, txn_segment_token(int(sid), txn.txn_id)))
         return info(txn)
@@ -337,10 +345,9 @@ class TransactionTasks:
                     continue
             for txn_id in record.pending_txns:
                 self.commit(scope, stream, txn_id)
-            try:
-                with conditional("sink changed concurrently"):
-                    record.update(actions=[SinkRecord.last_batch.set(batch_id), SinkRecord.pending_batch.remove(),
-                                           SinkRecord.pending_txns.remove()])
+            try:  # a resend refused by its own first attempt (answer lost) is this call's commit: True
+                versioned_update(record, [SinkRecord.last_batch.set(batch_id), SinkRecord.pending_batch.remove(),
+                                          SinkRecord.pending_txns.remove()], "sink changed concurrently")
             except WriteConflict:
                 continue
             return True
