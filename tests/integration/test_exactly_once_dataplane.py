@@ -4,6 +4,7 @@ the other party's steps inside a named step of the first (a wrapped method), so 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -256,3 +257,72 @@ def test_a_resend_whose_stale_claim_lands_on_its_twins_released_offset_deletes_i
     assert object_keys(store, seg) == {e.object_key for e in index_entries(seg) if e.object_key}
     assert [e.offset for e in index_entries(seg)] == [200]
     assert read_all(store, seg, 200) == event_block("v1", 100)
+
+
+# -- defect 1 through the controller: two finishers of one commit batch -----------------------------
+
+
+def test_two_drivers_of_one_commit_batch_store_each_transaction_once(controller, unique, monkeypatch):
+    """Through the controller: t1 and t2 commit in one batch. Driver A records the batch and, merging
+    t1's first segment, pauses right after its second read of that transaction segment's head record
+    (the one before it reads the target's); driver B (the sweeper, a retried commit) applies the whole
+    batch meanwhile. When A resumes, every stream segment holds t1 then t2, each once."""
+    from rillet.framing import frame
+    from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
+    from rillet.names import segment_name, txn_segment_token
+
+    c = controller
+    c.streams.create_scope(unique)
+    c.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    t1, t2 = (c.transactions.begin(unique, "s", lease_ms=60_000) for _ in range(2))
+    written: dict[int, list[bytes]] = {}
+    for tag, txn in (("t1", t1), ("t2", t2)):
+        for seg in txn.segments:
+            source = segment_name(unique, "s", txn_segment_token(seg.segment_id, txn.txn_id))
+            for i in range(2):
+                event = f"{tag}:{seg.segment_id}:{i}".encode()
+                c.segments.append(source, "tw", i, 1, frame(event))
+                written.setdefault(seg.segment_id, []).append(event)
+    real_drive = type(c.transactions).drive_commits
+    monkeypatch.setattr(type(c.transactions), "drive_commits", lambda *args: None)
+    for txn in (t1, t2):  # both COMMITTING, so that one batch takes both
+        assert c.transactions.commit(unique, "s", txn.txn_id).state == TxnState.COMMITTING
+    monkeypatch.setattr(type(c.transactions), "drive_commits", real_drive)
+
+    first_source = segment_name(unique, "s", txn_segment_token(t1.segments[0].segment_id, t1.txn_id))
+    paused, resume = threading.Event(), threading.Event()
+    driver_a: list[threading.Thread] = []
+    reads: list[str] = []
+    real_meta = SegmentStore._meta
+
+    def meta(self, segment: str):
+        result = real_meta(self, segment)
+        if segment == first_source and driver_a and threading.current_thread() is driver_a[0]:
+            reads.append(segment)
+            if len(reads) == 2:
+                paused.set()
+                assert resume.wait(timeout=60)
+        return result
+
+    monkeypatch.setattr(SegmentStore, "_meta", meta)
+    outcome: list = []
+
+    def drive() -> None:
+        try:
+            c.transactions.drive_commits(unique, "s")
+            outcome.append("done")
+        except BaseException as e:  # noqa: BLE001 - judged below
+            outcome.append(e)
+
+    driver_a.append(threading.Thread(target=drive, daemon=True))
+    driver_a[0].start()
+    assert paused.wait(timeout=60), "driver A never reached the merge"
+    c.transactions.drive_commits(unique, "s")  # driver B applies the whole batch
+    assert c.transactions.status(unique, "s", t2.txn_id).state == TxnState.COMMITTED
+    resume.set()
+    driver_a[0].join(timeout=60)
+    assert not driver_a[0].is_alive() and outcome
+    monkeypatch.setattr(SegmentStore, "_meta", real_meta)
+    for seg in t1.segments:
+        events = [e for _, e in parse_events(read_all(c.segments, segment_name(unique, "s", seg.segment_id)))]
+        assert events == written[seg.segment_id]
