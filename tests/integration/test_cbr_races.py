@@ -13,6 +13,7 @@ import threading
 
 import pytest
 from dataplane_model import SimulatedCrash, inject_crash, lose_answer
+from interleave import Actor, explore
 
 from controlplane import retention as retention_module
 from controlplane.models import (
@@ -332,3 +333,44 @@ def test_a_cycle_racing_delete_and_create_again_records_no_cut_of_the_old_stream
     recorded = list(RetentionRecord.query(stream_pk(unique, "s"), RetentionRecord.sk.startswith("rs#"),
                                           consistent_read=True))
     assert [r.cut[0][3] for r in recorded] == [], "the old stream's tail (800) is in the new stream's set"
+
+
+# -- every interleaving of a cycle with a create or a reset (at most one preemption) ----------------------
+
+
+@pytest.mark.parametrize("change", ["create at the head", "reset back"])
+def test_every_interleaving_of_a_cycle_and_a_registration_keeps_the_subscribers_data(controller, unique, change):
+    """A deterministic scheduler runs a retention cycle and a group's registration request by request,
+    in every order with at most one preemption. After each: the group's subscription is at the group's
+    generation, and nothing is truncated past it, unless the registration committed after the
+    truncation (it moved the fence last) at the explicit start it asked for, which the truncation had
+    already released (its readers skip to the head, as from any truncated start)."""
+    groups, cases, made = controller.reader_groups, iter(range(10_000)), [""]
+
+    def make_actors() -> list[Actor]:
+        scope = made[0] = f"{unique}{next(cases)}"
+        _stream(controller, scope)
+        if change == "reset back":
+            groups.create(scope, "g", _config(controller, scope, start=400))
+
+        def register():
+            if change == "reset back":
+                return groups.reset(scope, "g", _config(controller, scope, start=100))
+            return groups.create(scope, "g", _config(controller, scope))
+
+        return [Actor("cycle", lambda: controller.retention.cycle(scope, "s", now=1_000)), Actor("group", register)]
+
+    def check(actors: list[Actor], schedule: list[str]) -> None:
+        scope = made[0]
+        for actor in actors:
+            assert actor.error is None or isinstance(actor.error, RilletError), (schedule, actor.error)
+        generation = groups.state(scope, "g").config.generation
+        assert [gen for gen, _ in _subscribers(controller, scope).values()] == [generation], schedule
+        subscription = SubscriberRecord.get(stream_pk(scope, "s"), f"sub#{scope}/g", consistent_read=True)
+        fence = SubscriberRecord.get(stream_pk(scope, "s"), retention_module.FENCE_KEY, consistent_read=True)
+        if change == "reset back" and fence.write_id == subscription.write_id:
+            assert _subscribers(controller, scope) == {f"{scope}/g": (1, 100)}, schedule
+        else:
+            _assert_nothing_truncated_past_a_subscriber(controller, scope)
+
+    assert explore(make_actors, check, max_switches=1) > 2
