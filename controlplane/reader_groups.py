@@ -819,8 +819,8 @@ class ReaderGroups:
         except DoesNotExist:
             raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
 
-    def _modify(self, scope: str, group: str, change: Callable[[GroupState], Any], replace: bool = False,
-                announce_lease: bool = False, lease_first: bool = False) -> Any:
+    def _modify(self, scope: str, group: str, change: Callable[[GroupState], Any], announce_lease: bool = False,
+                lease_first: bool = False) -> Any:
         """Apply ``change`` to the group's state and write it back if nobody raced; retry if somebody did.
 
         Every change, a lease takeover included, is conditional on the version read. Then, if the time
@@ -833,19 +833,18 @@ class ReaderGroups:
             state = GroupState.model_validate(record.state)
             before, scheduled = state.last_checkpoint, state.lease_deadline_ms
             result = change(state)
-            new = result if replace else state
-            deadline = schedule_lease_check(new, _now())
+            deadline = schedule_lease_check(state, _now())
             if lease_first:
                 self._announce_lease(scope, group, record.version + 1, deadline)
             try:  # a resend refused after a lost answer counts as the write it is (the change is stored)
-                versioned_update(record, [ReaderGroupRecord.state.set(_storable(new, f"reader group {scope}/{group}"))],
+                versioned_update(record, [ReaderGroupRecord.state.set(_storable(state, f"reader group {scope}/{group}"))],
                                  "reader group state changed concurrently")
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
             if not lease_first and (announce_lease or deadline != scheduled):
                 self._announce_lease(scope, group, record.version, deadline)
-            self._publish(scope, group, before, new)
+            self._publish(scope, group, before, state)
             return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 

@@ -374,3 +374,17 @@ def test_every_interleaving_of_a_cycle_and_a_registration_keeps_the_subscribers_
             _assert_nothing_truncated_past_a_subscriber(controller, scope)
 
     assert explore(make_actors, check, max_switches=1) > 2
+
+
+def test_a_reset_whose_answer_was_lost_is_applied_once(controller, unique):
+    groups = controller.reader_groups
+    for at in range(1, 10):
+        scope = f"{unique}{at}"
+        _stream(controller, scope)
+        groups.create(scope, "g", _config(controller, scope, start=200))
+        with lose_answer(at) as seen:
+            assert groups.reset(scope, "g", _config(controller, scope, start=600)).generation == 1
+        assert groups.state(scope, "g").config.generation == 1
+        assert _subscribers(controller, scope) == {f"{scope}/g": (1, 600)}
+        if len(seen) < at:
+            break
