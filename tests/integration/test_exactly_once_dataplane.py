@@ -326,3 +326,30 @@ def test_two_drivers_of_one_commit_batch_store_each_transaction_once(controller,
     for seg in t1.segments:
         events = [e for _, e in parse_events(read_all(c.segments, segment_name(unique, "s", seg.segment_id)))]
         assert events == written[seg.segment_id]
+
+
+def test_a_tiering_pass_of_a_deleted_segment_saves_no_chunk_into_its_new_incarnation(deployment, store, unique):
+    """A tiering pass bumps the epoch of the first segment (to 1) and scans its inline entries; before
+    it saves the chunk, the segment is deleted and created again, and a pass over the new one (object
+    blocks only: nothing to pack) bumps its epoch to 1 as well. The stale pass's epoch check alone
+    would pass: its chunk must still not land in the new segment, whose reads would take it."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    for i in range(3):
+        store.append(seg, "w", i, 1, event_block(f"old{i}", 40))
+    new_blocks = [event_block(f"new{i}", 100) for i in range(2)]
+    stale_pass = small_store(deployment)
+    real_tier_run = SegmentStore._tier_run
+
+    def recreate_then_save(segment, *args):
+        _recreate(store, seg)
+        for i, block in enumerate(new_blocks):
+            store.append(seg, "v", i, 1, block)
+        assert store.tier(seg) == 0 and head(seg).tier_epoch == 1
+        return real_tier_run(stale_pass, segment, *args)
+
+    stale_pass._tier_run = recreate_then_save
+    stale_pass.tier(seg)
+    assert read_all(store, seg) == b"".join(new_blocks)
+    assert not [e for e in index_entries(seg) if e.sk.startswith("c#")]
+    assert object_keys(store, seg) == {e.object_key for e in index_entries(seg) if e.object_key}
