@@ -353,3 +353,23 @@ def test_a_tiering_pass_of_a_deleted_segment_saves_no_chunk_into_its_new_incarna
     assert read_all(store, seg) == b"".join(new_blocks)
     assert not [e for e in index_entries(seg) if e.sk.startswith("c#")]
     assert object_keys(store, seg) == {e.object_key for e in index_entries(seg) if e.object_key}
+
+
+def test_a_truncation_of_a_deleted_segment_leaves_its_new_incarnation_alone(deployment, store, unique):
+    """A truncation reads the head record (length 200) and the segment is deleted and created again
+    (one 100-byte block) before its update: the new segment keeps its start, and reads all of it."""
+    seg = f"{unique}/s/0"
+    store.create(seg)
+    for i in range(2):
+        store.append(seg, "w", i, 1, event_block(f"old{i}", 100))
+    block = event_block("new", 100)
+    stale = small_store(deployment)
+
+    def recreate() -> None:
+        _recreate(store, seg)
+        store.append(seg, "v", 0, 1, block)
+
+    _after_first_read(stale, seg, recreate)
+    stale.truncate(seg, 150)
+    assert store.info(seg).start_offset == 0
+    assert read_all(store, seg) == block
