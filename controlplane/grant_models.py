@@ -25,6 +25,10 @@ GRANTS_PK = "grants"
 SUMMARY_SK = "summary"
 
 
+MAX_PARTITION_KEY_BYTES = 2048  # DynamoDB's bounds on a key's attributes, in UTF-8 bytes
+MAX_SORT_KEY_BYTES = 1024
+
+
 def grant_pk(principal: str) -> str:
     return f"grant#{principal}"
 
@@ -35,6 +39,10 @@ def grant_sk(permission: str, pattern: str) -> str:
 
 def principal_sk(principal: str) -> str:
     return f"principal#{principal}"
+
+
+# The longest principal whose keys DynamoDB accepts: its listing entry's sort key is the tightest.
+MAX_PRINCIPAL_BYTES = MAX_SORT_KEY_BYTES - len(principal_sk("").encode())
 
 
 class GrantItem(Model):

@@ -26,6 +26,9 @@ from pynamodb.transactions import TransactWrite
 
 from controlplane.grant_models import (
     GRANTS_PK,
+    MAX_PARTITION_KEY_BYTES,
+    MAX_PRINCIPAL_BYTES,
+    MAX_SORT_KEY_BYTES,
     SUMMARY_SK,
     GrantPrincipalRecord,
     GrantRecord,
@@ -37,7 +40,7 @@ from controlplane.grant_models import (
 )
 from controlplane.store import _decode_token, _encode_token
 from dataplane.deployment import Deployment
-from rillet.errors import AccessDenied, IllegalState, WriteConflict
+from rillet.errors import AccessDenied, IllegalState, InvalidArgument, WriteConflict
 from rillet.grants import ROOT, Grant, Permission, PrincipalGrants
 
 # A principal's grants are read in one query page per request (1 MB; a grant item is under 2 KB)
@@ -89,6 +92,16 @@ def _cancelled_by(error: TransactWriteError, index: int) -> bool:
     return len(reasons) > index and reasons[index] is not None and reasons[index].code == "ConditionalCheckFailed"
 
 
+def _check_keys(grant: Grant) -> None:
+    """InvalidArgument for a grant whose keys DynamoDB would refuse (a ValidationException, a 500): the
+    principal's listing entry has it in its sort key, a grant its resource pattern."""
+    if len(grant.principal.encode()) > MAX_PRINCIPAL_BYTES:
+        raise InvalidArgument(f"the principal is {len(grant.principal.encode())} bytes long; at most "
+                              f"{MAX_PRINCIPAL_BYTES} are accepted")
+    if len(grant_sk(grant.permission, grant.resource).encode()) > MAX_SORT_KEY_BYTES:
+        raise InvalidArgument(f"the resource pattern is {len(grant.resource.encode())} bytes long: too long to store")
+
+
 class GrantStore:
     def __init__(self, deployment: Deployment) -> None:
         bind(deployment)
@@ -101,6 +114,8 @@ class GrantStore:
             return 0
 
     def grants_of(self, principal: str) -> list[Grant]:
+        if len(grant_pk(principal).encode()) > MAX_PARTITION_KEY_BYTES:
+            return []  # no principal that long has grants (add refuses it)
         records = GrantRecord.query(grant_pk(principal), limit=MAX_GRANTS_PER_PRINCIPAL)
         return [Grant(principal=r.principal, resource=r.resource, permission=r.permission) for r in records]
 
@@ -113,6 +128,7 @@ class GrantStore:
 
     def add(self, grant: Grant) -> bool:
         """Store a grant, counting it; False when it existed already (adding is idempotent)."""
+        _check_keys(grant)
         admin = int(is_admin_grant(grant))
         record = GrantRecord(grant_pk(grant.principal), grant_sk(grant.permission, grant.resource),
                              principal=grant.principal, resource=grant.resource,
@@ -147,6 +163,7 @@ class GrantStore:
     def remove(self, grant: Grant) -> bool:
         """Delete a grant, counting it out; False when there was none. Each write is conditioned on the
         counts read, so a racing change makes this retry, never miscount."""
+        _check_keys(grant)
         admin = int(is_admin_grant(grant))
         for _ in range(_CHANGE_ATTEMPTS):
             try:

@@ -7,6 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import LambdaFunctionUrlRouter
 
+from controlplane.grant_models import MAX_PRINCIPAL_BYTES
 from controlplane.grants import GrantStore
 from dataplane.deployment import Deployment
 from lambdas.authorization import authorizer
@@ -27,7 +28,7 @@ grants = GrantStore(Deployment.from_env())
 # A principals page token is the base64 of a key whose sort key names a principal (at most 1,024 bytes,
 # DynamoDB's bound on a sort key): about 1,420 characters at most.
 MAX_TOKEN_LENGTH = 2048
-Principal = Annotated[str, Query(pattern=PRINCIPAL_PATTERN, max_length=1024, description="An IAM ARN.")]
+Principal = Annotated[str, Query(pattern=PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL_BYTES, description="An IAM ARN.")]
 
 
 @router.post("/v1/grants", summary="Grant a principal a permission on the resources a pattern names",

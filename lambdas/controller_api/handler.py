@@ -12,6 +12,7 @@ from controlplane.service import Controller
 from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
 from lambdas.controller_api import grant_routes, kvt_routes
+from lambdas.controller_api.path_names import GroupName, ScopeName, StreamName
 from lambdas.http import build_resolver, powertools
 from rillet.api import (
     INT63_MAX,
@@ -101,90 +102,92 @@ def list_scopes(limit: Limit = 100, token: Token = None) -> ScopeList:
 
 
 @app.get("/v1/scopes/<scope>", summary="Describe a scope")
-def get_scope(scope: str) -> ScopeInfo:
+def get_scope(scope: ScopeName) -> ScopeInfo:
     return streams.get_scope(scope)
 
 
 @app.delete("/v1/scopes/<scope>", summary="Delete an empty scope")
-def delete_scope(scope: str) -> Deleted:
+def delete_scope(scope: ScopeName) -> Deleted:
     return Deleted(deleted=streams.delete_scope(scope))
 
 
 @app.post("/v1/scopes/<scope>/streams", summary="Create a stream")
-def create_stream(scope: str, request: CreateStreamRequest) -> Created:
+def create_stream(scope: ScopeName, request: CreateStreamRequest) -> Created:
     return Created(created=streams.create_stream(scope, request.stream, request.configuration))
 
 
 @app.get("/v1/scopes/<scope>/streams", summary="List the streams of a scope, optionally by tag")
-def list_streams(scope: str, tag: Annotated[str | None, Query()] = None, limit: Limit = 100,
+def list_streams(scope: ScopeName, tag: Annotated[str | None, Query()] = None, limit: Limit = 100,
                  token: Token = None) -> StreamList:
     names, next_token = streams.list_streams(scope, tag, limit, token)
     return StreamList(streams=names, next_token=next_token)
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>", summary="Stream state, configuration, segments, head and tail")
-def get_stream(scope: str, stream: str) -> StreamInfo:
+def get_stream(scope: ScopeName, stream: StreamName) -> StreamInfo:
     return streams.stream_info(scope, stream)
 
 
 @app.put("/v1/scopes/<scope>/streams/<stream>/configuration", summary="Update a stream's configuration")
-def update_stream(scope: str, stream: str, configuration: StreamConfiguration) -> StreamStatus:
+def update_stream(scope: ScopeName, stream: StreamName, configuration: StreamConfiguration) -> StreamStatus:
     streams.update_stream(scope, stream, configuration)
     return _status(scope, stream)
 
 
 @app.post("/v1/scopes/<scope>/streams/<stream>/seal", summary="Seal a stream: no more appends")
-def seal_stream(scope: str, stream: str) -> StreamStatus:
+def seal_stream(scope: ScopeName, stream: StreamName) -> StreamStatus:
     streams.seal_stream(scope, stream)
     return _status(scope, stream)
 
 
 @app.delete("/v1/scopes/<scope>/streams/<stream>", summary="Delete a sealed stream")
-def delete_stream(scope: str, stream: str) -> Deleted:
+def delete_stream(scope: ScopeName, stream: StreamName) -> Deleted:
     streams.delete_stream(scope, stream)
     return Deleted(deleted=True)
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segments",
          summary="Current segments, or those current at a time (milliseconds since the epoch)")
-def get_segments(scope: str, stream: str, at_ms: Annotated[int | None, Query(ge=0, le=INT63_MAX)] = None) -> SegmentList:
+def get_segments(scope: ScopeName, stream: StreamName,
+                 at_ms: Annotated[int | None, Query(ge=0, le=INT63_MAX)] = None) -> SegmentList:
     if at_ms is None:
         return SegmentList(segments=streams.current_segments(scope, stream))
     return SegmentList(segments=streams.segments_at(scope, stream, at_ms))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/head", summary="The head stream cut")
-def get_head(scope: str, stream: str) -> PositionList:
+def get_head(scope: ScopeName, stream: StreamName) -> PositionList:
     return PositionList(positions=streams.head(scope, stream))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segment-for-key", summary="The current segment of a routing key")
-def get_segment_for_key(scope: str, stream: str, routing_key: Annotated[str, Query(max_length=4096)]) -> SegmentRange:
+def get_segment_for_key(scope: ScopeName, stream: StreamName,
+                        routing_key: Annotated[str, Query(max_length=4096)]) -> SegmentRange:
     return streams.segment_for_key(scope, stream, routing_key)
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segments/<segment_id>/successors",
          summary="Successors of a sealed segment, each with all its predecessors")
-def get_successors(scope: str, stream: str, segment_id: SegmentId) -> Successors:
+def get_successors(scope: ScopeName, stream: StreamName, segment_id: SegmentId) -> Successors:
     return Successors(successors=streams.successors(scope, stream, segment_id))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segments/<segment_id>/predecessors",
          summary="Predecessors of a segment")
-def get_predecessors(scope: str, stream: str, segment_id: SegmentId) -> SegmentList:
+def get_predecessors(scope: ScopeName, stream: StreamName, segment_id: SegmentId) -> SegmentList:
     return SegmentList(segments=streams.predecessors(scope, stream, segment_id))
 
 
 @app.post("/v1/scopes/<scope>/streams/<stream>/truncate",
           summary="Truncate at a stream cut (only forward, only at a valid cut)")
-def truncate_stream(scope: str, stream: str, request: TruncateRequest) -> StreamStatus:
+def truncate_stream(scope: ScopeName, stream: StreamName, request: TruncateRequest) -> StreamStatus:
     streams.truncate_stream(scope, stream, {p.segment_id: p.offset for p in request.positions})
     return _status(scope, stream)
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/slices",
          summary="The byte range of every segment between two stream cuts (head and tail by default)")
-def get_slices(scope: str, stream: str,
+def get_slices(scope: ScopeName, stream: StreamName,
                start: Annotated[str | None, Query(alias="from", description="A stream cut in text form.")] = None,
                end: Annotated[str | None, Query(alias="to", description="A stream cut in text form.")] = None,
                ) -> SliceList:
@@ -194,7 +197,7 @@ def get_slices(scope: str, stream: str,
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/next-cut",
          summary="How far a reader at a cut can read without mixing a segment and its successors")
-def get_next_cut(scope: str, stream: str,
+def get_next_cut(scope: ScopeName, stream: StreamName,
                  start: Annotated[str, Query(alias="from", description="A stream cut in text form.")]) -> PositionList:
     return PositionList(positions=streams.next_cut(scope, stream, _cut_offsets(scope, stream, start)))
 
@@ -205,7 +208,7 @@ def get_next_cut(scope: str, stream: str,
                      "exact except where a chunk tiered after the time lies just after it or a scale was under "
                      "way at the time (then it is earlier); it is never before the head, and past the last "
                      "append it is the tail. See docs/cli.md (stream cut at).")
-def get_cut_at_time(scope: str, stream: str,
+def get_cut_at_time(scope: ScopeName, stream: StreamName,
                     time_ms: Annotated[int, Query(ge=0, le=INT63_MAX, description="Milliseconds since the epoch.")],
                     ) -> PositionList:
     return PositionList(positions=cut_at_time(streams, scope, stream, time_ms))
@@ -222,13 +225,13 @@ def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | 
 
 @app.post("/v1/scopes/<scope>/streams/<stream>/scale",
           summary="Seal some current segments and replace them by segments with the given key ranges")
-def scale_stream(scope: str, stream: str, request: ScaleRequest) -> ScaleStatus:
+def scale_stream(scope: ScopeName, stream: StreamName, request: ScaleRequest) -> ScaleStatus:
     epoch = streams.scale_stream(scope, stream, request.seal, request.new_ranges)
     return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/scale/<epoch>", summary="Whether the scale to an epoch finished")
-def get_scale_status(scope: str, stream: str, epoch: Epoch) -> ScaleStatus:
+def get_scale_status(scope: ScopeName, stream: StreamName, epoch: Epoch) -> ScaleStatus:
     return ScaleStatus(epoch=epoch, status=streams.scale_status(scope, stream, epoch))
 
 
@@ -239,41 +242,42 @@ TxnId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 
 
 @app.post(TXNS, summary="Begin a transaction (one transaction segment per current segment)")
-def begin_txn(scope: str, stream: str, request: BeginTxnRequest) -> TxnInfo:
+def begin_txn(scope: ScopeName, stream: StreamName, request: BeginTxnRequest) -> TxnInfo:
     return txns.begin(scope, stream, request.lease_ms)
 
 
 @app.get(TXNS, summary="A page of the stream's open, committing and aborting transactions")
-def list_txns(scope: str, stream: str, limit: Limit = 100, token: Token = None) -> TxnList:
+def list_txns(scope: ScopeName, stream: StreamName, limit: Limit = 100, token: Token = None) -> TxnList:
     transactions, next_token = txns.list_unfinished(scope, stream, limit, token)
     return TxnList(transactions=transactions, next_token=next_token)
 
 
 @app.get(TXNS + "/<txn_id>", summary="A transaction's state, segments and deadlines")
-def get_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
+def get_txn(scope: ScopeName, stream: StreamName, txn_id: TxnId) -> TxnInfo:
     return txns.status(scope, stream, txn_id)
 
 
 @app.post(TXNS + "/<txn_id>/ping",
           summary="Renew the lease (LeaseTooLarge; TxnFailed when closed, or when the new lease would end past the "
                   "maximum execution time: the transaction then stays open until its current lease ends)")
-def ping_txn(scope: str, stream: str, txn_id: TxnId, request: PingTxnRequest) -> TxnInfo:
+def ping_txn(scope: ScopeName, stream: StreamName, txn_id: TxnId, request: PingTxnRequest) -> TxnInfo:
     return txns.ping(scope, stream, txn_id, request.lease_ms)
 
 
 @app.post(TXNS + "/<txn_id>/commit", summary="Commit: COMMITTED, or COMMITTING while another workflow runs")
-def commit_txn(scope: str, stream: str, txn_id: TxnId, request: CommitTxnRequest) -> TxnInfo:
+def commit_txn(scope: ScopeName, stream: StreamName, txn_id: TxnId, request: CommitTxnRequest) -> TxnInfo:
     return txns.commit(scope, stream, txn_id, request.timestamp_ms, request.writer_id)
 
 
 @app.post(TXNS + "/<txn_id>/abort", summary="Abort: the transaction's events are never visible")
-def abort_txn(scope: str, stream: str, txn_id: TxnId) -> TxnInfo:
+def abort_txn(scope: ScopeName, stream: StreamName, txn_id: TxnId) -> TxnInfo:
     return txns.abort(scope, stream, txn_id)
 
 
 @app.post("/v1/scopes/<scope>/streams/<stream>/sinks/<sink>/batches",
           summary="Commit the transactions of a streaming writer's batch exactly once (idempotent by batch id)")
-def commit_batch(scope: str, stream: str, sink: ReaderName, request: CommitBatchRequest) -> CommitBatchResult:
+def commit_batch(scope: ScopeName, stream: StreamName, sink: ReaderName,
+                 request: CommitBatchRequest) -> CommitBatchResult:
     return CommitBatchResult(committed=txns.commit_batch(scope, stream, sink, request.batch_id, request.txn_ids))
 
 
@@ -282,7 +286,7 @@ def commit_batch(scope: str, stream: str, sink: ReaderName, request: CommitBatch
 
 @app.post("/v1/scopes/<scope>/streams/<stream>/writers/<writer>/mark",
           summary="A writer notes a time at its position (for watermarks)")
-def note_time(scope: str, stream: str, writer: ReaderName, request: NoteTimeRequest) -> Accepted:
+def note_time(scope: ScopeName, stream: StreamName, writer: ReaderName, request: NoteTimeRequest) -> Accepted:
     watermarks.note_time(scope, stream, writer, request.timestamp_ms,
                          {p.segment_id: p.offset for p in request.position})
     return Accepted()
@@ -290,7 +294,7 @@ def note_time(scope: str, stream: str, writer: ReaderName, request: NoteTimeRequ
 
 @app.delete("/v1/scopes/<scope>/streams/<stream>/writers/<writer>",
             summary="A writer leaves: it no longer holds watermarks back")
-def remove_writer(scope: str, stream: str, writer: ReaderName) -> Deleted:
+def remove_writer(scope: ScopeName, stream: StreamName, writer: ReaderName) -> Deleted:
     watermarks.remove_writer(scope, stream, writer)
     return Deleted(deleted=True)
 
@@ -301,23 +305,23 @@ GROUP = "/v1/scopes/<scope>/reader-groups/<group>"
 
 
 @app.post("/v1/scopes/<scope>/reader-groups", summary="Create a reader group")
-def create_reader_group(scope: str, request: CreateReaderGroupRequest) -> Created:
+def create_reader_group(scope: ScopeName, request: CreateReaderGroupRequest) -> Created:
     return Created(created=groups.create(scope, request.group, _named_streams(request.config)))
 
 
 @app.get("/v1/scopes/<scope>/reader-groups", summary="List the reader groups of a scope")
-def list_reader_groups(scope: str, limit: Limit = 100, token: Token = None) -> ReaderGroupList:
+def list_reader_groups(scope: ScopeName, limit: Limit = 100, token: Token = None) -> ReaderGroupList:
     names, next_token = groups.list_groups(scope, limit, token)
     return ReaderGroupList(groups=names, next_token=next_token)
 
 
 @app.get(GROUP, summary="A reader group's configuration, readers and checkpoints")
-def get_reader_group(scope: str, group: str) -> ReaderGroupInfo:
+def get_reader_group(scope: ScopeName, group: GroupName) -> ReaderGroupInfo:
     return groups.info(scope, group)
 
 
 @app.put(GROUP + "/config", summary="Reset a reader group to a new configuration (a new generation)")
-def reset_reader_group(scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
+def reset_reader_group(scope: ScopeName, group: GroupName, config: ReaderGroupConfig) -> ReaderGroupConfig:
     return groups.reset(scope, group, _named_streams(config))
 
 
@@ -331,7 +335,7 @@ def _named_streams(config: ReaderGroupConfig) -> ReaderGroupConfig:
 
 
 @app.delete(GROUP, summary="Delete a reader group")
-def delete_reader_group(scope: str, group: str) -> Deleted:
+def delete_reader_group(scope: ScopeName, group: GroupName) -> Deleted:
     return Deleted(deleted=groups.delete(scope, group))
 
 
@@ -339,7 +343,8 @@ def delete_reader_group(scope: str, group: str) -> Deleted:
           description="A name is one online reader: a join with another instance token than the online "
                       "reader of that name gets 409 AlreadyExists; the same token (a repeated join) is "
                       "accepted. The body is optional; a join without a token is accepted by name.")
-def add_reader(scope: str, group: str, reader: ReaderName, request: JoinRequest | None = None) -> Assignment:
+def add_reader(scope: ScopeName, group: GroupName, reader: ReaderName,
+               request: JoinRequest | None = None) -> Assignment:
     return groups.add_reader(scope, group, reader, request.instance if request else None)
 
 
@@ -349,56 +354,56 @@ def add_reader(scope: str, group: str, reader: ReaderName, request: JoinRequest 
                       "taken offline at their last reported positions. A reader taken offline gets 409 "
                       "ReaderNotInReaderGroup (details.generation is the group's; a new one means the group "
                       "was reset).")
-def sync_reader(scope: str, group: str, reader: ReaderName, request: SyncRequest) -> Assignment:
+def sync_reader(scope: ScopeName, group: GroupName, reader: ReaderName, request: SyncRequest) -> Assignment:
     return groups.sync(scope, group, reader, request)
 
 
 @app.post(GROUP + "/readers/<reader>/offline", summary="Take a reader offline, handing its segments back")
-def reader_offline(scope: str, group: str, reader: ReaderName, request: OfflineRequest) -> Deleted:
+def reader_offline(scope: ScopeName, group: GroupName, reader: ReaderName, request: OfflineRequest) -> Deleted:
     groups.reader_offline(scope, group, reader, request.position, request.instance)
     return Deleted(deleted=True)
 
 
 @app.post(GROUP + "/checkpoints", summary="Initiate a checkpoint")
-def initiate_checkpoint(scope: str, group: str, request: CheckpointRequest) -> CheckpointInfo:
+def initiate_checkpoint(scope: ScopeName, group: GroupName, request: CheckpointRequest) -> CheckpointInfo:
     return groups.initiate_checkpoint(scope, group, request.name, request.silent)
 
 
 @app.get(GROUP + "/checkpoints/<name>", summary="Whether a checkpoint completed, and its stream cuts")
-def get_checkpoint(scope: str, group: str, name: str) -> CheckpointInfo:
+def get_checkpoint(scope: ScopeName, group: GroupName, name: str) -> CheckpointInfo:
     return groups.checkpoint(scope, group, name)
 
 
 @app.post(GROUP + "/truncation-cut",
           summary="A MANUAL_RELEASE_AT_USER_STREAMCUT subscriber acknowledges consumption up to a stream cut")
-def update_truncation_cut(scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
+def update_truncation_cut(scope: ScopeName, group: GroupName, cut: StreamCutBody) -> StreamCutBody:
     return groups.update_truncation_cut(scope, group, cut)
 
 
 @app.get(GROUP + "/stream-cuts", summary="The group's current position in each stream")
-def get_group_stream_cuts(scope: str, group: str) -> StreamCutList:
+def get_group_stream_cuts(scope: ScopeName, group: GroupName) -> StreamCutList:
     return StreamCutList(cuts=groups.stream_cuts(scope, group))
 
 
 @app.get(GROUP + "/readers", summary="The online readers, each with its segments, offsets and unread bytes")
-def get_reader_statuses(scope: str, group: str) -> ReaderStatusList:
+def get_reader_statuses(scope: ScopeName, group: GroupName) -> ReaderStatusList:
     return ReaderStatusList(readers=groups.reader_statuses(scope, group))
 
 
 @app.get(GROUP + "/acknowledged-cuts",
          summary="A subscriber group's acknowledged (truncation) cut in each of its streams")
-def get_acknowledged_cuts(scope: str, group: str) -> AcknowledgedCutList:
+def get_acknowledged_cuts(scope: ScopeName, group: GroupName) -> AcknowledgedCutList:
     return AcknowledgedCutList(cuts=groups.acknowledged_cuts(scope, group))
 
 
 @app.get(GROUP + "/unread-bytes", summary="Bytes between the group's position and the tails of its streams")
-def get_unread_bytes(scope: str, group: str) -> UnreadBytes:
+def get_unread_bytes(scope: ScopeName, group: GroupName) -> UnreadBytes:
     return UnreadBytes(unread_bytes=groups.unread_bytes(scope, group))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/retention",
          summary="The last retention decision and why, and every subscriber with its lag behind the tail")
-def get_retention_status(scope: str, stream: str) -> RetentionStatus:
+def get_retention_status(scope: ScopeName, stream: StreamName) -> RetentionStatus:
     return controller.retention.status(scope, stream)
 
 
