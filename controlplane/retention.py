@@ -87,13 +87,13 @@ FENCE_KEY = "subscribers"
 _ATTEMPTS = 10
 
 
-def refusals(error: TransactWriteError) -> list[str | None]:
+def _refusals(error: TransactWriteError) -> list[str | None]:
     """Why each write of a refused transaction was refused (None: it was not)."""
     return [r.code if r is not None else None for r in (error.cancellation_reasons or [])]
 
 
 def _refused_by_condition(error: TransactWriteError, index: int) -> bool:
-    reasons = refusals(error)
+    reasons = _refusals(error)
     return len(reasons) > index and reasons[index] == "ConditionalCheckFailed"
 
 
@@ -234,7 +234,7 @@ class RetentionTasks:
             except TransactWriteError as e:
                 if self.fence_moved_by(scope, stream, token) or _refused_by_condition(e, 0):
                     return  # applied (its answer was lost), or a registration that stays
-                if not set(refusals(e)) & {"ConditionalCheckFailed", "TransactionConflict"}:
+                if not set(_refusals(e)) & {"ConditionalCheckFailed", "TransactionConflict"}:
                     raise
         raise WriteConflict(f"the subscribers of {scope}/{stream} are too contended; try again")
 
