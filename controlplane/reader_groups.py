@@ -62,6 +62,7 @@ from rillet.errors import (
     NotFound,
     ReaderGroupNotFound,
     ReaderNotInReaderGroup,
+    StreamNotFound,
     WriteConflict,
 )
 from rillet.models import (
@@ -674,6 +675,8 @@ class ReaderGroups:
                 self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}",
                                                      state.config.generation,
                                                      {p.segment.segment_id: p.offset for p in cut.positions})
+            except StreamNotFound:
+                pass  # the stream was deleted: nothing of it is retained for anyone
             except (InvalidArgument, NotFound):
                 self._check_subscription(scope, group, cut, state.config.generation)
             except WriteConflict:
