@@ -18,6 +18,10 @@ Items of a segment's partition (hash key ``pk`` = the segment's name):
   packed into one S3 object. They have their own key range so that no claim can ever land on one, and
   an ``e#`` entry that starts inside a chunk is known to be garbage (see docs/dataplane.md).
 
+Every item but the head record carries the head record's ``created_ms``, the segment's incarnation:
+a name deleted and created again never adopts an item of its earlier life (docs/dataplane.md,
+"Incarnations").
+
 Attribute names are one or two letters because every append writes an index entry and DynamoDB
 charges for names as well as values.
 """
