@@ -63,8 +63,9 @@ def conditional(conflict: str) -> Iterator[None]:
         raise
 
 
-def versioned_update(record: MetadataItem, actions: list, conflict: str) -> None:
-    """Apply ``actions`` to a versioned record if it still has the version it was read with.
+def versioned_update(record: MetadataItem, actions: list, conflict: str, condition: Any = None) -> None:
+    """Apply ``actions`` to a versioned record if it still has the version it was read with (and
+    ``condition`` holds).
 
     A refusal is a WriteConflict, unless the record carries this call's token: then the refused
     request was botocore's resend of one whose answer was lost after it was applied (a read timeout, a
@@ -72,7 +73,7 @@ def versioned_update(record: MetadataItem, actions: list, conflict: str) -> None
     token = uuid.uuid4().hex
     try:
         with conditional(conflict):
-            record.update(actions=[*actions, type(record).write_id.set(token)])
+            record.update(actions=[*actions, type(record).write_id.set(token)], condition=condition)
     except WriteConflict:
         try:
             fresh = type(record).get(record.pk, record.sk, consistent_read=True)
@@ -232,9 +233,10 @@ class MetadataStore:
         return any(True for _ in StreamRecord.query(scope_pk(scope), limit=1, consistent_read=True))
 
     def update(self, record: ScopeRecord | StreamRecord, actions: list, conflict: str) -> None:
-        """Apply ``actions`` if the scope or stream record still has the version it was read with (a
-        resend refused after a lost answer counts as applied: see versioned_update)."""
-        versioned_update(record, actions, conflict)
+        """Apply ``actions`` if the scope or stream record is still the incarnation and version it was read
+        with (a resend refused after a lost answer counts as applied: see versioned_update). The version
+        alone would not do: it starts again with a name deleted and created again."""
+        versioned_update(record, actions, conflict, condition=type(record).created_ms == record.created_ms)
 
     def delete_stream_record(self, record: StreamRecord) -> None:
         """Only the incarnation read: the version alone restarts with a stream created again."""

@@ -208,13 +208,14 @@ class StreamTasks:
                      else StreamRecord.retention_bucket.remove(),
                      StreamRecord.autoscale.set(AUTOSCALED) if _autoscaled(config) else StreamRecord.autoscale.remove())
 
-    def seal_stream(self, scope: str, stream: str) -> None:
-        record = self.store.get_stream(scope, stream)
+    def seal_stream(self, scope: str, stream: str, incarnation: int | None = None) -> None:
+        """Seal the stream (only its ``incarnation``, if given: StreamNotFound once the name holds another)."""
+        record = self._get_stream(scope, stream, incarnation)
         if _state(record) == StreamState.SEALED:
             return
         if _state(record) != StreamState.SEALING:
             self.transactions.drive_commits(scope, stream)  # acknowledged commits happen before the seal
-            record = self.store.get_stream(scope, stream)
+            record = self._get_stream(scope, stream, incarnation)
             self._begin(record, StreamState.SEALING, {"name": "seal"})
         self.finish_seal_stream(record)
 
@@ -233,9 +234,9 @@ class StreamTasks:
             self._seal_segment(record, int(sid), record.current_epoch)
         self._finish(record, StreamState.SEALED)
 
-    def delete_stream(self, scope: str, stream: str) -> None:
-        """Delete a sealed stream with all its segments and metadata."""
-        record = self.store.get_stream(scope, stream)
+    def delete_stream(self, scope: str, stream: str, incarnation: int | None = None) -> None:
+        """Delete a sealed stream with all its segments and metadata (only its ``incarnation``, if given)."""
+        record = self._get_stream(scope, stream, incarnation)
         if _state(record) != StreamState.SEALED:
             raise IllegalState(f"stream {scope}/{stream} is {record.state}; seal it before deleting it",
                                state=record.state)
@@ -250,7 +251,9 @@ class StreamTasks:
         """Delete the segments, the stream's partition, then its record. Each destructive step first
         checks that the record read is still there: a finisher that resumes after another one finished
         (and the name may have been created again) stops instead of deleting the new stream's data.
-        What is left is the time between that check and the step's own requests."""
+        Record changes and the watermark stream's delete are conditioned on the incarnation; a segment's
+        delete is not (the segment store takes no expected incarnation yet), so for segments what is left
+        is the time between the check and the delete's own requests."""
         for segment in self.store.list_segments(record.scope, record.stream):
             if not self._still_deleting(record):
                 return
@@ -259,8 +262,15 @@ class StreamTasks:
                                                   still=lambda: self._still_deleting(record)):
             return
         if record.watermarked:  # its watermark stream goes with it
-            self._delete_internal(record.scope, mark_stream_name(record.stream))
+            self._delete_internal(record, mark_stream_name(record.stream))
         self.store.delete_stream_record(record)
+
+    def _get_stream(self, scope: str, stream: str, incarnation: int | None) -> StreamRecord:
+        """The stream's record; StreamNotFound if it is not ``incarnation`` (when one is given)."""
+        record = self.store.get_stream(scope, stream)
+        if incarnation is not None and record.created_ms != incarnation:
+            raise StreamNotFound(f"stream {scope}/{stream} was deleted and created again")
+        return record
 
     def _still_deleting(self, record: StreamRecord) -> bool:
         """Whether the stream being deleted is still the incarnation ``record`` was read from."""
@@ -281,10 +291,20 @@ class StreamTasks:
             return False
         return (fresh.created_ms, fresh.state, fresh.workflow) == (record.created_ms, record.state, record.workflow)
 
-    def _delete_internal(self, scope: str, stream: str) -> None:
+    def _delete_internal(self, owner: StreamRecord, stream: str) -> None:
+        """Seal and delete ``owner``'s internal stream (its watermarks), only the incarnation read while
+        ``owner`` is still the stream being deleted: that one is the owner's (a name created again gets
+        its internal stream only after the owner's record is gone), and every later step of the seal and
+        delete is conditioned on it, so a stale finisher leaves a new stream's internal stream alone."""
         try:
-            self.seal_stream(scope, stream)
-            self.delete_stream(scope, stream)
+            internal = self.store.get_stream(owner.scope, stream)
+        except StreamNotFound:
+            return
+        if not self._still_deleting(owner):
+            return
+        try:
+            self.seal_stream(owner.scope, stream, internal.created_ms)
+            self.delete_stream(owner.scope, stream, internal.created_ms)
         except StreamNotFound:
             pass
 
