@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 from dataplane_model import lose_answer, segment_events
 
-from controlplane.models import SinkRecord, stream_pk
+from controlplane.models import SinkRecord, StreamRecord, stream_pk
 from controlplane.service import Controller
+from rillet.errors import WriteConflict
 from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration, StreamState, TxnState
 from rillet.names import mark_stream_name, segment_name, txn_segment_token
@@ -167,3 +168,20 @@ def test_a_stale_delete_finisher_leaves_the_new_streams_segment_alone(controller
 
     assert c.store.get_stream(unique, STREAM).state == StreamState.ACTIVE.value
     assert segment_events(c.segments, name) == [b"new"], "the stale finisher deleted the new stream's segment"
+
+
+def test_a_record_read_from_an_old_incarnation_changes_nothing_in_the_new_one(controller: Controller, unique: str):
+    """A stream's version starts again when its name is created again: a finisher holding the old
+    incarnation's record at the very version the new one has reached must be refused, not applied."""
+    c = controller
+    c.streams.create_scope(unique)
+    c.streams.create_stream(unique, STREAM, config())
+    stale = c.store.get_stream(unique, STREAM)
+    c.streams.seal_stream(unique, STREAM)
+    c.streams.delete_stream(unique, STREAM)
+    c.streams.create_stream(unique, STREAM, config())
+    fresh = c.store.get_stream(unique, STREAM)
+    assert (fresh.version, fresh.created_ms != stale.created_ms) == (stale.version, True)
+    with pytest.raises(WriteConflict):
+        c.store.update(stale, [StreamRecord.state.set(StreamState.SEALED.value)], "changed concurrently")
+    assert c.store.get_stream(unique, STREAM).state == StreamState.ACTIVE.value
