@@ -69,7 +69,7 @@ def key_value_table_resource(scope: str, table: str) -> str:
 
 
 class Grant(_Body):
-    principal: str = Field(pattern=PRINCIPAL_PATTERN, max_length=1024, description=(
+    principal: str = Field(pattern=PRINCIPAL_PATTERN, max_length=1014, description=(  # ASCII; its key principal#<it> within 1 KB
         "An IAM ARN: a user, a role (an assumed-role session ARN is stored as its role), an account root."))
     resource: str = Field(pattern=RESOURCE_PATTERN, max_length=600, description=(
         "prn::/ (the deployment), prn::/scope:S, prn::/scope:S/stream:T, prn::/scope:S/reader-group:G or "
