@@ -313,8 +313,13 @@ class TransactionTasks:
                 pass
 
     def commit_batch(self, scope: str, stream: str, sink: str, batch_id: int, txn_ids: list[str]) -> bool:
-        """Commit the transactions of one batch of a streaming writer exactly once; False if the batch was
-        committed before (its new transactions, from a re-executed batch, are then aborted).
+        """Commit the transactions of one batch of a streaming writer exactly once; False if it is the
+        sink's last committed batch again (a re-execution after a crash between the sink's commit and
+        Spark's own commit log: its new transactions are aborted, the first execution's events stay).
+
+        An older batch id than the last committed is not a re-execution (Spark re-runs only its last
+        batch): another query writes under this sink id, or the query restarted with a fresh checkpoint.
+        Its transactions are aborted and IllegalState says so, rather than dropping the batch silently.
 
         The sink record first records the batch and its transactions as pending, then they are
         committed, then the batch becomes the last committed: a retry at any point resumes it.
@@ -335,6 +340,12 @@ class TransactionTasks:
                             self.abort(scope, stream, txn.txn_id)
                         except (TxnFailed, TxnNotFound):
                             pass  # committed or aborted meanwhile
+                if batch_id < record.last_batch:
+                    raise IllegalState(
+                        f"sink {sink!r} of {scope}/{stream} has committed batch {record.last_batch}, so batch "
+                        f"{batch_id} is not a re-execution: another query writes under this sink id, or the "
+                        f"query restarted with a fresh checkpoint. Its transactions were aborted (nothing of "
+                        f"it is stored); give each query its own sink id")
                 return False
             if record.pending_batch != batch_id:
                 try:

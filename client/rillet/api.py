@@ -303,7 +303,8 @@ class CommitBatchRequest(_Body):
 
 
 class CommitBatchResult(_Body):
-    committed: bool = Field(description="False when this batch had been committed before (a re-execution).")
+    committed: bool = Field(description="False when this batch is the sink's last committed batch again (a "
+                            "re-execution: its transactions were aborted). An older batch id is IllegalState.")
 
 
 class CommitTxnRequest(_Body):

@@ -162,8 +162,9 @@ class TransactionalEventStreamWriter(Generic[T]):
     def commit_batch(self, sink: str, batch_id: int, txn_ids: list[str]) -> bool:
         """Commit the transactions of batch ``batch_id`` of streaming writer ``sink`` exactly once.
 
-        Returns False when that batch had been committed before; the given transactions are then
-        aborted (they came from a re-executed batch).
+        Returns False when that batch is the sink's last committed batch again (a re-execution); the
+        given transactions are then aborted. A batch older than the last committed raises IllegalState
+        (another writer under this sink name, or a restart from scratch); its transactions are aborted.
         """
         body = api.CommitBatchRequest(batch_id=batch_id, txn_ids=txn_ids).model_dump()
         data = self.connection.controller.transport.json(

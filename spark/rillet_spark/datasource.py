@@ -25,7 +25,8 @@ Writing
     Every task writes its rows (column ``event``, optional ``routing_key``) into a transaction of its
     own and returns its id; the driver's commit commits them all, abort aborts them all (a failed task
     aborts its own), so a failed job leaves nothing visible. Streaming writes commit a batch's
-    transactions through the stream's sink record (``sink_id``), exactly once per batch id.
+    transactions through a sink record (``sink_id``, by default derived from the query's checkpoint
+    location), exactly once per batch id; a batch id older than the sink's last is an error.
 """
 
 from __future__ import annotations
@@ -503,8 +504,27 @@ class _StreamWriter(DataSourceStreamWriter):
         return _write(self.options, iterator)
 
     def commit(self, messages: list, batchId: int) -> None:
-        sink = self.options.sink_id or f"{self.options.scope}.{self.options.stream}"
-        _transactions(self.options).commit_batch(sink, batchId, [m.txn_id for m in messages if m is not None])
+        import logging
+
+        if not _transactions(self.options).commit_batch(self._sink(), batchId,
+                                                         [m.txn_id for m in messages if m is not None]):
+            logging.getLogger("rillet_spark").info(
+                "batch %d was committed to %s/%s before (this is its re-execution): its new transactions "
+                "were aborted", batchId, self.options.scope, self.options.stream)
+
+    def _sink(self) -> str:
+        """The name batches commit under: ``sink_id``, else one derived from the query's checkpoint
+        location, so two queries into one stream never share a name and a restart keeps it."""
+        o = self.options
+        if o.sink_id:
+            return o.sink_id
+        if not o.checkpoint_location:
+            raise ValueError('a streaming write to rillet needs option "sink_id" (or the query\'s own '
+                             '"checkpointLocation" option, from which one is derived)')
+        import hashlib
+
+        digest = hashlib.sha256(o.checkpoint_location.rstrip("/").encode()).hexdigest()[:20]
+        return f"{o.scope}.{o.stream}"[:200] + f".{digest}"
 
     def abort(self, messages: list, batchId: int) -> None:
         _abort_all(self.options, messages)

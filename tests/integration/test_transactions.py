@@ -388,3 +388,18 @@ def test_a_batch_executed_again_aborts_only_its_own_open_transactions(controller
     assert c.transactions.status(scope, STREAM, again.txn_id).state == TxnState.ABORTED
     assert c.transactions.status(scope, STREAM, first.txn_id).state == TxnState.COMMITTED
     assert c.transactions.status(scope, STREAM, bystander.txn_id).state == TxnState.OPEN
+
+
+def test_a_batch_older_than_the_sinks_last_is_refused_not_dropped(controller: Controller, scope: str):
+    """Two queries under one sink id (or a restart from a fresh checkpoint): the older batch is an error
+    naming the cause, and its transactions are aborted, never silently left uncommitted."""
+    c = controller
+    for batch_id in (0, 1):
+        txn = c.transactions.begin(scope, STREAM, lease_ms=10_000)
+        write_txn(c, scope, txn, per_segment=1)
+        assert c.transactions.commit_batch(scope, STREAM, "shared", batch_id, [txn.txn_id]) is True
+    other = c.transactions.begin(scope, STREAM, lease_ms=10_000)
+    write_txn(c, scope, other, per_segment=1)
+    with pytest.raises(IllegalState, match="has committed batch 1, so batch 0 is not a re-execution"):
+        c.transactions.commit_batch(scope, STREAM, "shared", 0, [other.txn_id])
+    assert c.transactions.status(scope, STREAM, other.txn_id).state == TxnState.ABORTED

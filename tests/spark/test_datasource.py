@@ -316,3 +316,46 @@ def test_min_partitions_splits_a_segment_at_block_boundaries(spark, stack, manag
     assert sorted(r.event for r in split.collect()) == sorted(r.event for r in plain.collect())
     offsets = [r.offset for r in split.orderBy("offset").collect()]
     assert len(offsets) == len(set(offsets)) == 200
+
+
+def test_streaming_writes_never_drop_a_batch_silently(spark, stack, manager, scope, tmp_path):
+    """Two queries into one stream each keep their own sink (named from their checkpoints); a query under
+    a sink id another query has moved past fails with the reason instead of losing its batches."""
+    for name in ("in", "out", "out2"):
+        manager.create_stream(scope, name, StreamConfiguration())
+
+    def copy(checkpoint, out="out", **options):
+        writer = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+                  .option("stream", f"{scope}/in").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8")
+                  .load().select("event").writeStream.format("rillet").option("endpoint", stack.controller_url)
+                  .option("stream", f"{scope}/{out}").option("checkpointLocation", str(tmp_path / checkpoint)))
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        return writer.trigger(processingTime="200 milliseconds").start()
+
+    def count(stream):
+        return _reader(spark, stack, f"{scope}/{stream}").load().count()
+
+    _write(stack, scope, "in", [("k", f"e{i}".encode()) for i in range(100)])
+    first, second = copy("a"), copy("b")
+    try:
+        _stream_until(first, lambda: count("out") >= 200)
+    finally:
+        first.stop()
+        second.stop()
+    assert count("out") == 200  # both queries' events, each once
+
+    shared = copy("c", out="out2", sink_id="shared")
+    try:
+        _stream_until(shared, lambda: count("out2") >= 100)
+        _write(stack, scope, "in", [("k", f"f{i}".encode()) for i in range(10)])
+        _stream_until(shared, lambda: count("out2") >= 110)
+    finally:
+        shared.stop()
+    late = copy("d", out="out2", sink_id="shared")  # a fresh checkpoint under a used sink id
+    deadline = time.monotonic() + 90
+    while late.isActive and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not late.isActive
+    assert "is not a re-execution" in str(late.exception())
+    assert count("out2") == 110
