@@ -124,7 +124,8 @@ class WatermarkTasks:
         return [(r.scope, r.stream) for r in StreamRecord.watermarking.query(WATERMARKED)]
 
     def compute(self, scope: str, stream: str, now: int | None = None) -> Watermark | None:
-        """Append the stream's next watermark if it moved forward; returns it (None when it did not)."""
+        """Append the stream's next watermark if it moved forward; returns it (None when it did not, or
+        when another job appended one under the same number meanwhile: that one is recorded instead)."""
         now = now if now is not None else now_ms()
         record = self.store.get_stream(scope, stream)
         timeout = StreamConfiguration.model_validate(record.configuration).timestamp_aggregation_timeout_ms
@@ -150,6 +151,7 @@ class WatermarkTasks:
         count = int(record.watermark_count or 0)
         marks_segment = segment_name(scope, mark_stream_name(stream), 0)
         appended = self.streams.segments.append(marks_segment, WATERMARK_WRITER, count, 1, frame(watermark.to_json()))
+        ours = watermark
         if appended.duplicate:  # number ``count`` was taken (an earlier attempt, a stopped or concurrent job)
             watermark = self._stored(marks_segment, count, appended.offset)
         recorded = [StreamRecord.watermark_count.set(count + 1),
@@ -160,7 +162,9 @@ class WatermarkTasks:
             fresh = self.store.get_stream(scope, stream)
             if fresh.watermark_count != count + 1 or self.last(scope, stream, fresh) != watermark:
                 raise
-        return watermark
+        # Another job's watermark under this number is recorded, but this job appended none: the caller
+        # hears of watermarks it added, each later than the one before.
+        return watermark if watermark == ours else None
 
     def _stored(self, segment: str, number: int, offset: int | None) -> Watermark:
         """The watermark the watermark stream holds under ``number``, which starts at ``offset``."""
