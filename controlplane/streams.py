@@ -24,6 +24,7 @@ from rillet.errors import (
     InvalidArgument,
     ScopeNotEmpty,
     ScopeNotFound,
+    SegmentNotFound,
     StreamNotFound,
     WriteConflict,
 )
@@ -252,12 +253,18 @@ class StreamTasks:
         checks that the record read is still there: a finisher that resumes after another one finished
         (and the name may have been created again) stops instead of deleting the new stream's data.
         Record changes and the watermark stream's delete are conditioned on the incarnation; a segment's
-        delete is not (the segment store takes no expected incarnation yet), so for segments what is left
-        is the time between the check and the delete's own requests."""
+        incarnation is read before the check, so it is this stream's, and its delete touches only that
+        incarnation, even if the name is created again between the check and the delete."""
         for segment in self.store.list_segments(record.scope, record.stream):
+            name = segment_name(record.scope, record.stream, segment.segment_id)
+            try:
+                incarnation = int(self.segments.info(name).created_ms)
+            except SegmentNotFound:
+                incarnation = None  # already deleted (by an earlier attempt): nothing to delete
             if not self._still_deleting(record):
                 return
-            self.segments.delete(segment_name(record.scope, record.stream, segment.segment_id))
+            if incarnation is not None:
+                self.segments.delete(name, incarnation)
         if not self.store.delete_stream_partition(record.scope, record.stream,
                                                   still=lambda: self._still_deleting(record)):
             return

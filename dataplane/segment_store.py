@@ -295,22 +295,28 @@ class SegmentStore:
         return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms,
                            rates.events, rates.bytes)
 
-    def seal(self, segment: str) -> int:
-        """Seal the segment and return its final length (idempotent)."""
+    def seal(self, segment: str, incarnation: int | None = None) -> int:
+        """Seal the segment and return its final length (idempotent). With ``incarnation`` (the head
+        record's ``created_ms``), only that incarnation: a name created again is SegmentNotFound, so a
+        caller that read the old one never seals the new one."""
         # No append commits any more: a grace period later, the next tiering pass deletes the objects
         # that failed or crashed appends left under the segment's prefix (_remove_orphans).
         orphans_after = now_ms() + self.settings.orphan_grace_ms
+        condition = SegmentMeta.pk.exists()
+        if incarnation is not None:
+            condition &= SegmentMeta.created_ms == incarnation
         try:
             meta = SegmentMeta(segment, META_KEY)
             meta.update(actions=[SegmentMeta.sealed.set(True),
                                  SegmentMeta.orphans_after.set(SegmentMeta.orphans_after | orphans_after),
                                  SegmentMeta.tier_shard.set(TIER_SHARD),
                                  SegmentMeta.tier_at.set(SegmentMeta.tier_at | orphans_after)],
-                        condition=SegmentMeta.pk.exists())
+                        condition=condition)
             return meta.length
         except UpdateError as e:
             if _failed_condition(e):
-                raise SegmentNotFound(f"segment {segment} does not exist") from e
+                raise SegmentNotFound(f"segment {segment} does not exist"
+                                      + ("" if incarnation is None else f" as incarnation {incarnation}")) from e
             raise
 
     def truncate(self, segment: str, offset: int) -> None:
@@ -333,31 +339,59 @@ class SegmentStore:
                 raise
         self._release_below(segment)
 
-    def delete(self, segment: str) -> None:
+    def delete(self, segment: str, incarnation: int | None = None) -> None:
         """Delete the segment, its index, its objects and the segments merged into it (idempotent).
 
         The segment is sealed first so that no append commits while its index is being removed.
+        With ``incarnation`` (the head record's ``created_ms`` the caller read), only that incarnation
+        goes: nothing happens if the head is another one or gone, and afterwards only its own index
+        items, writer states and the objects they name are removed, and the head only if still its.
+        (Without it, everything under the name goes, including the prefix's orphan objects: callers
+        that may race a re-create pass the incarnation.)
         """
+        if incarnation is not None:
+            try:
+                if int(self._meta(segment).created_ms) != incarnation:
+                    return  # deleted and created again: the new incarnation is not ours to delete
+            except SegmentNotFound:
+                return  # an earlier attempt deleted it
         try:
-            self.seal(segment)
+            self.seal(segment, incarnation)
         except SegmentNotFound:
-            pass  # an earlier attempt got as far as deleting the head record
-        for item in self._index_items(segment, ENTRY_PREFIX) + self._index_items(segment, CHUNK_PREFIX):
+            if incarnation is not None:
+                return  # created again between the read and the seal
+            # else an earlier attempt got as far as deleting the head record
+        items = self._index_items(segment, ENTRY_PREFIX) + self._index_items(segment, CHUNK_PREFIX)
+        if incarnation is not None:
+            items = [item for item in items
+                     if item.incarnation is not None and int(item.incarnation) == incarnation]
+        for item in items:
             if item.source:
                 self.delete(item.source)
+            elif item.object_key and incarnation is not None:
+                self._delete_object(item.object_key)
             self._delete_unchanged(item)
         for state in WriterState.query(segment, WriterState.sk.startswith(WRITER_PREFIX), consistent_read=True):
-            try:  # sealed: no append saves writer state any more
-                state.delete(condition=WriterState.last == state.last)
+            if incarnation is not None and state.incarnation != incarnation:
+                continue  # a later incarnation's writer
+            unchanged = WriterState.last == state.last
+            if incarnation is not None:
+                unchanged &= WriterState.incarnation == incarnation
+            try:  # sealed: no append of this incarnation saves writer state any more
+                state.delete(condition=unchanged)
             except DeleteError as e:
                 if not _failed_condition(e):
                     raise
-        self._delete_objects(self._object_prefix(segment))
+        if incarnation is None:
+            self._delete_objects(self._object_prefix(segment))
+        condition = SegmentMeta.sealed == True  # noqa: E712 (a PynamoDB condition)
+        if incarnation is not None:
+            condition &= SegmentMeta.created_ms == incarnation
         try:
-            SegmentMeta(segment, META_KEY).delete(condition=SegmentMeta.sealed == True)
+            SegmentMeta(segment, META_KEY).delete(condition=condition)
         except DeleteError as e:
             if not _failed_condition(e):
-                raise  # else an earlier attempt deleted it
+                raise  # else an earlier attempt deleted it, or the name was created again
 
     # -- append ------------------------------------------------------------------------------
 

@@ -138,8 +138,6 @@ def test_a_stale_delete_finisher_leaves_the_new_streams_watermark_stream_alone(c
     assert c.segments.info(segment_name(unique, mark, 0)).sealed is False
 
 
-@pytest.mark.xfail(strict=True, reason="SegmentStore.delete takes no expected incarnation (the segment head's "
-                                       "created_ms) yet: a finisher's check and its delete are separate requests")
 def test_a_stale_delete_finisher_leaves_the_new_streams_segment_alone(controller: Controller, unique: str,
                                                                       monkeypatch):
     """Finisher A of a stream's delete checked that the stream is still the incarnation it deletes and is
@@ -156,12 +154,12 @@ def test_a_stale_delete_finisher_leaves_the_new_streams_segment_alone(controller
     stale = c.store.get_stream(unique, STREAM)
     real = c.segments.delete
 
-    def then_the_name_is_created_again(segment: str) -> None:
+    def then_the_name_is_created_again(segment: str, incarnation: int | None = None) -> None:
         monkeypatch.setattr(c.segments, "delete", real)
         c.streams.finish_delete_stream(c.store.get_stream(unique, STREAM))  # finisher B
         c.streams.create_stream(unique, STREAM, config())
         c.segments.append(name, "w2", 0, 1, frame(b"new"))
-        real(segment)
+        real(segment, incarnation)
 
     monkeypatch.setattr(c.segments, "delete", then_the_name_is_created_again)
     c.streams.finish_delete_stream(stale)  # finisher A
