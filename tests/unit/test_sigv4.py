@@ -8,6 +8,7 @@ literal plus, ``%20`` a space), re-encoded canonically and signed with botocore'
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urlsplit
 
@@ -123,9 +124,18 @@ def test_a_function_url_names_its_region(credentials):
 
 @pytest.fixture
 def sleeps(monkeypatch) -> list[float]:
-    """The transport's backoff sleeps, recorded instead of slept."""
+    """The transport's backoff sleeps, recorded instead of slept. ``time.sleep`` is the process's one
+    function: other threads (left running by earlier tests in this worker) sleep for real, unrecorded."""
     slept: list[float] = []
-    monkeypatch.setattr(transport_module.time, "sleep", slept.append)
+    real_sleep, test_thread = time.sleep, threading.current_thread()
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is test_thread:
+            slept.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(transport_module.time, "sleep", sleep)
     return slept
 
 
