@@ -16,13 +16,14 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import ValidationError
 
 from rillet import api, cli_admin, cli_completion, cli_data, cli_grants, cli_kvt, cli_segments
-from rillet.errors import InvalidArgument, RilletError
+from rillet.errors import AlreadyExists, InvalidArgument, RilletError
 from rillet.manager import StreamManager
-from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from rillet.models import RetentionPolicy, ScaleType, ScalingPolicy, StreamConfiguration, StreamInfo
 from rillet.names import split_scoped_name
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9090"
@@ -60,20 +61,103 @@ def parse_scaling(text: str) -> ScalingPolicy:
             return ScalingPolicy.by_event_rate(*numbers)
         if kind == "kbytes" and len(numbers) == 3:
             return ScalingPolicy.by_data_rate(*numbers)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"bad scaling policy {text!r}: {e}") from e
+    except ValueError as e:  # not a number, or a policy the model refuses (fixed:0)
+        raise argparse.ArgumentTypeError(f"bad scaling policy {text!r}: {_one_line(e)}") from e
     raise argparse.ArgumentTypeError(f"bad scaling policy {text!r} (fixed:N, events:T,F,MIN or kbytes:T,F,MIN)")
 
 
-def _configuration(args: argparse.Namespace) -> StreamConfiguration:
-    retention = None
+class UsageError(InvalidArgument):
+    """Options that parse but cannot go together: refused before any request, exit 2 as argparse's errors."""
+
+
+def _exclusive(args: argparse.Namespace, *pairs: tuple[str, str], why: str) -> None:
+    """Refuse, in one line naming both, two options given together that cannot both apply."""
+    for first, second in pairs:
+        if getattr(args, first) not in (None, False, []) and getattr(args, second) not in (None, False, []):
+            raise UsageError(f"{_flag(first)} and {_flag(second)} cannot be given together: {why}")
+
+
+def _requires(args: argparse.Namespace, option: str, *needed: str, why: str) -> None:
+    if getattr(args, option) is not None and all(getattr(args, n) is None for n in needed):
+        raise UsageError(f"{_flag(option)} needs {' or '.join(_flag(n) for n in needed)} ({why})")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _retention(args: argparse.Namespace) -> RetentionPolicy | None:
+    """The retention policy the options name, refusing those that contradict each other or would be
+    ignored; None if they name none."""
+    _exclusive(args, ("retention_time", "retention_size"), ("retention_time", "retention_size_max"),
+               ("retention_size", "retention_time_max"), why="a stream has one retention policy, by time or by size")
+    _requires(args, "retention_time_max", "retention_time", why="the maximum of a time policy")
+    _requires(args, "retention_size_max", "retention_size", why="the maximum of a size policy")
+    _requires(args, "subscriber_timeout", "retention_time", "retention_size",
+              why="consumption-based retention keeps within a time or size policy's limits")
+    _requires(args, "fallback_after", "subscriber_timeout", why="the fallback of consumption-based retention")
     if args.retention_time is not None:
         retention = RetentionPolicy.by_time(args.retention_time, args.retention_time_max)
     elif args.retention_size is not None:
         retention = RetentionPolicy.by_size(args.retention_size, args.retention_size_max)
-    if retention is not None and args.subscriber_timeout is not None:
+    else:
+        return None
+    if args.subscriber_timeout is not None:
         retention = retention.with_consumption(args.subscriber_timeout, args.fallback_after)
-    return StreamConfiguration(scaling_policy=args.scaling, retention_policy=retention, tags=frozenset(args.tag))
+    return retention
+
+
+def _configuration(args: argparse.Namespace) -> StreamConfiguration:
+    return StreamConfiguration(scaling_policy=args.scaling, retention_policy=_retention(args), tags=frozenset(args.tag))
+
+
+def _configuration_change(args: argparse.Namespace) -> dict[str, Any]:
+    """The body of a partial update: only what the options name (``PATCH .../configuration``)."""
+    retention = _retention(args)
+    if args.no_retention:
+        _exclusive(args, *(("no_retention", name) for name in (
+            "retention_time", "retention_size", "retention_time_max", "retention_size_max")),
+                   why="--no-retention removes the retention policy")
+    _exclusive(args, ("tag", "add_tag"), ("tag", "remove_tag"), why="--tag replaces every tag")
+    change: dict[str, Any] = {}
+    if args.scaling is not None:
+        change["scaling_policy"] = args.scaling.model_dump(mode="json")
+    if retention is not None:
+        change["retention_policy"] = retention.model_dump(mode="json")
+    elif args.no_retention:
+        change["retention_policy"] = None
+    if args.tag is not None:
+        change["tags"] = sorted(set(args.tag))
+    if args.add_tag:
+        change["add_tags"] = sorted(set(args.add_tag))
+    if args.remove_tag:
+        change["remove_tags"] = sorted(set(args.remove_tag))
+    if not change:
+        raise UsageError("nothing to update: name what changes (--scaling, --retention-time, --retention-size, "
+                              "--no-retention, --tag, --add-tag, --remove-tag)")
+    return change
+
+
+def describe_scaling(policy: ScalingPolicy) -> str:
+    """``fixed:3``, ``events:100,2,1``: the form ``--scaling`` takes."""
+    if policy.scale_type == ScaleType.FIXED_NUM_SEGMENTS:
+        return f"fixed:{policy.min_num_segments}"
+    kind = "events" if policy.scale_type == ScaleType.BY_RATE_IN_EVENTS_PER_SEC else "kbytes"
+    return f"{kind}:{policy.target_rate},{policy.scale_factor},{policy.min_num_segments}"
+
+
+def _configuration_lines(config: StreamConfiguration) -> dict[str, str]:
+    return {"scaling": describe_scaling(config.scaling_policy),
+            "retention": cli_admin.describe_retention(config.retention_policy),
+            "tags": ", ".join(sorted(config.tags)) or "-",
+            "timestamp aggregation timeout": cli_admin.human_duration(config.timestamp_aggregation_timeout_ms),
+            "rollover size": cli_admin.human_size(config.rollover_size_bytes)}
+
+
+def configuration_differences(existing: StreamConfiguration, asked: StreamConfiguration) -> list[str]:
+    """``retention: none (kept forever), asked time >= 7d``: each setting where the two differ."""
+    have, want = _configuration_lines(existing), _configuration_lines(asked)
+    return [f"{name}: {have[name]}, asked {want[name]}" for name in have if have[name] != want[name]]
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -105,17 +189,34 @@ def _scope_list(args: argparse.Namespace) -> None:
 
 
 def _stream_create(args: argparse.Namespace) -> None:
+    """Idempotent for the same configuration (exit 0, ``already exists``); an existing stream with
+    another configuration is an error naming each difference, as ``kubectl create`` and
+    ``kafka-topics --create`` refuse an existing name, rather than a silent success."""
     scope, stream = split_scoped_name(args.stream)
     config = _configuration(args)
-    created = _manager(args).create_stream(scope, stream, config)
+    manager = _manager(args)
+    created = manager.create_stream(scope, stream, config)
+    if not created:
+        existing = manager.get_stream_info(scope, stream).configuration
+        differences = configuration_differences(existing, config)
+        if differences:
+            raise AlreadyExists(f"stream {args.stream} already exists with another configuration ("
+                                + "; ".join(differences) + "): change it with `rillet stream update`")
     _emit(args, {"stream": args.stream, "created": created, "configuration": config.model_dump(mode="json")},
-          f"stream {args.stream} {'created' if created else 'already exists'}")
+          f"stream {args.stream} {'created' if created else 'already exists, with this configuration'}")
 
 
 def _stream_update(args: argparse.Namespace) -> None:
+    """Only what the options name changes; the server applies it to the configuration as stored,
+    conditioned on the version it read, so a concurrent update is not lost."""
     scope, stream = split_scoped_name(args.stream)
-    state = _manager(args).update_stream(scope, stream, _configuration(args))
-    _emit(args, {"stream": args.stream, "state": state.value}, f"stream {args.stream} updated ({state.value})")
+    change = _configuration_change(args)
+    path = f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}/configuration"
+    info = StreamInfo.model_validate(_manager(args).controller.transport.json("PATCH", path, json_body=change))
+    lines = _configuration_lines(info.configuration)
+    _emit(args, {"stream": args.stream, "state": info.state.value, "configuration": info.configuration.model_dump(mode="json")},
+          f"stream {args.stream} updated ({info.state.value})\n"
+          + "\n".join(f"  {name:<10} {lines[name]}" for name in ("scaling", "retention", "tags")))
 
 
 def _stream_seal(args: argparse.Namespace) -> None:
@@ -157,18 +258,30 @@ def _stream_info(args: argparse.Namespace) -> None:
     _emit(args, info.model_dump(mode="json"), "\n".join(lines))
 
 
-def _add_configuration_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scaling", type=parse_scaling, default=ScalingPolicy.fixed(1),
-                        help="fixed:N (default fixed:1), events:TARGET,FACTOR,MIN or kbytes:TARGET,FACTOR,MIN")
-    parser.add_argument("--retention-time", type=parse_duration_ms, help="keep at least this long (e.g. 7d)")
-    parser.add_argument("--retention-time-max", type=parse_duration_ms, help="keep at most this long")
-    parser.add_argument("--retention-size", type=parse_size, help="keep at least this many bytes (e.g. 10GB)")
-    parser.add_argument("--retention-size-max", type=parse_size, help="keep at most this many bytes")
-    parser.add_argument("--subscriber-timeout", type=parse_duration_ms,
-                        help="consumption-based retention: ignore subscribers silent for this long")
-    parser.add_argument("--fallback-after", type=parse_duration_ms,
-                        help="consumption-based retention: apply the time/size policy after this long without subscribers")
-    parser.add_argument("--tag", action="append", default=[], help="a stream tag (repeatable)")
+def _add_configuration_options(parser: argparse.ArgumentParser, *, update: bool) -> None:
+    """The same options for create and update; on update each one absent leaves its setting as it is."""
+    keep = "; absent, it stays as it is" if update else ""
+    parser.add_argument("--scaling", type=parse_scaling, default=None if update else ScalingPolicy.fixed(1),
+                        help="fixed:N" + ("" if update else " (default fixed:1)")
+                             + f", events:TARGET,FACTOR,MIN or kbytes:TARGET,FACTOR,MIN{keep}")
+    retention = parser.add_argument_group(
+        "retention", "one policy, by time or by size" + ("; any of these replaces the whole retention policy"
+                                                          if update else ""))
+    retention.add_argument("--retention-time", type=parse_duration_ms, help="keep at least this long (e.g. 7d)")
+    retention.add_argument("--retention-time-max", type=parse_duration_ms, help="keep at most this long")
+    retention.add_argument("--retention-size", type=parse_size, help="keep at least this many bytes (e.g. 10GB)")
+    retention.add_argument("--retention-size-max", type=parse_size, help="keep at most this many bytes")
+    retention.add_argument("--subscriber-timeout", type=parse_duration_ms,
+                           help="consumption-based retention: ignore subscribers silent for this long")
+    retention.add_argument("--fallback-after", type=parse_duration_ms,
+                           help="consumption-based retention: apply the time/size policy after this long without subscribers")
+    if update:
+        retention.add_argument("--no-retention", action="store_true", help="remove the retention policy (keep forever)")
+        parser.add_argument("--tag", action="append", help="replace the tags by these (repeatable)")
+        parser.add_argument("--add-tag", action="append", default=[], help="add a tag (repeatable)")
+        parser.add_argument("--remove-tag", action="append", default=[], help="remove a tag (repeatable)")
+    else:
+        parser.add_argument("--tag", action="append", default=[], help="a stream tag (repeatable)")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -195,10 +308,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     stream = commands.add_parser("stream", help="create, update, seal, delete, list and describe streams")
     actions = stream.add_subparsers(dest="action", required=True)
     for name, fn, help_text in (("create", _stream_create, "create a stream"),
-                                ("update", _stream_update, "replace a stream's configuration")):
+                                ("update", _stream_update, "change what the options name in a stream's configuration")):
         p = actions.add_parser(name, help=help_text)
         p.add_argument("stream", help="SCOPE/STREAM")
-        _add_configuration_options(p)
+        _add_configuration_options(p, update=name == "update")
         p.set_defaults(func=fn)
     for name, fn, help_text in (("seal", _stream_seal, "seal a stream"), ("delete", _stream_delete, "delete a sealed stream"),
                                 ("info", _stream_info, "state, configuration, segments, head and tail")):
@@ -267,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[api.SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
     try:
         args.func(args)
+    except UsageError as e:
+        _print_error(args, e)
+        return 2
     except RilletError as e:
         _print_error(args, e)
         return 1

@@ -9,6 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
+from controlplane.streams import StreamConfigurationChange
 from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
 from lambdas.controller_api import grant_routes, kvt_routes
@@ -132,6 +133,15 @@ def get_stream(scope: ScopeName, stream: StreamName) -> StreamInfo:
 def update_stream(scope: ScopeName, stream: StreamName, configuration: StreamConfiguration) -> StreamStatus:
     streams.update_stream(scope, stream, configuration)
     return _status(scope, stream)
+
+
+@app.patch("/v1/scopes/<scope>/streams/<stream>/configuration",
+           summary="Change part of a stream's configuration: what the body names, nothing else")
+def change_stream_configuration(scope: ScopeName, stream: StreamName, change: StreamConfigurationChange) -> StreamInfo:
+    """Applied to the configuration as stored, conditioned on the version read: a concurrent update is
+    read again, never overwritten. Answers the stream as it is after the change."""
+    streams.change_stream_configuration(scope, stream, change)
+    return streams.stream_info(scope, stream)
 
 
 @app.post("/v1/scopes/<scope>/streams/<stream>/seal", summary="Seal a stream: no more appends")

@@ -28,7 +28,8 @@ def test_scopes_and_streams_from_the_command_line(capsys, url, unique):
     code, out, err = run(capsys, url, "stream", "create", stream, "--scaling", "fixed:3", "--tag", "red",
                          "--tag", "blue", "--retention-time", "1d")
     assert (code, out, err) == (0, f"stream {stream} created\n", "")
-    code, out, _ = run(capsys, url, "--json", "stream", "create", stream, "--scaling", "fixed:3")
+    code, out, _ = run(capsys, url, "--json", "stream", "create", stream, "--scaling", "fixed:3", "--tag", "red",
+                       "--tag", "blue", "--retention-time", "1d")
     assert code == 0 and json.loads(out)["created"] is False
 
     assert run(capsys, url, "stream", "list", scope) == (0, "events\n", "")
@@ -52,8 +53,9 @@ def test_scopes_and_streams_from_the_command_line(capsys, url, unique):
     assert "state       ACTIVE" in out and "tags        blue, red" in out
     assert out.count("[0.") == 3  # one line per segment
 
-    code, out, _ = run(capsys, url, "stream", "update", stream, "--scaling", "fixed:3", "--tag", "green")
-    assert (code, out) == (0, f"stream {stream} updated (ACTIVE)\n")
+    code, out, _ = run(capsys, url, "stream", "update", stream, "--tag", "green")
+    assert code == 0 and out.startswith(f"stream {stream} updated (ACTIVE)\n")
+    assert "scaling    fixed:3" in out and "retention  time >= 1d" in out
     assert run(capsys, url, "stream", "list", scope, "--tag", "green")[1] == "events\n"
     assert run(capsys, url, "stream", "list", scope, "--tag", "red")[1] == "(no streams)\n"
 
