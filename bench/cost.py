@@ -30,7 +30,28 @@ PRICES = {
     "kinesis_shard_hour": 0.015,
     "kinesis_put_payload_unit": 0.014 / 1_000_000,
 }
+# Function duration is modeled, not taken from the emulation's wall time (which moves with the machine's
+# load): a constant per request kind, in milliseconds, for a warm arm64 instance, which Lambda bills
+# per millisecond. The constants are estimates of the work each request does on AWS, where a DynamoDB
+# request takes a few milliseconds and an S3 GET of 4 MiB some tens:
+#   read  - head record GetItem, an index Query, one S3 GET of up to 4 MiB, base64 of the answer
+#   empty_read - a read at the tail that found nothing: the head record GetItem alone
+#   plan  - head record GetItem, an index Query (no S3 request)
+#   locations - head record GetItem, an index Query, presigning a URL per object (local HMACs)
+#   tails - one BatchGetItem of the head records (eventually consistent), no S3 request
+#   info  - head record GetItem
+# A long-poll read that came back empty held the function for its wait as well (added by the caller).
+FUNCTION_MS = {"read": {"read": 30, "empty_read": 5, "plan": 10, "locations": 10, "tails": 5, "info": 5}}
+FUNCTION_MEMORY_MB = 512  # every function's memory (infra/terraform/lambda.tf)
 S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects", "CreateBucket"}
+
+
+def function_gb_seconds(function: str, requests_by_kind: dict[str, int], held_ms: float = 0.0) -> float:
+    """Modeled GB-seconds of ``function`` serving these requests (``FUNCTION_MS``), plus ``held_ms`` of
+    long-poll waits."""
+    model = FUNCTION_MS[function]
+    ms = sum(model[kind] * n for kind, n in requests_by_kind.items()) + held_ms
+    return ms / 1000 * FUNCTION_MEMORY_MB / 1024
 
 
 def _value_size(value: dict) -> int:

@@ -164,9 +164,18 @@ standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names t
   while its predecessor is in flight). The answer is `{"offset", "length", "duplicate"}`.
   A segment's first append pins what it holds: framed events, or raw bytes. Raw bytes sent to a
   segment of events (or framed events to a byte segment) answer `StreamKindMismatch` 409.
-* **Read API** (binary): `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=&wait_ms=`
-  answers the bytes, with `x-rillet-offset`, `x-rillet-next-offset`, `x-rillet-start-offset`,
-  `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers.
+* **Read API**: `GET /v1/segments/{scope}/{stream}/{segment}/locations?offset=&max_bytes=` answers
+  where the bytes from `offset` are (JSON): presigned GETs of S3 objects, each naming one object and
+  signed for one `Range` header (send it as given; the URL expires in 5 minutes and is issued only after
+  the caller's READ grant on the stream is checked), and the bytes of small appends inline (base64). An
+  answer ends where an object ends, so a reader fetches each object once; it holds at most 1 MiB inline
+  and 256 locations. `GET /v1/segments/{scope}/{stream}/tails?segments=1,2,3` (at most 100 ids) answers
+  each segment's start, length and sealed flag from an eventually consistent read (it may lag a commit by
+  a moment, never run ahead of one): the check a reader waiting at the tail makes, for all its segments
+  in one request, backing off while nothing changes. `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=&wait_ms=`
+  answers the bytes themselves (binary, at most 4 MiB + 4), with `x-rillet-offset`, `x-rillet-next-offset`,
+  `x-rillet-start-offset`, `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers;
+  its `wait_ms` long poll holds the function while it waits, so the SDK's event readers do not use it.
 
 Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable `code`
 (`InvalidArgument` 400, `AccessDenied` 403, `*NotFound` 404, `IllegalState`/`WriteConflict`/`SegmentSealed`/

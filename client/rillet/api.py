@@ -180,6 +180,50 @@ class ReadPlan(_Body):
     parts: list[PlanPart]
 
 
+MAX_TAIL_SEGMENTS = 100  # segments one tail check may name (one BatchGetItem on the server)
+
+
+class SegmentTail(_Body):
+    """A segment's start, length and sealed flag, from an eventually consistent read: it may lag a
+    commit by a moment, never run ahead of one. ``found`` false: no such segment was seen (which, for a
+    segment created a moment ago, can also mean not yet)."""
+
+    segment_id: int
+    found: bool
+    start_offset: int = 0
+    length: int = 0
+    sealed: bool = False
+
+
+class SegmentTails(_Body):
+    tails: list[SegmentTail] = Field(description="One per segment asked, in the order asked.")
+
+
+class ReadLocation(_Body):
+    """Bytes [offset, offset + length) of a segment: inline (``data``), or in one S3 object, fetched
+    with an HTTP GET of ``url`` carrying the header ``Range: <range>`` (the URL is signed for it)."""
+
+    offset: int
+    length: int
+    url: str | None = Field(None, description="A presigned GET of one S3 object, valid for expires_in_s.")
+    range: str | None = Field(None, description="The Range header to send with url (bytes=first-last).")
+    data: str | None = Field(None, description="The bytes themselves, base64: small appends kept inline.")
+
+
+class ReadLocations(_Body):
+    """Where the bytes [offset, next_offset) of a segment are, and the segment's state (as a read's
+    x-rillet-* headers say it)."""
+
+    offset: int
+    next_offset: int
+    start_offset: int
+    length: int
+    sealed: bool
+    end_of_segment: bool
+    expires_in_s: int
+    locations: list[ReadLocation]
+
+
 class ErrorBody(_Body):
     code: str
     message: str

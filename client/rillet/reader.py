@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from rillet.connection import Connection
 from rillet.models import SegmentPosition, SegmentRange
 from rillet.ordering import SegmentOrder
-from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader
+from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader, TailBackoff
 from rillet.serializers import Serializer
 
 T = TypeVar("T")
@@ -39,10 +39,16 @@ class EventRead(Generic[T]):
 
 
 class StreamReader(Generic[T]):
-    """Reads one stream's events in per-key order; ``read_next_event`` returns None at the tail."""
+    """Reads one stream's events in per-key order; ``read_next_event`` returns None at the tail.
+
+    Segments with bytes to read are read in turn; the segments at their tail are checked together, in
+    one request (``SegmentClient.tails``), at a cadence that backs off while nothing changes
+    (``TailBackoff``) and returns to reading the moment a segment shows new bytes.
+    """
 
     def __init__(self, connection: Connection, scope: str, stream: str, serializer: Serializer[T],
-                 start: list[SegmentPosition] | None = None, read_size: int = DEFAULT_READ_SIZE) -> None:
+                 start: list[SegmentPosition] | None = None, read_size: int = DEFAULT_READ_SIZE,
+                 backoff: TailBackoff | None = None) -> None:
         self.connection = connection
         self.scope, self.stream = scope, stream
         self.serializer = serializer
@@ -50,6 +56,9 @@ class StreamReader(Generic[T]):
         start = start if start is not None else connection.controller.head(scope, stream)
         self._order = SegmentOrder([p.segment for p in start])
         self._readers: dict[int, tuple[SegmentRange, SegmentEventReader]] = {}
+        self._waiting: set[int] = set()  # segments at their tail: read again only once a tail check shows news
+        self._backoff = backoff or TailBackoff()
+        self._check_at = 0.0  # when the next tail check is due (time.monotonic())
         for position in start:
             self._open(position.segment, position.offset)
         self._buffered: list[EventRead[T]] = []
@@ -65,19 +74,25 @@ class StreamReader(Generic[T]):
         return [SegmentPosition(segment=s, offset=r.offset) for s, r in self._readers.values()]
 
     def read_next_event(self, timeout_ms: int = 0) -> EventRead[T] | None:
+        """The next event, or None when none arrived within ``timeout_ms`` (0: look once, a tail check
+        included). An event committed while the reader waits is seen within the backoff's ``max_s``
+        plus a round trip; tail checks are eventually consistent, so one may see it a moment later."""
         deadline = time.monotonic() + timeout_ms / 1000
+        checked = False
         while not self._buffered:
             if not self._readers:
                 return None  # every segment is sealed and read: the stream is sealed
-            if self._read_round(wait_ms=0):
+            if self._read_round():
                 continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            if now >= self._check_at or (timeout_ms <= 0 and not checked):
+                checked = True
+                if self._check_tails():
+                    continue
+                now = time.monotonic()
+            if now >= deadline:
                 return None
-            if len(self._readers) == 1:  # one segment: let the server long-poll its tail
-                self._read_round(wait_ms=int(min(remaining, 2.0) * 1000))
-            else:  # several: poll them in turn, pausing between rounds
-                time.sleep(min(remaining, 0.2))
+            time.sleep(max(0.0, min(self._check_at, deadline) - now))
         return self._buffered.pop(0)
 
     def __iter__(self) -> Iterator[EventRead[T]]:
@@ -85,13 +100,14 @@ class StreamReader(Generic[T]):
         while (event := self.read_next_event()) is not None:
             yield event
 
-    def _read_round(self, wait_ms: int) -> bool:
-        """Read once from the segments in turn until one yields events; True if anything changed."""
-        ids = sorted(self._readers)
+    def _read_round(self) -> bool:
+        """Read once from the segments not at their tail, in turn, until one yields events; True if
+        anything changed."""
+        ids = sorted(sid for sid in self._readers if sid not in self._waiting)
         for i in range(len(ids)):
             sid = ids[(self._next + i) % len(ids)]
             segment, reader = self._readers[sid]
-            events = reader.read_events(wait_ms=wait_ms if len(ids) == 1 else 0)
+            events = reader.read_events()
             for offset, payload in events:
                 pointer = EventPointer(self.scope, self.stream, sid, offset, len(payload) + 4)
                 self._buffered.append(EventRead(self.serializer.deserialize(payload), pointer))
@@ -100,11 +116,27 @@ class StreamReader(Generic[T]):
                 return True
             if events:
                 self._next = (self._next + i + 1) % max(1, len(ids))
+                self._backoff.reset()
+                self._check_at = 0.0
                 return True
+            if reader.at_tail:
+                self._waiting.add(sid)
         return False
+
+    def _check_tails(self) -> bool:
+        """One tail check of every segment at its tail; True if any shows news (it is read next)."""
+        waiting = sorted(self._waiting)
+        tails = self.connection.segments.tails(self.scope, self.stream, waiting) if waiting else []
+        woken = {t.segment_id for t in tails if self._readers[t.segment_id][1].has_news(t)}
+        self._waiting -= woken
+        if woken:
+            self._backoff.reset()
+        self._check_at = time.monotonic() + self._backoff.next_delay()
+        return bool(woken)
 
     def _complete(self, segment: SegmentRange) -> None:
         del self._readers[segment.segment_id]
+        self._waiting.discard(segment.segment_id)
         successors = self.connection.controller.successors(self.scope, self.stream, segment.segment_id)
         ready = self._order.complete(segment.segment_id, [(s.segment, s.predecessors) for s in successors])
         for successor in ready:

@@ -1,15 +1,64 @@
-"""The data path of one segment: appends, reads and the events inside the bytes read."""
+"""The data path of one segment: appends, reads and the events inside the bytes read.
+
+Reads go where the bytes are: the read API answers *locations* (presigned ranged GETs of S3 objects,
+and the bytes of small appends inline), and the reader fetches the objects itself, several at a time,
+with plain HTTP. A reader at the tail asks nothing of a segment but its length, for all its segments in
+one request (``SegmentClient.tails``), at a cadence that backs off while nothing changes
+(``TailBackoff``); no request waits on the server.
+"""
 
 from __future__ import annotations
 
+import base64
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
+import urllib3
+
 from rillet import api
+from rillet.errors import ServiceUnavailable
 from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_READ_SIZE, unframe
 from rillet.transport import Transport
 
-DEFAULT_READ_SIZE = MAX_READ_SIZE  # a whole 4 MiB block per request when it is there
+# How much one locations request covers: four of the writer's 4 MiB blocks (the server ends an answer
+# where an object ends, so each object is fetched once, whole).
+DEFAULT_READ_SIZE = 16 * 1024 * 1024
+PREFETCH = 4  # object GETs one segment reader keeps in flight (bounds its memory to about 4 objects)
+FETCH_THREADS = 8  # object GETs in flight per SegmentClient, over all its readers
+FETCH_ATTEMPTS = 4
+
+
+class StaleLocation(Exception):
+    """S3 refused a presigned GET (expired, or the object was released by a truncation meanwhile): ask
+    for the locations again, whose answer says which."""
+
+
+@dataclass
+class TailBackoff:
+    """The cadence of tail checks: ``first_s`` after data was last seen, doubling while nothing
+    changes, up to ``max_s``. The first event after any idle time is seen within ``max_s`` plus one
+    round trip (and the moment an eventually consistent read takes to show it); a reader idle for a day
+    sends about 86,400 / ``max_s`` checks, each one request for all its segments."""
+
+    first_s: float = 0.05
+    max_s: float = 1.9
+    delay_s: float = 0.0  # 0: check at once
+
+    def next_delay(self) -> float:
+        """The pause before the next check (and the one after grows)."""
+        delay = self.delay_s
+        self.delay_s = min(self.max_s, max(self.first_s, self.delay_s * 2))
+        return delay
+
+    def reset(self) -> None:
+        """Data arrived: check again at once, then quickly."""
+        self.delay_s = 0.0
 
 
 def _path(scope: str, stream: str, segment: str | int) -> str:
@@ -33,6 +82,9 @@ class SegmentClient:
     def __init__(self, append: Transport, read: Transport) -> None:
         self.append_transport = append
         self.read_transport = read
+        self._objects = urllib3.PoolManager(maxsize=FETCH_THREADS, retries=False)  # presigned S3 GETs
+        self._fetcher: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     def append(self, scope: str, stream: str, segment: str | int, writer_id: str, first_event: int,
                event_count: int, block: bytes, expected_offset: int | None = None,
@@ -63,6 +115,60 @@ class SegmentClient:
         return SegmentRead(r.data, int(h[api.OFFSET]), int(h[api.NEXT_OFFSET]), int(h[api.START_OFFSET]),
                            int(h[api.LENGTH]), h[api.SEALED] == "true", h[api.END_OF_SEGMENT] == "true")
 
+    def tails(self, scope: str, stream: str, segment_ids: Sequence[int]) -> list[api.SegmentTail]:
+        """Start, length and sealed flag of each segment, in the order given: one request per
+        ``api.MAX_TAIL_SEGMENTS`` segments. Eventually consistent: a tail may lag a commit by a moment
+        (never run ahead of one); a segment created a moment ago may show ``found=False``."""
+        tails: list[api.SegmentTail] = []
+        ids = list(segment_ids)
+        for i in range(0, len(ids), api.MAX_TAIL_SEGMENTS):
+            chunk = ids[i:i + api.MAX_TAIL_SEGMENTS]
+            data = self.read_transport.json("GET", _path(scope, stream, "tails"),
+                                            params={"segments": ",".join(str(s) for s in chunk)})
+            tails += api.SegmentTails.model_validate(data).tails
+        return tails
+
+    def locate(self, scope: str, stream: str, segment: str | int, offset: int,
+               max_bytes: int = DEFAULT_READ_SIZE) -> api.ReadLocations:
+        """Where the bytes from ``offset`` are (see ``fetch``); at the tail, no locations."""
+        data = self.read_transport.json("GET", _path(scope, stream, segment) + "/locations",
+                                        params={"offset": offset, "max_bytes": max_bytes})
+        return api.ReadLocations.model_validate(data)
+
+    def fetch(self, location: api.ReadLocation) -> bytes:
+        """The bytes of one location: inline, or one ranged GET of its presigned URL (plain HTTP, no
+        credentials: the URL carries its signature). Transient failures are retried; a refusal (the URL
+        expired, the object is gone) is StaleLocation."""
+        if location.data is not None:
+            return base64.b64decode(location.data)
+        for attempt in range(1, FETCH_ATTEMPTS + 1):
+            try:
+                r = self._objects.request("GET", location.url, headers={"Range": location.range},
+                                          timeout=self.read_transport.timeout_s, preload_content=True)
+            except urllib3.exceptions.HTTPError as e:
+                if attempt == FETCH_ATTEMPTS:
+                    raise ServiceUnavailable(f"GET of a segment object failed: {e}") from e
+            else:
+                if r.status in (200, 206) and len(r.data) == location.length:
+                    return r.data
+                if r.status < 500 and r.status != 429:
+                    raise StaleLocation(f"GET of a segment object answered {r.status}")
+                if attempt == FETCH_ATTEMPTS:
+                    raise ServiceUnavailable(f"GET of a segment object answered {r.status}")
+            time.sleep(random.uniform(0, 0.05 * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def fetch_later(self, location: api.ReadLocation) -> Future[bytes]:
+        """``fetch`` on this client's fetch threads (inline bytes at once)."""
+        if location.data is not None:
+            done: Future[bytes] = Future()
+            done.set_result(base64.b64decode(location.data))
+            return done
+        with self._lock:
+            if self._fetcher is None:
+                self._fetcher = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="rillet-fetch")
+        return self._fetcher.submit(self.fetch, location)
+
     def plan(self, scope: str, stream: str, segment: str | int, start: int, end: int) -> api.ReadPlan:
         """Where the bytes [start, end) are: S3 object ranges and ranges to read through ``read``."""
         data = self.read_transport.json("GET", _path(scope, stream, segment) + "/plan",
@@ -76,45 +182,119 @@ class SegmentClient:
 class SegmentEventReader:
     """Reads the events of one segment from an offset, reassembling events split across reads.
 
-    ``offset`` is always an event boundary: the position right after the last event returned.
+    ``offset`` is always an event boundary: the position right after the last event returned. Bytes
+    come from the locations the read API answers: up to ``prefetch`` objects are fetched ahead, in
+    parallel, while the caller consumes the events of earlier ones.
     """
 
     def __init__(self, client: SegmentClient, scope: str, stream: str, segment: str | int, offset: int = 0,
-                 end_offset: int | None = None, read_size: int = DEFAULT_READ_SIZE) -> None:
+                 end_offset: int | None = None, read_size: int = DEFAULT_READ_SIZE, prefetch: int = PREFETCH) -> None:
         self.client = client
         self.scope, self.stream, self.segment = scope, stream, segment
         self.offset = offset
         self.end_offset = end_offset
         self.read_size = read_size
+        self.prefetch = max(1, prefetch)
         self._buffer = bytearray()
-        self.end_of_segment = False
-        self.last_read: SegmentRead | None = None
+        self._located = offset  # bytes below it are in the buffer, fetched or being fetched
+        self._locations: deque[api.ReadLocation] = deque()  # located, not fetched yet
+        self._fetches: deque[tuple[api.ReadLocation, Future[bytes]]] = deque()  # in flight, in offset order
+        self._stale_at: int | None = None  # where a fetch last found its location stale
+        self.end_of_segment = False  # the locations reached the end of the sealed segment
+        self.last_read: SegmentRead | None = None  # the state of the segment as the last answer gave it
 
     @property
     def finished(self) -> bool:
         """Every event up to the end offset (or the end of a sealed segment) has been returned."""
         if self.end_offset is not None and self.offset >= self.end_offset:
             return True
-        return self.end_of_segment and not self._buffer
+        return self.end_of_segment and not self._buffer and not self._pending
+
+    @property
+    def _pending(self) -> bool:
+        return bool(self._fetches or self._locations)
+
+    @property
+    def at_tail(self) -> bool:
+        """Everything located was returned and the last answer reached the segment's length: only a tail
+        check (``SegmentClient.tails``, then ``has_news``) says when reading is worth a request again."""
+        return (not self._pending and not self.finished and self.last_read is not None
+                and self._located >= self.last_read.length)
+
+    def has_news(self, tail: api.SegmentTail) -> bool:
+        """Whether a tail check shows something for this reader: bytes past what it located, the segment
+        sealed (its end), truncated past it, or not seen (the next read says which, typed)."""
+        return (not tail.found or tail.sealed or tail.length > self._located
+                or tail.start_offset > self._located)
 
     def read_events(self, wait_ms: int = 0) -> list[tuple[int, bytes]]:
-        """The next whole events as (offset, bytes); empty at the tail after waiting up to ``wait_ms``."""
-        if self.finished:
-            return []
-        fetch_from = self.offset + len(self._buffer)
+        """The next whole events as (offset, bytes); empty at the tail after waiting up to ``wait_ms``
+        (tail checks backing off, see ``TailBackoff``: no request waits on the server)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        backoff = TailBackoff(delay_s=TailBackoff.first_s)
+        while not self.finished:
+            if not self._pending and not self._locate():
+                if self.end_of_segment:
+                    return []
+                while True:  # at the tail: wait for news, checking the tail with backoff
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return []
+                    time.sleep(min(backoff.next_delay(), remaining))
+                    if self.has_news(self.client.tails(self.scope, self.stream, [int(self.segment)])[0]):
+                        break
+                continue
+            events = self._next_events()
+            if events:
+                return events
+        return []
+
+    def _locate(self) -> bool:
+        """Ask where the next bytes are; False if there are none yet (at the tail, or at the end)."""
         want = self.read_size
-        if len(self._buffer) >= HEADER_SIZE:  # a partial event: fetch at least the rest of it
+        if len(self._buffer) >= HEADER_SIZE:  # a partial event: locate at least the rest of it
             (size,) = FRAME_HEADER.unpack_from(self._buffer, 0)
             want = max(want, HEADER_SIZE + size - len(self._buffer))
         if self.end_offset is not None:
-            want = min(want, self.end_offset - fetch_from)
-        if want > 0:
-            result = self.client.read(self.scope, self.stream, self.segment, fetch_from, want, wait_ms)
-            self.last_read = result
-            self._buffer += result.data
-            self.end_of_segment = result.end_of_segment
+            want = min(want, self.end_offset - self._located)
+        if want <= 0:
+            return False
+        answer = self.client.locate(self.scope, self.stream, self.segment, self._located, want)
+        self.last_read = SegmentRead(b"", answer.offset, answer.next_offset, answer.start_offset, answer.length,
+                                     answer.sealed, answer.end_of_segment)
+        self.end_of_segment = answer.end_of_segment
+        self._locations.extend(answer.locations)
+        self._located = answer.next_offset
+        return bool(answer.locations)
+
+    def _next_events(self) -> list[tuple[int, bytes]]:
+        """Take the next fetched location's bytes and return the whole events they complete."""
+        while self._locations and len(self._fetches) < self.prefetch:
+            location = self._locations.popleft()
+            self._fetches.append((location, self.client.fetch_later(location)))
+        location, fetch = self._fetches.popleft()
+        try:
+            data = fetch.result()
+        except StaleLocation:
+            if self._stale_at == location.offset:
+                raise  # stale again right after locating afresh: not an expiry, a refusal
+            self._stale_at = location.offset
+            self._relocate_from(location.offset)
+            return []
+        self._stale_at = None
+        self._buffer += data
         frames, consumed = unframe(self._buffer)
         events = [(self.offset + pos, payload) for pos, payload in frames]
         del self._buffer[:consumed]
         self.offset += consumed
         return events
+
+    def _relocate_from(self, offset: int) -> None:
+        """Drop what was located from ``offset`` on (URLs expired, or objects released): the next read
+        locates it again, and that answer says whether the bytes are gone (Truncated)."""
+        for _, fetch in self._fetches:
+            fetch.cancel()
+        self._fetches.clear()
+        self._locations.clear()
+        self._located = offset
+        self.end_of_segment = False

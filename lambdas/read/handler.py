@@ -1,19 +1,30 @@
-"""Read API: binary byte ranges of segments, with a bounded long poll at the tail."""
+"""Read API: where a segment's bytes are (presigned S3 GETs, inline bytes), binary byte ranges, and a
+tail check of many segments in one request.
+
+A reader fetches the bytes in S3 objects itself, with URLs this function presigns only after the
+caller's READ grant on the stream was checked (lambdas/authorization.py, as for every route); each URL
+names one object and one byte range, and expires in minutes. A waiting reader asks for its segments'
+tails in one request and backs off while nothing changes (client/rillet/segments.py), so no
+invocation waits for data; the long poll of ``read`` (``wait_ms``) stays for older clients, bounded.
+"""
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated
 
+import boto3
+from botocore.config import Config
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from dataplane import models
 from dataplane.deployment import Deployment
-from dataplane.segment_store import SegmentStore
+from dataplane.segment_store import MAX_LOCATE_BYTES, SegmentStore
 from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
-from rillet.api import PlanPart, ReadPlan, SegmentStatus
+from rillet.api import PlanPart, ReadLocation, ReadLocations, ReadPlan, SegmentStatus, SegmentTail, SegmentTails
 from rillet.framing import MAX_READ_SIZE
 from rillet.names import segment_name
 
@@ -24,6 +35,26 @@ app = build_resolver(logger)
 deployment = Deployment.from_env()
 models.bind(deployment)
 store = SegmentStore(deployment)
+URL_EXPIRY_S = 300  # a reader fetches a location right away; five minutes cover a slow or retried GET
+# Presigned URLs are SigV4 (botocore presigns SigV2 by default), so the Range header is signed with the
+# URL; path-style against a local endpoint (standalone's moto), virtual-hosted on AWS.
+presigner = boto3.session.Session().client(
+    "s3", region_name=deployment.region, endpoint_url=deployment.endpoint_url,
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path" if deployment.endpoint_url else "virtual"}))
+SegmentList = Annotated[str, Query(
+    pattern=rf"^[0-9]{{1,20}}(,[0-9]{{1,20}}){{0,{api.MAX_TAIL_SEGMENTS - 1}}}$",
+    description=f"Segment ids, comma-separated, at most {api.MAX_TAIL_SEGMENTS}.")]
+
+
+# Before the read route, whose <segment> would otherwise match "tails".
+@app.get("/v1/segments/<scope>/<stream>/tails",
+         summary="Start, length and sealed flag of many segments of a stream in one request "
+                 "(eventually consistent: may lag a commit by a moment)")
+def tails(scope: ScopeName, stream: StreamName, segments: SegmentList) -> SegmentTails:
+    ids = [int(s) for s in segments.split(",")]
+    found = store.tails([segment_name(scope, stream, i) for i in ids])
+    return SegmentTails(tails=[SegmentTail(segment_id=i, found=t.found, start_offset=t.start_offset, length=t.length,
+                                           sealed=t.sealed) for i, t in zip(ids, found, strict=True)])
 
 
 @app.get("/v1/segments/<scope>/<stream>/<segment>", summary="Read bytes of a segment from an offset",
@@ -46,6 +77,26 @@ def read(
         api.SEALED: str(result.sealed).lower(),
         api.END_OF_SEGMENT: str(result.end_of_segment).lower(),
     })
+
+
+@app.get("/v1/segments/<scope>/<stream>/<segment>/locations",
+         summary="Where the bytes from an offset are: presigned ranged GETs of S3 objects, and inline bytes")
+def locations(scope: ScopeName, stream: StreamName, segment: SegmentToken,
+              offset: Annotated[int, Query(ge=0, le=api.INT63_MAX)] = 0,
+              max_bytes: Annotated[int, Query(ge=1, le=MAX_LOCATE_BYTES)] = MAX_LOCATE_BYTES) -> ReadLocations:
+    result = store.locate(segment_name(scope, stream, segment), offset, max_bytes)
+    return ReadLocations(offset=result.offset, next_offset=result.next_offset, start_offset=result.start_offset,
+                         length=result.length, sealed=result.sealed, end_of_segment=result.end_of_segment,
+                         expires_in_s=URL_EXPIRY_S, locations=[_location(x) for x in result.locations])
+
+
+def _location(x) -> ReadLocation:
+    if x.data is not None:
+        return ReadLocation(offset=x.offset, length=x.length, data=base64.b64encode(x.data).decode())
+    byte_range = f"bytes={x.object_offset}-{x.object_offset + x.length - 1}"
+    url = presigner.generate_presigned_url("get_object", ExpiresIn=URL_EXPIRY_S, Params={
+        "Bucket": deployment.bucket, "Key": x.object_key, "Range": byte_range})
+    return ReadLocation(offset=x.offset, length=x.length, url=url, range=byte_range)
 
 
 @app.get("/v1/segments/<scope>/<stream>/<segment>/plan",

@@ -1,0 +1,169 @@
+"""What a reader costs while it waits at the tail, and how soon it sees the first event after waiting.
+
+Starts a standalone stack, creates an empty stream of 1 segment and one of 4, and leaves a
+``StreamReader`` at the tail of each for ``--seconds`` (calling ``read_next_event(timeout_ms=1000)``
+in a loop, as an application does). Every request the reader sends is counted by kind (tail checks,
+reads, plans, object GETs); the DynamoDB requests the read function makes are metered by the moto
+server and priced with bench/cost.py. Function duration is *modeled* per request
+(``cost.FUNCTION_MS``: a constant per request kind, plus, for a long-poll read that came back empty,
+the wait it asked for, which holds the function on AWS too), not taken from the emulation's wall time.
+The window's cost is scaled to a day.
+
+Then it measures the wake-up latency: after the reader has idled ``--idle-s`` (its tail checks backed
+off to their slowest), one event is written and the time from the write's acknowledgement to
+``read_next_event`` returning it is taken, ``--probes`` times.
+
+Run: ``.venv/bin/python -m bench.idle_reader --seconds 20``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+
+import rillet
+from bench.cost import PRICES, function_gb_seconds, usage
+from rillet.segments import SegmentClient
+from standalone.stack import Stack, StackConfig
+
+DAY_S = 86_400
+
+
+class RequestCounter:
+    """Counts the read API requests of one SegmentClient by kind, and the long-poll wait they asked for."""
+
+    def __init__(self, segments: SegmentClient) -> None:
+        self.kinds: Counter = Counter()
+        self.held_ms = 0.0  # long-poll time the server spent waiting (modeled as billed)
+        self._lock = threading.Lock()
+        transport = segments.read_transport
+        original = transport.request
+
+        def request(method, path, **kwargs):
+            started = time.monotonic()
+            response = original(method, path, **kwargs)
+            wait_ms = (kwargs.get("params") or {}).get("wait_ms") or 0
+            with self._lock:
+                kind = _kind(path)
+                self.kinds["empty_read" if kind == "read" and not response.data else kind] += 1
+                if wait_ms and not response.data:  # an empty answer after a long poll held the function
+                    self.held_ms += min(wait_ms, (time.monotonic() - started) * 1000)
+            return response
+
+        transport.request = request
+
+    def reset(self) -> None:
+        with self._lock:
+            self.kinds.clear()
+            self.held_ms = 0.0
+
+
+def _kind(path: str) -> str:
+    for suffix in ("tails", "locations", "plan", "info"):
+        if path.endswith("/" + suffix):
+            return suffix
+    return "read"
+
+
+def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float) -> dict:
+    reader = factory.create_stream_reader(stream, rillet.BytesSerializer())
+    counter = RequestCounter(factory.connection.segments)
+    reader.read_next_event(timeout_ms=0)  # reach the tail before metering
+    stack.requests.reset()
+    stack.invocations.reset()
+    counter.reset()
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        assert reader.read_next_event(timeout_ms=1000) is None
+    elapsed = time.monotonic() - started
+    _, records = stack.requests.snapshot()
+    kinds = dict(counter.kinds)
+    invocations = sum(kinds.values())
+    u = usage(records, invocations, function_gb_seconds("read", kinds, counter.held_ms))
+    per_day = {k: v * DAY_S / elapsed for k, v in u.dollars().items()}
+    ddb = sum(n for (svc, _), n in u.requests.items() if svc == "dynamodb")
+    return {"stream": stream, "seconds": elapsed, "requests_by_kind": kinds,
+            "function_requests_per_s": invocations / elapsed, "dynamodb_requests_per_s": ddb / elapsed,
+            "read_units_per_s": u.read_units / elapsed, "held_s": counter.held_ms / 1000,
+            "wall_gb_seconds": stack.invocations.gb_seconds.get("read", 0.0), "modeled_gb_seconds": u.lambda_gb_seconds,
+            "dollars_per_day": per_day}
+
+
+def _wake_latency(factory, stream: str, idle_s: float, probes: int) -> list[float]:
+    reader = factory.create_stream_reader(stream, rillet.BytesSerializer())
+    writer = factory.create_event_writer(stream, rillet.BytesSerializer())
+    latencies = []
+    try:
+        for _ in range(probes):
+            reader.read_next_event(timeout_ms=0)
+            got: list[float] = []
+
+            def wait_for_event() -> None:
+                deadline = time.monotonic() + idle_s + 30
+                while time.monotonic() < deadline:
+                    if reader.read_next_event(timeout_ms=1000) is not None:
+                        got.append(time.monotonic())
+                        return
+
+            waiting = threading.Thread(target=wait_for_event)
+            waiting.start()
+            time.sleep(idle_s)
+            writer.write_event(b"x", routing_key="k").result()
+            acknowledged = time.monotonic()
+            waiting.join()
+            latencies.append(got[0] - acknowledged)
+    finally:
+        writer.close()
+    return latencies
+
+
+def run(seconds: float = 20, idle_s: float = 10, probes: int = 3) -> dict:
+    with Stack(StackConfig.ephemeral()) as stack:
+        stack.requests.keep_records = True
+        scope = "idle" + uuid.uuid4().hex[:8]
+        manager = rillet.StreamManager(stack.controller_url)
+        manager.create_scope(scope)
+        factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+        results = []
+        for segments in (1, 4):
+            stream = f"s{segments}"
+            manager.create_stream(scope, stream, rillet.StreamConfiguration(
+                scaling_policy=rillet.ScalingPolicy.fixed(segments)))
+            results.append({"segments": segments, **_idle_cost(stack, factory, scope, stream, seconds)})
+        latencies = _wake_latency(factory, "s1", idle_s, probes) if probes else []
+    return {"idle": results, "wake_latency_s": latencies, "idle_s": idle_s}
+
+
+def report(r: dict) -> str:
+    lines = ["idle StreamReader at the tail of an empty stream (function duration modeled per request, "
+             "bench/cost.py FUNCTION_MS):"]
+    for x in r["idle"]:
+        d = x["dollars_per_day"]
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(x["requests_by_kind"].items()))
+        lines += [
+            f"  {x['segments']} segment(s), {x['seconds']:.0f} s: {x['function_requests_per_s']:.2f} function requests/s "
+            f"({kinds}), {x['dynamodb_requests_per_s']:.2f} DynamoDB requests/s, {x['read_units_per_s']:.2f} read units/s, "
+            f"long polls held the function {x['held_s']:.1f} s",
+            f"    modeled $/day: total ${d['total']:.4f} (function requests ${d['lambda_requests']:.4f}, "
+            f"duration ${d['lambda_duration']:.4f}, DynamoDB reads ${d['dynamodb_reads']:.4f}, S3 ${d['s3_get'] + d['s3_put']:.4f});"
+            f" GB-s modeled {x['modeled_gb_seconds']:.3f} vs emulation wall {x['wall_gb_seconds']:.3f}",
+        ]
+    if r["wake_latency_s"]:
+        lat = r["wake_latency_s"]
+        lines.append(f"  first event after {r['idle_s']:.0f} s idle reaches the reader in: "
+                     + ", ".join(f"{x:.2f} s" for x in lat) + f" (max {max(lat):.2f} s, median {statistics.median(lat):.2f} s)")
+    lines.append(f"  Kinesis on-demand idles at ${PRICES['kinesis_on_demand_stream_hour'] * 24:.2f}/day per stream")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--idle-s", type=float, default=10)
+    parser.add_argument("--probes", type=int, default=3)
+    args = parser.parse_args()
+    print(report(run(args.seconds, args.idle_s, args.probes)))
