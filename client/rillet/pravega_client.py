@@ -24,7 +24,7 @@ StreamManager(controller_uri, auth_enabled,        rillet.StreamManager + rillet
   .update_stream_with_policy(...) -> bool          update_stream (Rillet-only settings are kept)
   .get_stream_tags -> [str]                        get_stream_tags (sorted: Rillet keeps tags as a set)
   .seal_stream / delete_stream -> bool             seal_stream / delete_stream
-  .create_writer(scope, stream,                    EventStreamWriter[bytes] (linger 0), at most N unacked
+  .create_writer(scope, stream,                    EventStreamWriter[bytes] (lowest latency), at most N unacked
     max_inflight_events=0) -> StreamWriter
   .create_transaction_writer(scope, stream,        TransactionalEventStreamWriter[bytes]; writer_id names
     writer_id) -> StreamTxnWriter                    the writer in commit-time watermarks
@@ -89,7 +89,8 @@ What differs, and why:
   which segments are rebalanced between readers, and a 3 s refresh. The Rust client has no
   checkpoints; a reader passes them while the application acquires and iterates slices. Creating a
   group that exists returns the existing group unchanged.
-* Writers send without lingering (like Pravega) and Rillet batches behind the request in flight.
+* Writers send without lingering (like Pravega: ``EventWriterConfig.lowest_latency()``): a block leaves
+  as soon as the one before it is answered, with what gathered behind it.
   ``write_event`` returns once at most ``max_inflight_events`` events are unacknowledged, raising the
   error of an earlier event if it failed. Transactional writes wait for their acknowledgement.
 * ``get_stream_tags`` returns the tags sorted: Rillet stores them as a set. ``StreamCuts`` maps
@@ -167,7 +168,7 @@ _TIMEOUT_S = 120.0  # pravega_client's bound on a write, commit or abort
 _ACQUIRE_S = 1.0  # pravega_client's get_segment_slice_async yields an empty slice after this without data
 _POLL_S = 0.1  # the pause between a waiting acquisition's looks at the reader
 _SERIALIZER = BytesSerializer()
-_WRITER_CONFIG = EventWriterConfig(linger_ms=0)
+_WRITER_CONFIG = EventWriterConfig.lowest_latency()
 
 
 def _utf8(event: str) -> bytes:

@@ -4,17 +4,23 @@ How a write travels:
 
 * The routing key hashes to a point of [0, 1); the writer's segment map (key ranges of the current
   segments) picks the segment. Events without a routing key get a random point.
-* Each segment has a queue, batched adaptively (Pravega's and Kafka's behaviour): when nothing of the
-  segment is in flight, its events leave as one block (one request, one S3 PUT at most) once the
-  oldest has waited ``linger_ms``; while blocks are in flight, events gather and leave when an answer
-  comes back, or as soon as ``batch_size_bytes`` have gathered. So a lone event waits no more than
-  ``linger_ms`` and a busy segment sends what gathered during one round trip per request. Up to
-  ``max_inflight_blocks`` blocks per segment are in flight at once: each names the event number of
-  the block before it (``after``), and the server commits a block only after that one, so blocks
-  commit in the order written however their requests race, and the upload of one overlaps the commit
-  of another. A block refused because the one before it has not committed yet (OutOfOrder) is sent
-  again as soon as every block before it is resolved, and not before: so each block costs at most one
-  such refusal, however many are in flight.
+* Each segment has a queue, batched to a latency budget (``max_latency_ms``, in the spirit of Kafka's
+  ``linger.ms`` and the Kinesis producer library's ``RecordMaxBufferedTime``): a block grows for as
+  long as the budget allows once the round trip is taken off it, so that its oldest event is
+  acknowledged about when its budget runs out. The round trip is the writer's smoothed measure of its
+  appends (an EWMA, TCP's smoothed round trip); until one is measured it is taken to be the whole
+  budget, so a new writer's first block leaves at once. A block leaves at once when
+  ``batch_size_bytes`` have gathered or a flush is asked, and never holds an event longer than the
+  budget less the measured round trip. Every request costs about the same whatever its size (an
+  invocation, an S3 PUT or its inline write units, a few DynamoDB requests), so the budget sets the
+  price per GB: docs/benchmarks.md gives the frontier. Up to ``max_inflight_blocks`` blocks per
+  segment are in flight at once: each names the event number of the block before it (``after``),
+  and the server commits a block only after that one, so blocks commit in the order written however
+  their requests race, and the upload of one overlaps the commit of another. A due block finding
+  that many in flight leaves when an answer comes back, with whatever gathered meanwhile. A block
+  refused because the one before it has not committed yet (OutOfOrder) is sent again as soon as
+  every block before it is resolved, and not before: so each block costs at most one such refusal,
+  however many are in flight.
 * When a segment turns out to be sealed (the stream scaled), nothing of the refused block was
   appended. Once no block of the segment is unresolved, the writer asks the controller for the
   successors (again and again while the answers are transient, up to ``retry_timeout_s``), replaces
@@ -99,23 +105,29 @@ from rillet.serializers import Serializer
 
 T = TypeVar("T")
 
+# The cost profile's budget: about a second of events per block once the round trip is taken off
+# (blocks as large as the former one-second linger's, so dollars per GB as low or lower).
+COST_OPTIMIZED_LATENCY_MS = 1200
+ROUND_TRIP_GAIN = 0.125  # weight of a new round trip in the smoothed one (TCP's SRTT gain, RFC 6298)
+
 
 @dataclass(frozen=True)
 class EventWriterConfig:
-    """Batching and retry bounds of a writer: the trade-off between latency and requests per GB.
+    """Batching and retry bounds of a writer: the trade-off between latency and dollars per GB.
 
-    The defaults favour latency (adaptive batching, see the module docstring): a block leaves as soon
-    as nothing of its segment is in flight, after ``linger_ms`` (5 ms: a burst written in a loop
-    leaves as one request rather than its first event alone, for less than one round trip's time),
-    and events gather behind the requests in flight. Each request costs an invocation, an S3 PUT and a
-    few DynamoDB writes, so a busy segment sends one request per round trip, whatever its size:
-    at 1 MB/s that is tens of requests per MB. ``cost_optimized()`` waits up to a second instead, so
-    a 1 MB/s writer sends about one 1 MB block a second (under $0.01 per GB, with latencies of about a
-    second). docs/sdk.md and docs/benchmarks.md give the measured figures of both.
+    ``max_latency_ms`` is the main knob (see the module docstring): the writer holds an event for at
+    most the budget less the round trip it measures, so an event is typically acknowledged within the
+    budget, and a block carries everything written during that hold. Each request costs about the
+    same whatever its size, so a longer budget means larger blocks and fewer requests per GB. The
+    default, 250 ms, is the shortest budget on the measured frontier (docs/benchmarks.md) that keeps a
+    1 KiB-event stream under $0.04 per GB at 1 MB/s and $0.40 at 100 events/s, for a modeled ack p99
+    under 300 ms. ``lowest_latency()`` sends a block as soon as the one before it is answered (one
+    request per round trip, the former default); ``cost_optimized()`` waits about a second (one
+    block per second: under $0.01 per GB at 1 MB/s).
     """
 
     batch_size_bytes: int = MAX_EVENT_SIZE  # a block leaves once this much gathered (4 MiB: one request's most)
-    linger_ms: int = 5  # how long an event may wait for others when nothing of its segment is in flight
+    max_latency_ms: int = 250  # write to acknowledgement: an event is held at most this less the round trip
     retry_timeout_s: float = 300.0  # how long a block is resent without proof of its outcome, then OutcomeUnknown
     max_concurrency: int = 16
     max_inflight_blocks: int = 3  # per segment: a block's upload overlaps the commit of the one before
@@ -124,16 +136,24 @@ class EventWriterConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size_bytes <= MAX_BLOCK_SIZE:
             raise ValueError(f"batch_size_bytes must be between 1 and {MAX_BLOCK_SIZE}")
-        if (self.linger_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1 or self.max_inflight_blocks < 1
-                or self.idle_writer_id_s <= 0):
-            raise ValueError("linger_ms >= 0, retry_timeout_s > 0, max_concurrency >= 1, max_inflight_blocks >= 1 "
-                             "and idle_writer_id_s > 0")
+        if (self.max_latency_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1
+                or self.max_inflight_blocks < 1 or self.idle_writer_id_s <= 0):
+            raise ValueError("max_latency_ms >= 0, retry_timeout_s > 0, max_concurrency >= 1, "
+                             "max_inflight_blocks >= 1 and idle_writer_id_s > 0")
+
+    @classmethod
+    def lowest_latency(cls, **overrides: Any) -> EventWriterConfig:
+        """The lowest latency per request: no budget to spend, one block in flight per segment, so a block
+        leaves as soon as the one before it is answered and carries what gathered during that round
+        trip (Pravega's behaviour; the default before the latency budget). One request per round trip
+        whatever the rate: dollars per GB are highest at low rates."""
+        return cls(**{"max_latency_ms": 0, "max_inflight_blocks": 1, **overrides})
 
     @classmethod
     def cost_optimized(cls, **overrides: Any) -> EventWriterConfig:
-        """The lowest dollars per GB: events wait up to a second for others, so blocks are large (about
-        1 MB at 1 MB/s: one S3 PUT and a few small DynamoDB writes per MB), at about a second of latency."""
-        return cls(**{"linger_ms": 1000, "batch_size_bytes": MAX_EVENT_SIZE, **overrides})
+        """The lowest dollars per GB: a budget of about a second, so blocks are large (about 1 MB at
+        1 MB/s: one S3 PUT and a few small DynamoDB writes per MB), at about a second of latency."""
+        return cls(**{"max_latency_ms": COST_OPTIMIZED_LATENCY_MS, "batch_size_bytes": MAX_EVENT_SIZE, **overrides})
 
 
 @dataclass(frozen=True)
@@ -150,7 +170,7 @@ class _Pending:
     point: float
     future: Future
     seq: int  # the writer-wide order of write_event calls, which every re-send keeps
-    queued_at: float = field(default_factory=time.monotonic)
+    queued_at: float  # time.monotonic() when write_event queued it: its latency budget counts from here
 
 
 @dataclass(eq=False)
@@ -223,13 +243,14 @@ class EventStreamWriter(Generic[T]):
         self._queues: dict[int, _SegmentQueue] = {}
         self._acked_end: dict[int, int] = {}  # segment id -> offset after this writer's last acknowledged event
         self._noted_time = False
+        self._round_trip_s: float | None = None  # smoothed append round trip, once one was measured
         self._written = 0  # write_event calls so far: the next event's sequence number
         self._outstanding = 0
         self._flushing = 0
         self._closed = False
         self._pool = ThreadPoolExecutor(self.config.max_concurrency, thread_name_prefix=f"rillet-writer-{stream}")
-        self._linger = threading.Thread(target=self._linger_loop, name="rillet-writer-linger", daemon=True)
-        self._linger.start()
+        self._batcher = threading.Thread(target=self._batch_loop, name="rillet-writer-batcher", daemon=True)
+        self._batcher.start()
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -246,7 +267,7 @@ class EventStreamWriter(Generic[T]):
             if self._closed:
                 raise RilletError("the writer is closed")
             self._outstanding += 1
-            self._enqueue(_Pending(framed, point, future, self._written))
+            self._enqueue(_Pending(framed, point, future, self._written, time.monotonic()))
             self._written += 1
         return future
 
@@ -305,21 +326,19 @@ class EventStreamWriter(Generic[T]):
             queue.resolving = True  # an earlier successors lookup was given up: ask again
             self._pool.submit(self._resolve_sealed, queue)
         self._maybe_send(queue)
-        if len(queue.pending) == 1 and not queue.inflight:
-            self._cond.notify_all()  # a new linger deadline: the linger thread sleeps until the earliest
+        if len(queue.pending) == 1:
+            self._cond.notify_all()  # a new block's deadline: the batcher sleeps until the earliest
 
-    def _maybe_send(self, queue: _SegmentQueue, answered: bool = False) -> None:
+    def _maybe_send(self, queue: _SegmentQueue) -> None:
         """Send due blocks, up to ``max_inflight_blocks`` at once per segment; each names the event
         number before it, so the server commits them in order however the requests race.
 
-        A full block is due at once. A partial one is due once its oldest event has waited
-        ``linger_ms`` and nothing of the segment is in flight, or an answer for the segment just came
-        back (``answered``): events gather behind the requests in flight, one block per answer."""
+        A full block is due at once, and so is everything on a flush or close. A partial one is due
+        once its oldest event has been held for the budget less the round trip (``_due_at``)."""
         while (not queue.sealed and queue.pending and len(queue.inflight) < self.config.max_inflight_blocks
                and not (queue.new_writer_id and queue.inflight)
                and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
-                    or ((answered or not queue.inflight) and self._lingered(queue)))):
-            answered = False
+                    or time.monotonic() >= self._due_at(queue))):
             if (not queue.inflight and queue.acked_at is not None
                     and queue.acked_at.elapsed_s() > self.config.idle_writer_id_s):
                 queue.new_writer_id = True  # the server may forget an idle writer id: do not continue it
@@ -339,23 +358,36 @@ class EventStreamWriter(Generic[T]):
             queue.inflight.append(block)
             self._pool.submit(self._send, queue, block)
 
-    def _lingered(self, queue: _SegmentQueue) -> bool:
-        return time.monotonic() >= self._linger_deadline(queue)
+    def round_trip_s(self) -> float | None:
+        """The smoothed round trip of this writer's appends (None until one is measured)."""
+        return self._round_trip_s
 
-    def _linger_deadline(self, queue: _SegmentQueue) -> float:
-        return queue.pending[0].queued_at + self.config.linger_ms / 1000
+    def hold_s(self) -> float:
+        """How long a partial block may grow: the budget less the smoothed round trip (none measured yet:
+        the whole budget is taken for the round trip, so the block leaves at once)."""
+        budget_s = self.config.max_latency_ms / 1000
+        round_trip_s = budget_s if self._round_trip_s is None else self._round_trip_s
+        return max(0.0, budget_s - round_trip_s)
 
-    def _linger_loop(self) -> None:
-        """Send the partial blocks whose linger ran out on segments with nothing in flight (the others
-        leave on answers). Sleeps until the earliest such deadline, or until woken by a new event on an
-        idle segment, an answer or close: an idle writer never polls."""
+    def _due_at(self, queue: _SegmentQueue) -> float:
+        return queue.pending[0].queued_at + self.hold_s()
+
+    def _observe_round_trip(self, seconds: float) -> None:
+        """Fold a measured round trip into the smoothed one (lock held)."""
+        previous = self._round_trip_s
+        self._round_trip_s = seconds if previous is None else previous + ROUND_TRIP_GAIN * (seconds - previous)
+
+    def _batch_loop(self) -> None:
+        """Send the partial blocks whose hold ran out (full ones leave as they fill, the rest on flush).
+        Sleeps until the earliest such deadline, or until woken by a segment's new block, an answer
+        or close: an idle writer never polls."""
         with self._cond:
             while not self._closed:
                 deadline: float | None = None
                 for queue in list(self._queues.values()):
                     self._maybe_send(queue)
-                    if queue.pending and not queue.inflight and not queue.sealed:
-                        due = self._linger_deadline(queue)
+                    if queue.pending and not queue.sealed and len(queue.inflight) < self.config.max_inflight_blocks:
+                        due = self._due_at(queue)
                         deadline = due if deadline is None else min(deadline, due)
                 self._cond.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
@@ -378,6 +410,7 @@ class EventStreamWriter(Generic[T]):
                 if block.settled:
                     return  # withdrawn, or failed with a block before it
                 predecessor_open = self._predecessor_unresolved(queue, block)
+            sent_at = time.monotonic()
             try:
                 ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
                                                       block.writer_id, block.first, len(block.items), payload,
@@ -400,7 +433,9 @@ class EventStreamWriter(Generic[T]):
                 block.maybe_stored = True
                 return self._failed(queue, block, self._unknown(f"append failed: {e}"))
             else:
-                return self._acknowledged(queue, block, ack.offset)
+                # A round trip of its own: one that waited on the block before it would overstate it.
+                round_trip = None if predecessor_open else time.monotonic() - sent_at
+                return self._acknowledged(queue, block, ack.offset, round_trip)
             if time.monotonic() >= deadline:
                 return self._failed(queue, block, self._unknown(f"no answer proved the outcome within "
                                                                f"{self.config.retry_timeout_s} s (last: {error})"))
@@ -430,8 +465,11 @@ class EventStreamWriter(Generic[T]):
         return OutcomeUnknown(f"the event may or may not be stored in {self.scope}/{self.stream}: {why}",
                               deadline_s=self.config.retry_timeout_s)
 
-    def _acknowledged(self, queue: _SegmentQueue, block: _InFlight, offset: int | None) -> None:
+    def _acknowledged(self, queue: _SegmentQueue, block: _InFlight, offset: int | None,
+                      round_trip_s: float | None = None) -> None:
         with self._cond:
+            if round_trip_s is not None:
+                self._observe_round_trip(round_trip_s)
             if block.settled:
                 return  # given up as unknown before this answer came: its futures already said so
             block.settled = True
@@ -495,7 +533,7 @@ class EventStreamWriter(Generic[T]):
                 queue.resolving = True
                 return True
         else:
-            self._maybe_send(queue, answered=True)
+            self._maybe_send(queue)
         return False
 
     def _target(self, segment: SegmentRange) -> int | str:

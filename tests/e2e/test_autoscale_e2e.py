@@ -93,7 +93,7 @@ class Traffic:
         self.threads.append(thread)
 
     def writer(self, w: int, first_seq: int = 0, events: int | None = None, rate: float = RATE_PER_WRITER) -> None:
-        writer = self.factory.create_event_writer("s", SER, rillet.EventWriterConfig(linger_ms=10))
+        writer = self.factory.create_event_writer("s", SER, rillet.EventWriterConfig(max_latency_ms=10))
         futures = []
         i, started = 0, time.monotonic()
         while not self.stop_writing.is_set() and (events is None or i < events):

@@ -19,7 +19,7 @@ def test_slices_cover_all_bytes_and_yield_exactly_the_events(url, unique):
     rng = random.Random(13)
     written = []
     with events.create_event_writer("s", serializer, EventWriterConfig(batch_size_bytes=4096,
-                                                                        linger_ms=10)) as writer:
+                                                                        max_latency_ms=10)) as writer:
         futures = []
         for i in range(800):
             event = f"e{i}:" + "x" * rng.randrange(0, 5000 if i % 50 == 0 else 60)

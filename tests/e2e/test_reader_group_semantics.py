@@ -28,7 +28,7 @@ class Setup:
         self.manager.create_stream(scope, self.stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments)))
         self.factory = rillet.EventStreamClientFactory(scope, url)
         self.groups = ReaderGroupManager(scope, url)
-        self.writer = self.factory.create_event_writer(self.stream, SER, rillet.EventWriterConfig(linger_ms=2))
+        self.writer = self.factory.create_event_writer(self.stream, SER, rillet.EventWriterConfig(max_latency_ms=2))
         self.written: list[str] = []
 
     def write(self, tag: str, n: int, keys: int = 4) -> list[str]:

@@ -135,7 +135,7 @@ def test_truncation_follows_the_subscriber_and_a_non_subscriber_moves_on_to_the_
     config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2), retention_policy=policy)
     manager.create_stream(scope, "s", config)
     factory = rillet.EventStreamClientFactory(scope, url)
-    writer = factory.create_event_writer("s", SER, rillet.EventWriterConfig(linger_ms=2))
+    writer = factory.create_event_writer("s", SER, rillet.EventWriterConfig(max_latency_ms=2))
     where: dict[str, tuple[int, int]] = {}  # event -> (segment id, offset), from the acknowledgements
 
     def write(tag: str, first: int, n: int) -> list[str]:

@@ -65,7 +65,7 @@ class Run:
     # -- the actors ------------------------------------------------------------------------------
 
     def writer(self, w: int) -> None:
-        writer = self.factory.create_event_writer(self.stream, SER, rillet.EventWriterConfig(linger_ms=10))
+        writer = self.factory.create_event_writer(self.stream, SER, rillet.EventWriterConfig(max_latency_ms=10))
         futures = []
         for i in range(EVENTS_PER_WRITER):
             key, seq = i % KEYS, i // KEYS

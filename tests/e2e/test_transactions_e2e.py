@@ -35,7 +35,7 @@ from rillet import (
 
 SER = UTF8StringSerializer()
 STREAM = "s"
-FAST = EventWriterConfig(linger_ms=10)
+FAST = EventWriterConfig(max_latency_ms=10)
 
 
 @pytest.fixture

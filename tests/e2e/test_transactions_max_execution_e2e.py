@@ -43,7 +43,7 @@ def test_a_refused_ping_leaves_the_transaction_open_and_committable(bounded_url,
         manager.create_scope(unique)
         manager.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
     with rillet.EventStreamClientFactory(unique, bounded_url) as factory:
-        writer = factory.create_transactional_writer("s", SER, EventWriterConfig(linger_ms=10))
+        writer = factory.create_transactional_writer("s", SER, EventWriterConfig(max_latency_ms=10))
         txn = writer.begin(lease_ms=BOUND_MS)  # 1,000 leases would be 83 min: the stack's bound holds
         began = txn.info
         assert began.max_expiry_ms == began.lease_expiry_ms

@@ -20,7 +20,7 @@ from rillet.keyspace import segment_epoch
 
 SER = UTF8StringSerializer()
 STREAM = "s"
-FAST = EventWriterConfig(linger_ms=10)
+FAST = EventWriterConfig(max_latency_ms=10)
 KEYS = [f"key-{i}" for i in (0, 1, 3, 4, 5, 8, 9, 11)]  # one in each of [0, .1), [.1, .125), ..., [.875, 1)
 
 

@@ -131,7 +131,7 @@ def test_readers_time_windows_bracket_the_event_times(stack, url, unique):
 
     def write(name: str) -> None:
         batches, per_batch, step, pause = WRITERS[name]
-        writer = factory.create_event_writer("s", SER, rillet.EventWriterConfig(linger_ms=2))
+        writer = factory.create_event_writer("s", SER, rillet.EventWriterConfig(max_latency_ms=2))
         t, seq = T0, 0
         for _ in range(batches):
             with turns.batch():

@@ -27,7 +27,7 @@ def _read_everything(factory, stream: str, serializer) -> list:
     return list(reader)
 
 
-FAST = EventWriterConfig(batch_size_bytes=16 * 1024, linger_ms=20)
+FAST = EventWriterConfig(batch_size_bytes=16 * 1024, max_latency_ms=20)
 
 
 def _check_exactly_once_in_key_order(events: list, written: dict[str, list[str]],
@@ -78,7 +78,7 @@ def test_large_events_round_trip(url, unique):
     sizes = [0, 1, 3 * 1024, 3 * 1024 + 1, 100_000, 300_000, 450_000, 17]
     events = [bytes([i]) * size for i, size in enumerate(sizes)]
     with factory.create_event_writer("s", serializer, EventWriterConfig(batch_size_bytes=512 * 1024,
-                                                                        linger_ms=5)) as writer:
+                                                                        max_latency_ms=5)) as writer:
         futures = [writer.write_event(e, routing_key="one") for e in events]
         writer.flush()
         acks = [f.result(timeout=0) for f in futures]
@@ -94,7 +94,7 @@ def test_retries_after_lost_answers_add_no_duplicates(url, unique):
     _stream(url, unique, "s", 2)
     factory = rillet.EventStreamClientFactory(unique, url)
     serializer = rillet.UTF8StringSerializer()
-    writer = factory.create_event_writer("s", serializer, EventWriterConfig(batch_size_bytes=128, linger_ms=5))
+    writer = factory.create_event_writer("s", serializer, EventWriterConfig(batch_size_bytes=128, max_latency_ms=5))
     segments = writer.connection.segments
     original_append = segments.append
     lock = threading.Lock()

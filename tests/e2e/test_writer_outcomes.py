@@ -28,7 +28,7 @@ def test_an_append_applied_then_answered_with_500_is_acknowledged_once(url, uniq
     manager.create_stream(unique, "s", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(2)))
     factory = rillet.EventStreamClientFactory(unique, url)
     serializer = rillet.UTF8StringSerializer()
-    writer = factory.create_event_writer("s", serializer, EventWriterConfig(batch_size_bytes=64, linger_ms=5))
+    writer = factory.create_event_writer("s", serializer, EventWriterConfig(batch_size_bytes=64, max_latency_ms=5))
     segments = writer.connection.segments
     original_append = segments.append
     lock = threading.Lock()

@@ -30,9 +30,9 @@ def _reader(spark, stack, stream, **options):
     return reader
 
 
-def _write(stack, scope, stream, events, linger_ms=5, batch=16 * 1024):
+def _write(stack, scope, stream, events, max_latency_ms=5, batch=16 * 1024):
     factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
-    config = rillet.EventWriterConfig(linger_ms=linger_ms, batch_size_bytes=batch)
+    config = rillet.EventWriterConfig(max_latency_ms=max_latency_ms, batch_size_bytes=batch)
     with factory.create_event_writer(stream, rillet.BytesSerializer(), config) as writer:
         futures = [writer.write_event(event, routing_key=key) for key, event in events]
     return [f.result() for f in futures]
@@ -246,7 +246,7 @@ def test_a_stream_query_starts_at_the_tail_and_reads_a_backlog_in_bounded_batche
         query.stop()
         # A backlog of ~40 KB in ~1 KB blocks, then the query again from its checkpoint.
         events = [(f"k{i % 7}", f"e{i:04d}".ljust(100, ".").encode()) for i in range(400)]
-        _write(stack, scope, "s", events, linger_ms=1000, batch=1024)
+        _write(stack, scope, "s", events, max_latency_ms=1000, batch=1024)
         query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
                  .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8")
                  .option("starting_position", "tail").option("max_bytes_per_trigger", 4096).load()
@@ -307,7 +307,7 @@ def test_data_truncated_behind_a_stopped_query_fails_it_by_default_or_is_skipped
 
 def test_min_partitions_splits_a_segment_at_block_boundaries(spark, stack, manager, scope):
     manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
-    _write(stack, scope, "s", [("k", f"e{i:03d}".ljust(200, ".").encode()) for i in range(200)], linger_ms=1000,
+    _write(stack, scope, "s", [("k", f"e{i:03d}".ljust(200, ".").encode()) for i in range(200)], max_latency_ms=1000,
            batch=2048)
     plain = _reader(spark, stack, f"{scope}/s", encoding="utf-8").load()
     split = _reader(spark, stack, f"{scope}/s", encoding="utf-8", min_partitions=6).load()

@@ -63,7 +63,7 @@ class FakeConnection:
 
 
 def begin(connection: FakeConnection):
-    writer = TransactionalEventStreamWriter(connection, "sc", "s", UTF8StringSerializer(), EventWriterConfig(linger_ms=5))
+    writer = TransactionalEventStreamWriter(connection, "sc", "s", UTF8StringSerializer(), EventWriterConfig(max_latency_ms=5))
     return writer.begin(lease_ms=10_000)
 
 

@@ -1,4 +1,4 @@
-"""The writer's adaptive batching, cost profile, block age and writer-id lifetime, against the fake
+"""The writer's batching profiles, block age and writer-id lifetime, against the fake
 segment store of test_writer_contract (no HTTP, no timing assertions)."""
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ def gate_first_block(store: FakeSegments) -> tuple[threading.Event, threading.Ev
     return arrived, release
 
 
-def test_events_gather_behind_the_block_in_flight_and_leave_with_its_answer():
-    """Linger 0: e0 leaves alone at once. While it is in flight, full blocks still leave (pipelining),
-    but a partial block waits, and what gathered leaves as one block when e0's answer comes back."""
+def test_lowest_latency_gathers_behind_the_block_in_flight_and_sends_with_its_answer():
+    """lowest_latency(): e0 leaves alone at once. While it is in flight the others gather, and leave
+    as soon as the block before them is answered, as full blocks and a partial one."""
     store = FakeSegments([0])
     arrived, release = gate_first_block(store)
-    config = EventWriterConfig(batch_size_bytes=TWO_EVENTS, linger_ms=0, max_inflight_blocks=3)
+    config = EventWriterConfig.lowest_latency(batch_size_bytes=TWO_EVENTS)
     with writer_on(FakeConnection(store), config) as writer:
         futures = [writer.write_event("e0", routing_key="k")]
         assert arrived.wait(timeout=30)
@@ -51,26 +51,27 @@ def test_events_gather_behind_the_block_in_flight_and_leave_with_its_answer():
     assert store.stored(0) == [f"e{i}" for i in range(6)]
 
 
-def test_the_default_favours_latency_and_the_cost_profile_keeps_large_blocks():
-    default, cost = EventWriterConfig(), EventWriterConfig.cost_optimized()
-    assert default.linger_ms <= 5 and default.idle_writer_id_s == 3600
-    assert (cost.linger_ms, cost.batch_size_bytes) == (1000, MAX_EVENT_SIZE)
+def test_the_profiles_are_points_on_one_latency_budget():
+    default, cost, fast = EventWriterConfig(), EventWriterConfig.cost_optimized(), EventWriterConfig.lowest_latency()
+    assert default.max_latency_ms == 250 and default.idle_writer_id_s == 3600
+    assert cost.max_latency_ms > 1000 and cost.batch_size_bytes == MAX_EVENT_SIZE
+    assert (fast.max_latency_ms, fast.max_inflight_blocks) == (0, 1)
     assert EventWriterConfig.cost_optimized(retry_timeout_s=10).retry_timeout_s == 10
 
 
 def test_an_idle_writer_thread_waits_without_a_timeout(monkeypatch):
-    """A small linger must not make the linger thread poll: once nothing is pending it sleeps until woken."""
+    """A short budget must not make the batcher poll: once nothing is pending it sleeps until woken."""
     linger_waits: list[float | None] = []
 
     class RecordingCondition(threading.Condition):
         def wait(self, timeout=None):
-            if threading.current_thread().name == "rillet-writer-linger":
+            if threading.current_thread().name == "rillet-writer-batcher":
                 linger_waits.append(timeout)
             return super().wait(timeout)
 
     monkeypatch.setattr(threading, "Condition", RecordingCondition)
     store = FakeSegments([0])
-    with writer_on(FakeConnection(store), EventWriterConfig(linger_ms=0)) as writer:
+    with writer_on(FakeConnection(store), EventWriterConfig(max_latency_ms=0)) as writer:
         writer.write_event("e0", routing_key="k").result(timeout=30)
         for _ in range(3000):  # until the linger thread is back asleep (bounded; no timing asserted)
             if linger_waits and linger_waits[-1] is None:
@@ -131,7 +132,7 @@ def test_a_writer_id_idle_past_its_window_is_not_continued(monkeypatch):
     clock = types.SimpleNamespace(monotonic=time.monotonic, time=lambda: time.time() + skipped[0])
     monkeypatch.setattr(rillet.clock, "time", clock)
     store = FakeSegments([0])
-    with writer_on(FakeConnection(store), EventWriterConfig(batch_size_bytes=1, linger_ms=0)) as writer:
+    with writer_on(FakeConnection(store), EventWriterConfig(batch_size_bytes=1, max_latency_ms=0)) as writer:
         assert outcome(writer.write_event("e0", routing_key="k")) == "ok"
         skipped[0] += 3500
         assert outcome(writer.write_event("e1", routing_key="k")) == "ok"  # within the window: same id

@@ -32,7 +32,7 @@ from rillet.writer import EventStreamWriter, EventWriterConfig
 
 WHOLE = SegmentRange(segment_id=0, low=0.0, high=1.0)
 SUCCESSOR = SegmentRange(segment_id=1, low=0.0, high=1.0)
-ONE_EVENT_BLOCKS = EventWriterConfig(batch_size_bytes=1, linger_ms=0, max_inflight_blocks=3, retry_timeout_s=30)
+ONE_EVENT_BLOCKS = EventWriterConfig(batch_size_bytes=1, max_latency_ms=0, max_inflight_blocks=3, retry_timeout_s=30)
 
 
 def internal_error() -> RilletError:
@@ -191,7 +191,7 @@ def test_rerouting_after_a_seal_keeps_the_order_events_were_written():
                 store.sealed.add(0)
 
     connection = FakeConnection(store, FakeController({0: [SUCCESSOR]}))
-    with writer_on(connection, EventWriterConfig(batch_size_bytes=1, linger_ms=0, max_inflight_blocks=3)) as writer:
+    with writer_on(connection, EventWriterConfig(batch_size_bytes=1, max_latency_ms=0, max_inflight_blocks=3)) as writer:
         early = [writer.write_event(f"e{i}", routing_key="k") for i in range(5)]
         writer.flush()
         store.fault = script
@@ -220,7 +220,7 @@ def test_a_failed_successors_lookup_does_not_close_the_key_range():
     store.sealed.add(0)
     controller = FakeController({0: [SUCCESSOR]})
     controller.failures = [internal_error()] * 1000
-    config = EventWriterConfig(batch_size_bytes=1, linger_ms=0, retry_timeout_s=0.3)
+    config = EventWriterConfig(batch_size_bytes=1, max_latency_ms=0, retry_timeout_s=0.3)
     with writer_on(FakeConnection(store, controller), config) as writer:
         first = writer.write_event("e0", routing_key="k")
         error = first.exception(timeout=60)
@@ -256,7 +256,7 @@ def test_outcome_unknown_only_after_the_deadline():
             raise errors[len(store.calls) % 2]
 
     store.fault = script
-    config = EventWriterConfig(batch_size_bytes=1, linger_ms=0, max_inflight_blocks=3, retry_timeout_s=0.5)
+    config = EventWriterConfig(batch_size_bytes=1, max_latency_ms=0, max_inflight_blocks=3, retry_timeout_s=0.5)
     with writer_on(FakeConnection(store), config) as writer:
         started = time.monotonic()
         futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(4)]
@@ -317,7 +317,7 @@ def test_a_block_refused_as_out_of_order_waits_for_its_predecessor_before_it_is_
             release.wait(10)  # the first block is slow; every other one arrives before it commits
 
     fake.fault = slow_first_block
-    config = EventWriterConfig(batch_size_bytes=1, linger_ms=0, max_inflight_blocks=8, max_concurrency=8,
+    config = EventWriterConfig(batch_size_bytes=1, max_latency_ms=0, max_inflight_blocks=8, max_concurrency=8,
                                retry_timeout_s=30)
     writer = writer_on(FakeConnection(fake), config)
     futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(8)]
