@@ -101,8 +101,12 @@ class Stack:
         self.moto = MotoServer(cfg.host, cfg.moto_port, self.requests).start()
         self.deployment = Deployment(endpoint_url=self.moto.url)
         create_resources(self.deployment)
+        # Trying grants (simulated identities), a grant added or removed must apply to the very next
+        # command, whichever worker serves it: no grant cache (each request reads the grant count and
+        # the caller's grants, two moto reads). Without identities there is nothing to cache.
+        grants = {"RILLET_GRANTS_CACHE_S": "0"} if cfg.simulate_identities else {}
         env = {**FAKE_CREDENTIALS, **self.deployment.to_env(), "POWERTOOLS_TRACE_DISABLED": "true",
-               "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **cfg.env}
+               "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **grants, **cfg.env}
         try:
             for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
                                         ("read", "lambdas.read.handler.handler", cfg.read_port)):
