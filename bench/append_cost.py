@@ -1,20 +1,24 @@
-"""Modeled AWS cost per GB and append-ack latency of the two writer profiles, from real appends.
+"""Modeled AWS cost per GB and append-ack latency of the writer's latency budgets, from real appends.
 
-For 1 KiB events at several rates into one segment, the block size each profile sends follows from
-how it batches (``EventWriterConfig``): the default (adaptive) profile sends a block as soon as the
-segment has none in flight (after a 5 ms linger), so a block holds the events that arrived during the
-previous block's round trip; the cost profile (``cost_optimized()``) lingers 1 s, so a block holds a
-second of events (both at most ``batch_size_bytes``). Blocks of
-those sizes are then appended for real (``SegmentStore.append`` in-process on moto, as the append
-function calls it), and their requests and DynamoDB request units priced from the real item sizes
-(bench/cost.py). Inline blocks are later packed into S3 chunks by tiering; a measured tiering pass
-adds its share. Lambda is priced per invocation and for the modeled duration of the AWS calls.
+For 1 KiB events at several rates into one segment, the block size a writer configuration sends
+follows from how it batches (``EventWriterConfig``, see rillet.writer): a partial block grows for the
+budget (``max_latency_ms``) less the round trip the writer measures (its mean, which the writer's
+smoothed round trip tracks), or leaves once full; with no budget left it leaves as soon as one of the
+``max_inflight_blocks`` slots is free, with what gathered meanwhile. Blocks of those sizes are then
+appended for real (``SegmentStore.append`` in-process on moto, as the append function calls it), and
+their requests and DynamoDB request units priced from the real item sizes (bench/cost.py). Inline
+blocks are later packed into S3 chunks by tiering; a measured tiering pass adds its share. Lambda is
+priced per invocation and for the modeled duration of the AWS calls.
 
 Latency is modeled, not measured: AWS per-request latencies are the stated assumptions in
 ``LATENCY_MS`` (not measurements), summed along the sequence of requests an append made here (they
-are sequential in the code), plus the profile's wait before a block leaves.
+are sequential in the code). The round trip is taken as log-normal with that p50 and p99, an event's
+wait in the writer follows from steady arrivals (in a block that grew for ``h`` seconds, its first
+event waited ``h``, the next ``h - 1/rate``, ...), and the ack quantiles are those of the sum of the
+two (computed, not added: the sum of two p99s would assume the worst of both always coincide).
 
-    python -m bench.append_cost            # 1, 100, 1,000 events/s and 1 MB/s
+    python -m bench.append_cost            # profiles and the frontier, 1-1,000 events/s and 1 MB/s, and
+                                           # a month of one stream beside Kinesis
     python -m bench.append_cost --quick    # 1 and 100 events/s, fewer appends
 """
 
@@ -36,9 +40,13 @@ from standalone.resources import create_resources
 
 EVENT = frame(os.urandom(1024))  # a 1 KiB event as the writer frames it
 GIB = 2**30
-PROFILES = {"default": EventWriterConfig(), "cost": EventWriterConfig.cost_optimized()}
+HOURS_PER_MONTH = 730
+PROFILES = {"lowest": EventWriterConfig.lowest_latency(), "default": EventWriterConfig(),
+            "cost": EventWriterConfig.cost_optimized()}
+FRONTIER_MS = (50, 100, 250, 500, 1000)  # budgets of the frontier table
 LAMBDA_GB = 0.5  # the append function's memory (infra/terraform/lambda.tf)
 TIER_RUN = 64  # inline blocks in the measured tiering pass (real passes pack up to 8 MiB)
+Z99 = 2.3263  # the standard normal's 99th percentile
 
 # Assumed AWS latencies in ms, (p50, p99), same region, warm function, reused connections. These are
 # round figures in the ranges AWS and public measurements state (DynamoDB: single-digit ms; S3 PUT of
@@ -57,6 +65,7 @@ S3_MS_PER_MIB = (8.0, 16.0)  # transfer of a block's bytes to S3 from Lambda, on
 
 RATES = {  # name -> events per second (of 1 KiB)
     "1 event/s": 1,
+    "10 events/s": 10,
     "100 events/s": 100,
     "1,000 events/s": 1000,
     "1 MB/s": 1_000_000 / 1024,
@@ -79,19 +88,56 @@ def _path_ms(operations: list[str], block_bytes: int) -> tuple[float, float]:
     return p50, p50 + math.sqrt(sum((b - a) ** 2 for a, b in steps))
 
 
-def _wait_quantile(q: float, events_per_s: float, profile: str, round_trip_s: float) -> float:
-    """Seconds an event waits in the writer before its block leaves, at quantile ``q``."""
-    config = PROFILES[profile]
-    linger_s = config.linger_ms / 1000
-    if profile == "cost":
-        fill_s = config.batch_size_bytes / len(EVENT) / events_per_s  # a full block leaves before the linger ends
-        if events_per_s * linger_s <= 1:
-            return linger_s  # each event is alone in its block: it waits the whole linger
-        return q * min(linger_s, fill_s)
-    # Adaptive: an event that finds a block in flight waits for it (uniformly over its round trip), one
-    # that finds none waits the short linger; a block is in flight for the segment's utilization of time.
-    busy = min(1.0, events_per_s * round_trip_s)
-    return linger_s if q <= 1 - busy else round_trip_s * (q - (1 - busy)) / busy
+class RoundTrip:
+    """An append's round trip as a log-normal variable with the modeled p50 and p99 (seconds)."""
+
+    def __init__(self, p50_s: float, p99_s: float) -> None:
+        self.p50_s = p50_s
+        self.sigma = math.log(p99_s / p50_s) / Z99
+        self.mean_s = p50_s * math.exp(self.sigma**2 / 2)  # what the writer's smoothed round trip tracks
+
+    def exceeds(self, seconds: float) -> float:
+        """P(round trip > seconds)."""
+        if seconds <= 0:
+            return 1.0
+        return 0.5 * math.erfc(math.log(seconds / self.p50_s) / self.sigma / math.sqrt(2))
+
+
+def batching(config: EventWriterConfig, events_per_s: float, trip: RoundTrip) -> tuple[int, list[float]]:
+    """The events in a block, and the waits (seconds) in the writer of equally likely events.
+
+    With budget left after the round trip, a block grows for that hold (or until full) and then
+    leaves: steady arrivals put the first event ``hold`` before it leaves, the next ``1/rate`` less.
+    Without (a budget at or under the round trip), a block leaves as soon as a slot of the
+    ``max_inflight_blocks`` is free: one per ``round trip / slots`` while the segment is busy (for
+    the share of time it is), each with what arrived meanwhile; an event finding a free slot leaves
+    at once."""
+    full = max(1, config.batch_size_bytes // len(EVENT))
+    hold = max(0.0, config.max_latency_ms / 1000 - trip.mean_s)
+    if hold > 0:
+        if 1 + events_per_s * hold > full:
+            hold = (full - 1) / events_per_s  # full before the hold runs out
+        events = 1 + math.floor(events_per_s * hold + 1e-9)
+        return events, [hold - j / events_per_s for j in range(events)]
+    period = trip.mean_s / config.max_inflight_blocks
+    busy = min(1.0, events_per_s * period)
+    events = max(1, min(full, round(events_per_s * period)))
+    grid = 200
+    waits = [0.0] * round(grid * (1 - busy)) + [period * (i + 0.5) / grid for i in range(round(grid * busy))]
+    return events, waits
+
+
+def ack_quantile(q: float, waits: list[float], trip: RoundTrip) -> float:
+    """The ``q`` quantile (seconds) of an event's wait in the writer plus its block's round trip."""
+
+    def exceeds(x: float) -> float:
+        return sum(trip.exceeds(x - w) for w in waits) / len(waits)
+
+    low, high = 0.0, max(waits) + trip.p50_s * math.exp(trip.sigma * 6)
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if exceeds(middle) > 1 - q else (low, middle)
+    return high
 
 
 class _Appender:
@@ -146,12 +192,6 @@ class _Appender:
         return result
 
 
-def _block_events(profile: str, events_per_s: float, round_trip_s: float) -> int:
-    config = PROFILES[profile]
-    seconds = config.linger_ms / 1000 if profile == "cost" else max(round_trip_s, config.linger_ms / 1000)
-    return max(1, min(config.batch_size_bytes // len(EVENT), round(events_per_s * seconds)))
-
-
 def _dollars_per_gib(m: dict, p50_ms: float) -> dict[str, float]:
     appends = GIB / m["block_bytes"]
     tier = m.get("tiering", {"read_units": 0.0, "write_units": 0.0, "s3_put": 0.0})
@@ -166,23 +206,35 @@ def _dollars_per_gib(m: dict, p50_ms: float) -> dict[str, float]:
     return parts
 
 
-def kinesis_dollars_per_gib(events_per_s: float, event_bytes: int = 1024) -> dict[str, float]:
-    """Kinesis ingest of the same events, one record each, at a steady rate (bench/cost.py prices)."""
-    gib_per_hour = events_per_s * event_bytes * 3600 / GIB
-    records_per_gib = GIB / event_bytes
+def kinesis_month(events_per_s: float, event_bytes: int = 1024) -> dict[str, float]:
+    """A month of Kinesis ingest of the same events, one record each, at a steady rate (bench/cost.py
+    prices). On-demand: the stream-hour plus ingest, each record rounded up to 1 KiB. Provisioned: the
+    fewest shards for the rate (1 MiB/s and 1,000 records/s of ingest each) plus PUT payload units (each
+    record rounded up to 25 KB)."""
+    seconds = HOURS_PER_MONTH * 3600
+    records = events_per_s * seconds
     shards = math.ceil(max(events_per_s * event_bytes / 2**20, events_per_s / 1000))
     return {
-        "on_demand": math.ceil(event_bytes / 1024) * 1024 / event_bytes * PRICES["kinesis_on_demand_ingest_gb"]
-        + PRICES["kinesis_on_demand_stream_hour"] / gib_per_hour,
-        "provisioned": shards * PRICES["kinesis_shard_hour"] / gib_per_hour
-        + records_per_gib * math.ceil(event_bytes / 25_600) * PRICES["kinesis_put_payload_unit"],
+        "on_demand": HOURS_PER_MONTH * PRICES["kinesis_on_demand_stream_hour"]
+        + records * math.ceil(event_bytes / 1024) * 1024 / GIB * PRICES["kinesis_on_demand_ingest_gb"],
+        "provisioned": HOURS_PER_MONTH * shards * PRICES["kinesis_shard_hour"]
+        + records * math.ceil(event_bytes / 25_600) * PRICES["kinesis_put_payload_unit"],
     }
 
 
-def run(rates: dict[str, float] | None = None, appends: int = 4) -> dict:
+def gib_per_month(events_per_s: float) -> float:
+    return events_per_s * 1024 * HOURS_PER_MONTH * 3600 / GIB
+
+
+def run(rates: dict[str, float] | None = None, appends: int = 4,
+        profiles: dict[str, EventWriterConfig] | None = None) -> dict:
+    """A row per rate and profile (default: ``default`` and ``cost``): the block the profile sends,
+    the requests and request units of one real append of it, dollars per GiB and the modeled ack
+    latency; and Kinesis beside it."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     rates = rates or RATES
+    profiles = profiles or {name: PROFILES[name] for name in ("default", "cost")}
     meter = RequestMeter(keep_records=True)
     server = MotoServer(meter=meter).start()
     rows = []
@@ -196,24 +248,28 @@ def run(rates: dict[str, float] | None = None, appends: int = 4) -> dict:
             return measured[block_events]
 
         for name, events_per_s in rates.items():
-            for profile in ("default", "cost"):
-                # The adaptive block size depends on the round trip, which depends on the block (inline
-                # or S3, its transfer time): iterate to the fixed point (two or three rounds).
+            for profile, config in profiles.items():
+                # The block size depends on the round trip, which depends on the block (inline or S3,
+                # its transfer time): iterate to the fixed point (two or three rounds).
                 block_events, seen = 1, set()
                 while block_events not in seen:
                     seen.add(block_events)
                     m = at(block_events)
-                    p50_ms, p99_ms = _path_ms(m["operations"], m["block_bytes"])
-                    block_events = _block_events(profile, events_per_s, p50_ms / 1000)
+                    trip = RoundTrip(*(ms / 1000 for ms in _path_ms(m["operations"], m["block_bytes"])))
+                    block_events, waits = batching(config, events_per_s, trip)
                 m = at(block_events)
                 p50_ms, p99_ms = _path_ms(m["operations"], m["block_bytes"])
-                ack_p50 = _wait_quantile(0.5, events_per_s, profile, p50_ms / 1000) * 1000 + p50_ms
-                ack_p99 = _wait_quantile(0.99, events_per_s, profile, p99_ms / 1000) * 1000 + p99_ms
-                rows.append({"rate": name, "events_per_s": events_per_s, "profile": profile, **m,
+                trip = RoundTrip(p50_ms / 1000, p99_ms / 1000)
+                block_events, waits = batching(config, events_per_s, trip)
+                dollars = _dollars_per_gib(m, p50_ms)
+                rows.append({"rate": name, "events_per_s": events_per_s, "profile": profile,
+                             "max_latency_ms": config.max_latency_ms, **m,
                              "request_ms": {"p50": p50_ms, "p99": p99_ms},
-                             "ack_ms": {"p50": ack_p50, "p99": ack_p99},
-                             "dollars_per_gib": _dollars_per_gib(m, p50_ms),
-                             "kinesis_dollars_per_gib": kinesis_dollars_per_gib(events_per_s)})
+                             "ack_ms": {"p50": ack_quantile(0.5, waits, trip) * 1000,
+                                        "p99": ack_quantile(0.99, waits, trip) * 1000},
+                             "dollars_per_gib": dollars,
+                             "dollars_per_month": dollars["total"] * gib_per_month(events_per_s),
+                             "kinesis_month": kinesis_month(events_per_s)})
     finally:
         server.stop()
     return {"latency_ms": LATENCY_MS, "rows": rows}
@@ -222,28 +278,64 @@ def run(rates: dict[str, float] | None = None, appends: int = 4) -> dict:
 def report(result: dict) -> str:
     lines = ["modeled append cost and latency, 1 KiB events into one segment (request units from real "
              + "appends on moto; AWS latencies are the assumptions in LATENCY_MS)",
-             f"  {'rate':<15}{'profile':<9}{'block':>9} {'requests per append':<44}{'RU r/w':>9}"
-             + f"{'$/GB':>9}{'Kinesis OD':>11}{'prov.':>8}{'ack p50':>9}{'p99':>8}"]
+             f"  {'rate':<15}{'profile':<9}{'budget':>7}{'block':>9} {'requests per append':<52}{'RU r/w':>9}"
+             + f"{'$/GB':>9}{'ack p50':>9}{'p99':>8}"]
     for r in result["rows"]:
         reqs = ", ".join(f"{k.split()[1]} {v:g}" for k, v in r["requests"].items())
         ru = f"{r['read_units']:.1f}/{r['write_units']:.1f}"
-        k = r["kinesis_dollars_per_gib"]
-        lines.append(f"  {r['rate']:<15}{r['profile']:<9}{r['block_bytes'] / 1024:>7.0f}KB {reqs:<44}{ru:>9}"
-                     + f"{r['dollars_per_gib']['total']:>9.4f}{k['on_demand']:>11.3f}{k['provisioned']:>8.3f}"
+        lines.append(f"  {r['rate']:<15}{r['profile']:<9}{r['max_latency_ms']:>5}ms{r['block_bytes'] / 1024:>7.0f}KB "
+                     + f"{reqs:<52}{ru:>9}{r['dollars_per_gib']['total']:>9.4f}"
                      + f"{r['ack_ms']['p50']:>7.0f}ms{r['ack_ms']['p99']:>6.0f}ms")
-    lines.append("  $/GB is ingest only (DynamoDB, S3 PUTs, Lambda requests and duration, tiering's share); "
-                 + "Kinesis: on-demand with its stream-hour, provisioned with its shard-hours and PUT units")
+    lines.append("  $/GB is ingest only (DynamoDB, S3 PUTs, Lambda requests and duration, tiering's share)")
+    return "\n".join(lines)
+
+
+def frontier_report(result: dict) -> str:
+    """Dollars per GB and modeled ack latency per budget, at 100 events/s and 1 MB/s."""
+    rows = {(r["profile"], r["rate"]): r for r in result["rows"]}
+    rates = ("100 events/s", "1 MB/s")
+    lines = ["latency budget frontier, 1 KiB events, one segment (modeled; the measured p99 is bench.latency's)",
+             f"  {'budget':<18}" + "".join(f"{rate + ': $/GB':>22}{'ack p50':>9}{'p99':>8}" for rate in rates)]
+    for profile in dict.fromkeys(p for p, _ in rows):
+        cells = [rows[(profile, rate)] for rate in rates]
+        label = f"{cells[0]['max_latency_ms']} ms" + (f" ({profile})" if not profile.endswith("ms") else "")
+        lines.append(f"  {label:<18}" + "".join(f"{c['dollars_per_gib']['total']:>22.4f}{c['ack_ms']['p50']:>7.0f}ms"
+                                                  f"{c['ack_ms']['p99']:>6.0f}ms" for c in cells))
+    return "\n".join(lines)
+
+
+def month_report(result: dict) -> str:
+    """A month of one stream per rate: the default writer and the cost profile beside Kinesis."""
+    rows = {(r["profile"], r["rate"]): r for r in result["rows"]}
+    lines = ["a month (730 h) of one stream of 1 KiB events, ingest only: Rillet (modeled ack p50/p99) and Kinesis",
+             f"  {'rate':<15}{'GB':>8}{'default $':>11}{'p50/p99 ms':>12}{'cost $':>9}{'p50/p99 ms':>12}"
+             + f"{'Kinesis on-demand $':>21}{'provisioned $':>15}"]
+    for rate in dict.fromkeys(r for _, r in rows):
+        d, c = rows[("default", rate)], rows[("cost", rate)]
+        k = d["kinesis_month"]
+        lines.append(f"  {rate:<15}{gib_per_month(d['events_per_s']):>8.0f}{d['dollars_per_month']:>11.2f}"
+                     + f"{d['ack_ms']['p50']:>6.0f}/{d['ack_ms']['p99']:<5.0f}{c['dollars_per_month']:>9.2f}"
+                     + f"{c['ack_ms']['p50']:>6.0f}/{c['ack_ms']['p99']:<5.0f}{k['on_demand']:>21.2f}{k['provisioned']:>15.2f}")
+    lines.append("  Rillet: appends and tiering only (no storage, reads or per-stream background work); Kinesis: "
+                 + "ingest with 24 h retention, its put latency not modeled")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two rates, fewer appends")
+    parser.add_argument("--quick", action="store_true", help="two rates, fewer appends, no frontier")
     args = parser.parse_args()
     if args.quick:
         print(report(run({k: RATES[k] for k in ("1 event/s", "100 events/s")}, appends=2)))
-    else:
-        print(report(run()))
+        return
+    result = run(profiles=PROFILES)
+    print(report(result))
+    print()
+    print(month_report(result))
+    frontier = {f"{ms}ms": EventWriterConfig(max_latency_ms=ms) for ms in FRONTIER_MS}
+    print()
+    print(frontier_report(run({k: RATES[k] for k in ("100 events/s", "1 MB/s")},
+                              profiles={**frontier, **PROFILES})))
 
 
 if __name__ == "__main__":

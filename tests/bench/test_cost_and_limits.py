@@ -1,6 +1,6 @@
-"""The cost, writer-count, throughput and record-size benchmarks run in their quick modes, and their
-figures have the shape and sense the docs rely on (docs/benchmarks.md, docs/limits.md). Counts and
-sizes only: timings on a shared machine are for the benchmarks to print.
+"""The writer-count, throughput and record-size benchmarks run in their quick modes, and their
+figures have the shape and sense the docs rely on (docs/benchmarks.md, docs/limits.md; bench.append_cost
+has test_append_cost.py). Counts and sizes only: timings on a shared machine are for the benchmarks to print.
 
 Each runs in its own interpreter, as ``python -m bench...`` does (see test_benchmark_figures.py).
 """
@@ -21,27 +21,6 @@ def _run(module: str, expression: str) -> object:
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=580)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_the_cost_profile_sends_larger_blocks_for_fewer_dollars_and_more_latency():
-    result = _run("append_cost", "append_cost.run({k: append_cost.RATES[k] for k in ('1 event/s', '100 events/s')}, "
-                                 "appends=2)")
-    rows = {(r["rate"], r["profile"]): r for r in result["rows"]}
-    assert set(rows) == {(rate, profile) for rate in ("1 event/s", "100 events/s") for profile in ("default", "cost")}
-    for r in rows.values():
-        assert r["requests"]["dynamodb UpdateItem"] == 1 and r["requests"]["dynamodb PutItem"] == 1
-        assert r["write_units"] >= 2 and r["read_units"] >= 1
-        assert 0 < r["dollars_per_gib"]["total"] and r["ack_ms"]["p50"] <= r["ack_ms"]["p99"]
-        assert ("tiering" in r) == r["inline"] and (r["requests"].get("s3 PutObject", 0) == 1) != r["inline"]
-    # At 1 event/s each block holds one event whatever the profile; the cost profile only waits longer.
-    alone, lingered = rows[("1 event/s", "default")], rows[("1 event/s", "cost")]
-    assert alone["block_events"] == lingered["block_events"] == 1
-    assert lingered["ack_ms"]["p50"] >= alone["ack_ms"]["p50"] + 900
-    # At 100 events/s the cost profile's second of events makes one S3 block: far cheaper per GB.
-    default, cost = rows[("100 events/s", "default")], rows[("100 events/s", "cost")]
-    assert cost["block_events"] == 100 and default["block_events"] < 10
-    assert cost["dollars_per_gib"]["total"] < default["dollars_per_gib"]["total"] / 10
-    assert default["ack_ms"]["p99"] < cost["ack_ms"]["p50"]
 
 
 def test_an_append_costs_the_same_after_300_writer_ids_as_after_10():
