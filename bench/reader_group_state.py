@@ -124,5 +124,157 @@ def report(figures: list[Figures]) -> str:
     return "\n".join(lines)
 
 
+# -- metered: the real controller code on moto, every DynamoDB request priced by bench/cost.py ----------
+
+HOUR_S = 3_600
+
+
+@dataclass
+class Metered:
+    readers: int
+    width: int
+    simulated_s: float
+    syncs: int
+    write_units: float
+    read_units: float
+    group_record_writes: int
+    reader_item_writes: int
+
+    @property
+    def syncs_per_reader_hour(self) -> float:
+        return self.syncs / self.readers * HOUR_S / self.simulated_s
+
+    @property
+    def write_units_per_reader_hour(self) -> float:
+        return self.write_units / self.readers * HOUR_S / self.simulated_s
+
+    @property
+    def write_units_per_sync(self) -> float:
+        return self.write_units / max(1, self.syncs)
+
+    @property
+    def read_units_per_reader_hour(self) -> float:
+        return self.read_units / self.readers * HOUR_S / self.simulated_s
+
+
+def fixed_cadence(config: ReaderGroupConfig):
+    """Every reader syncs every ``group_refresh_time_ms`` (the SDK before issue 27)."""
+    return lambda changed, holding, reader=0: config.group_refresh_time_ms
+
+
+def sdk_cadence(config: ReaderGroupConfig):
+    """The SDK's cadence (rillet.reader_group.SyncCadence), one per reader."""
+    from rillet.reader_group import SyncCadence
+
+    cadences: dict[int, SyncCadence] = {}
+
+    def next_ms(changed: bool, holding: bool, reader: int = 0) -> int:
+        cadence = cadences.setdefault(reader, SyncCadence(config.group_refresh_time_ms / 1000,
+                                                          config.reader_lease_ms / 1000))
+        return int(cadence.after_sync(changed, holding) * 1000)
+
+    return next_ms
+
+
+def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cadence,
+                automatic_checkpoint_interval_ms: int = 0) -> Metered:
+    """A group of ``readers`` on a fixed stream of ``width`` segments where nothing changes: every
+    reader holds its segments at the same offsets and syncs on ``cadence`` (a function of the config
+    that answers, per sync, the milliseconds to the next one given whether that sync changed the
+    reader's assignment, and whether it holds segments). Readers pass the checkpoints they are asked
+    to at their next sync. Time is simulated (the module's clock is replaced), so ``simulated_s`` of
+    syncs run as fast as moto answers; the joins and first acquisitions are not metered."""
+    import os
+    import uuid
+
+    from bench.cost import usage
+    from controlplane import reader_groups as module
+    from controlplane.service import Controller
+    from dataplane.deployment import Deployment
+    from rillet.models import ScalingPolicy, StreamConfiguration
+    from standalone.moto_server import MotoServer
+    from standalone.resources import create_resources
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    server = MotoServer().start()
+    clock = [1_800_000_000_000]
+    real_now, module._now = module._now, lambda: clock[0]
+    try:
+        deployment = Deployment(endpoint_url=server.url)
+        create_resources(deployment)
+        controller = Controller.for_deployment(deployment)
+        groups = controller.reader_groups
+        scope = "bench" + uuid.uuid4().hex[:8]
+        controller.streams.create_scope(scope)
+        controller.streams.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(width)))
+        config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")],
+                                   automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms)
+        groups.create(scope, "g", config)
+        names = [f"reader-{uuid.uuid4().hex}" for _ in range(readers)]
+        tokens = {name: uuid.uuid4().hex for name in names}
+        held: dict[str, list[SegmentOffset]] = {}
+        for name in names:
+            groups.add_reader(scope, "g", name, tokens[name])
+        for name in names:
+            assignment = groups.sync(scope, "g", name, SyncRequest(instance=tokens[name]))
+            held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
+                          for a in assignment.segments]
+        next_of = cadence(config)
+        spread = config.group_refresh_time_ms / readers
+        due = {name: clock[0] + int(i * spread) for i, name in enumerate(names)}
+        server.meter.keep_records = True
+        server.meter.reset()
+        start, syncs, passing = clock[0], 0, {}
+        while True:
+            name = min(due, key=due.get)
+            if due[name] - start >= simulated_s * 1000:
+                break
+            clock[0] = due[name]
+            before = held[name]
+            assignment = groups.sync(scope, "g", name, SyncRequest(positions=before, instance=tokens[name],
+                                                                   checkpoint=passing.pop(name, None)))
+            held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
+                          for a in assignment.segments]
+            changed = {(p.segment_id, p.offset) for p in held[name]} != {(p.segment_id, p.offset) for p in before}
+            if assignment.checkpoint:
+                passing[name], changed = assignment.checkpoint, True
+            due[name] += next_of(changed, bool(held[name]), names.index(name))
+            syncs += 1
+        _, records = server.meter.snapshot()
+    finally:
+        module._now = real_now
+        server.stop()
+    u = usage(records)
+    writes = [r for r in records if r.operation in ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems")]
+
+    def sort_key(r) -> str:
+        body = r.request or {}
+        key = body.get("Key") or body.get("Item") or {}
+        return (key.get("sk") or {}).get("S", "")
+
+    group_writes = sum(1 for r in writes if sort_key(r) == module.GROUP_KEY)
+    return Metered(readers, width, simulated_s, syncs, u.write_units, u.read_units, group_writes,
+                   sum(1 for r in writes if sort_key(r).startswith("reader#")))
+
+
+def report_metered(figures: list[Metered]) -> str:
+    lines = [("| readers | segments | simulated | syncs per reader-hour | group-record writes | reader-item writes | "
+             "write units per sync | write units per reader-hour | read units per reader-hour |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for f in figures:
+        lines.append(f"| {f.readers} | {f.width} | {f.simulated_s:.0f} s | {f.syncs_per_reader_hour:,.0f} | "
+                     f"{f.group_record_writes:,} | {f.reader_item_writes:,} | {f.write_units_per_sync:.2f} | "
+                     f"{f.write_units_per_reader_hour:,.0f} | {f.read_units_per_reader_hour:,.0f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(report(run()))
+    import sys
+
+    if "--metered" in sys.argv:
+        cadence = fixed_cadence if "--fixed-cadence" in sys.argv else sdk_cadence
+        auto_ms = 30_000 if "--auto-checkpoints" in sys.argv else 0
+        print(report_metered([run_metered(r, w, s, cadence, auto_ms) for r, w, s in ((10, 8, 600), (100, 24, 600), (1, 4, 1800))]))
+    else:
+        print(report(run()))

@@ -5,6 +5,14 @@ is a pure function applied to the state and written back on the condition that n
 meanwhile; a lost race is retried on the fresh state. This is the role Pravega's State Synchronizer
 plays, with the logic on the controller so that readers only need HTTPS.
 
+What changes with every sync -- a reader's lease renewal and its offsets -- is not the group's to
+share: each online reader has a small item of its own for them (controlplane.reader_items), and a
+sync that changes nothing else writes no group record (the record is tens of kilobytes for a large
+group, DynamoDB charges a write by the item's size, and readers sync every few seconds). Anything that
+reads the state to decide (a join, a reader going offline, a checkpoint, the lease job, the group's
+stream cuts) folds the items in first (:func:`overlay`), and a sync folds them into the record when
+the group's lease deadline comes near (:func:`fold_due`).
+
 The rules, as in Pravega:
 
 * Segments of the start cut are unassigned at first; a reader acquires unassigned segments up to
@@ -46,6 +54,7 @@ from controlplane.models import (
     reader_group_pk,
     reader_groups_pk,
 )
+from controlplane.reader_items import ReaderItems
 from controlplane.store import _decode_token, _encode_token, failed_condition, versioned_update
 from rillet.api import (
     AssignedSegment,
@@ -81,6 +90,8 @@ from rillet.names import validate_reader_group_name, validate_scope_name
 from rillet.stream_cut import segment_is_after, segment_is_before, validity_problem
 
 GROUP_KEY = "rg"
+# a reader's item is rewritten to renew its lease once its last renewal is this fraction of a lease old
+RENEW_FRACTION = 4
 LEASE_KEY = "lease"
 LEASE_SHARD = "reader-lease"  # the lease records' partition of the deadlines index
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
@@ -115,6 +126,9 @@ class ReaderEntry(BaseModel):
     # the token of the reader instance that joined under this name (None: an SDK that sends none);
     # one string of at most 64 characters (rillet.api.INSTANCE_TOKEN) per online reader
     instance: str | None = None
+    # random, new with every join that creates the entry: the reader's own item (controlplane.reader_items)
+    # counts only while it carries this id (None: an entry stored before reader items existed)
+    join: str | None = None
 
 
 class Completed(BaseModel):
@@ -139,9 +153,9 @@ class GroupState(BaseModel):
     about 17 KB for 100 readers over a stream of 24 segments that completed 10,000 segments
     (tests/integration/test_reader_group_bounds.py). The ceiling, as JSON: about 250 bytes per live
     segment (190 more per outstanding checkpoint, of which there are at most 10, plus 100 in the last
-    checkpoint's cut) and 150 per online reader (a 31-character stream name, 39-character reader ids,
-    of which 46 are the reader's instance token): 1,000 readers on a 1,000-segment stream take 400 KB,
-    610 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
+    checkpoint's cut) and 180 per online reader (a 31-character stream name, 39-character reader ids,
+    of which 46 are the reader's instance token and 30 its join id): 1,000 readers on a 1,000-segment
+    stream take 430 KB, 640 KB during a checkpoint. A change past MAX_STATE_BYTES is refused with IllegalState
     (a group of some 600 live segments), rather than failing in DynamoDB."""
 
     config: ReaderGroupConfig
@@ -282,7 +296,7 @@ def add_reader(state: GroupState, reader: str, now: int, instance: str | None = 
         raise AlreadyExists(f"reader {reader} is already online in this reader group (another instance joined "
                             "under that name); take it offline first (reader_offline) or wait for its lease "
                             "to end", reader=reader)
-    state.readers.setdefault(reader, ReaderEntry(instance=instance)).seen_ms = now
+    state.readers.setdefault(reader, ReaderEntry(instance=instance, join=uuid.uuid4().hex[:16])).seen_ms = now
 
 
 def _another_instance(entry: ReaderEntry, instance: str | None) -> bool:
@@ -308,18 +322,64 @@ def schedule_lease_check(state: GroupState, now: int) -> int | None:
     """When the control plane should next look for expired readers of this group (None: no reader).
 
     Never after an online reader's lease ends, so no dead reader is missed; moved on only when it is
-    due or half a lease behind, so live readers cost one small write of the lease record per half
-    lease rather than one per sync, and the lease job never wakes for a group whose readers all sync.
+    due within a third of a lease (see :func:`fold_due`: the sync that moves it has read every reader's
+    renewals) or half a lease behind, so live readers cost one small write of the lease record per
+    half lease rather than one per sync, and the lease job never wakes for a group whose readers all sync.
     """
     expiries = [entry.seen_ms + state.config.reader_lease_ms for entry in state.readers.values()]
     if not expiries:
         state.lease_deadline_ms = None
         return None
     earliest, scheduled = min(expiries), state.lease_deadline_ms
-    if (scheduled is None or earliest < scheduled or scheduled <= now
+    if (scheduled is None or earliest < scheduled or fold_due(state, now)
             or earliest - scheduled > state.config.reader_lease_ms // 2):
         state.lease_deadline_ms = earliest
     return state.lease_deadline_ms
+
+
+def fold_due(state: GroupState, now: int) -> bool:
+    """Whether the group's lease deadline is due within a third of a lease: then a sync reads every
+    reader's item, folds their renewals and offsets into the group record (taking offline those whose
+    lease did end) and moves the deadline on, before the lease job would wake for the group.
+
+    Readers renew their item at least every RENEW_FRACTION-th of a lease and the SDK syncs at least every
+    sixth of one, so a live reader's renewal is never older than about 0.42 leases: a fold moves the
+    deadline at least a quarter lease on, and live readers' syncs fold before the lease job looks."""
+    scheduled = state.lease_deadline_ms
+    return scheduled is not None and scheduled <= now + state.config.reader_lease_ms // 3
+
+
+def overlay(state: GroupState, items: dict[str, Any]) -> None:
+    """Bring the readers' entries up to their own items (controlplane.reader_items): the later renewal
+    and, per segment still held, the further offset. An item counts only for the entry it was written
+    for (same generation, same join id), so one left from before a reset, a rejoin or a re-create of the
+    group never moves anyone's position or lease."""
+    for name, item in items.items():
+        entry = state.readers.get(name)
+        if entry is None or entry.join is None or item.join != entry.join or item.generation != state.config.generation:
+            continue
+        entry.seen_ms = max(entry.seen_ms, item.seen_ms)
+        for key, offset in item.offsets.items():
+            if key in entry.segments:
+                entry.segments[key].offset = max(entry.segments[key].offset, offset)
+
+
+def stale_items(state: GroupState, items: dict[str, Any]) -> list[Any]:
+    """The items that count for no online reader of ``state`` (see :func:`overlay`)."""
+    return [item for name, item in items.items()
+            if name not in state.readers or item.join != state.readers[name].join
+            or item.generation != state.config.generation]
+
+
+def shared_view(state: GroupState) -> dict[str, Any]:
+    """The state without what readers' own items carry (their renewals and offsets): a change that
+    leaves this alike needs no group record write."""
+    body = state.model_dump(mode="json")
+    for entry in body["readers"].values():
+        entry["seen_ms"] = 0
+        for held in entry["segments"].values():
+            held["offset"] = 0
+    return body
 
 
 def _acquire(state: GroupState, entry: ReaderEntry) -> None:
@@ -339,6 +399,8 @@ def sync(state: GroupState, reader: str, request: SyncRequest, now: int, success
             "name since), or the group was reset; close it and create a new reader",
             generation=state.config.generation)
     entry.seen_ms = now
+    if entry.join is None:  # joined before reader items existed: from now on it has one
+        entry.join = uuid.uuid4().hex[:16]
     expire_readers(state, now, sparing=reader)
     for p in request.positions:
         key = f"{p.stream}/{p.segment_id}"
@@ -526,6 +588,7 @@ class ReaderGroups:
     def __init__(self, streams: Any, retention: Any) -> None:  # StreamTasks, RetentionTasks
         self.streams = streams
         self.retention = retention
+        self.items = ReaderItems()
 
     def create(self, scope: str, group: str, config: ReaderGroupConfig) -> bool:
         """Create the group with its subscriptions in one transaction; False if it exists. A create whose
@@ -566,10 +629,13 @@ class ReaderGroups:
     def reset(self, scope: str, group: str, config: ReaderGroupConfig) -> ReaderGroupConfig:
         """Start over with a new configuration (a new generation); online readers are dropped. One
         transaction: the new state, conditioned on the version read, with the subscriptions at the new
-        generation and the removal of those the new configuration drops."""
+        generation and the removal of those the new configuration drops. The readers' items are of the
+        old generation from then on, so they count for nobody (:func:`overlay`); those read before are
+        deleted after it."""
         _check_subscriptions(config)
         for attempt in range(20):
             record = self._record(scope, group)
+            items = self.items.all(scope, group)
             current = GroupState.model_validate(record.state)
             new = config.model_copy(update={"generation": current.config.generation + 1})
             fences = self._fences(new)  # before the heads the group starts at
@@ -591,6 +657,7 @@ class ReaderGroups:
                     continue
             if deadline != current.lease_deadline_ms:
                 self._announce_lease(scope, group, version, deadline)
+            self.items.delete(items.values())
             return new
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
@@ -598,11 +665,13 @@ class ReaderGroups:
         """Delete the group, its listing entry and its subscriptions in one transaction conditioned on the
         version read: a delete that loses a race (a reader's sync) changes nothing and answers
         WriteConflict. A refusal that finds the group gone is a delete done (this call's first attempt,
-        whose answer was lost, or another's): the lease record goes too."""
+        whose answer was lost, or another's): the lease record goes too, and the reader items read
+        before the transaction (one a reader rewrote meanwhile stays, counting for nobody: :func:`overlay`)."""
         try:
             record = ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
         except DoesNotExist:
             return False
+        items = self.items.all(scope, group)
         config = GroupState.model_validate(record.state).config
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
@@ -620,6 +689,7 @@ class ReaderGroups:
             else:
                 raise WriteConflict(f"reader group {scope}/{group} changed while being deleted") from e
         self._drop_lease(scope, group, ReaderLeaseRecord.group_version <= record.version)
+        self.items.delete(items.values())
         return True
 
     def update_truncation_cut(self, scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
@@ -701,7 +771,10 @@ class ReaderGroups:
                            "the group to subscribe again", stream=f"{cut.scope}/{cut.stream}", generation=generation)
 
     def state(self, scope: str, group: str) -> GroupState:
-        return GroupState.model_validate(self._record(scope, group).state)
+        """The group's state with each online reader's renewal and offsets from its own item."""
+        state = GroupState.model_validate(self._record(scope, group).state)
+        overlay(state, self.items.all(scope, group))
+        return state
 
     def info(self, scope: str, group: str) -> ReaderGroupInfo:
         state = self.state(scope, group)
@@ -770,8 +843,45 @@ class ReaderGroups:
         return {(lease.scope, lease.group): lease.deadline_ms for lease in due}
 
     def sync(self, scope: str, group: str, reader: str, request: SyncRequest) -> Assignment:
-        now = _now()
-        return self._modify(scope, group, lambda s: sync(s, reader, request, now, self._successors))
+        """A reader's sync. It writes the group record only when what the group shares changed (an
+        assignment, a checkpoint, the lease deadline, a fold of every reader's renewals when the
+        deadline is near: :func:`fold_due`); otherwise the reader's own small item, and that only when
+        its offsets moved or its last renewal is a RENEW_FRACTION-th of a lease old. A sync that
+        changes nothing writes nothing."""
+        for attempt in range(20):
+            record = self._record(scope, group)
+            state = GroupState.model_validate(record.state)
+            now = _now()
+            fold = fold_due(state, now)
+            if fold:
+                items = self.items.all(scope, group)
+            else:
+                items = self.items.one(scope, group, reader) if reader in state.readers else {}
+            overlay(state, items)
+            before, scheduled = shared_view(state), state.lease_deadline_ms
+            entry = state.readers.get(reader)
+            renewed = entry.seen_ms if entry else 0
+            offsets = _offsets(entry) if entry else {}
+            checkpoint = state.last_checkpoint
+            result = sync(state, reader, request, now, self._successors)
+            deadline = schedule_lease_check(state, now)
+            if shared_view(state) == before:
+                entry = state.readers[reader]
+                if _offsets(entry) != offsets or now - renewed >= state.config.reader_lease_ms // RENEW_FRACTION:
+                    self.items.write(scope, group, reader, items.get(reader), state.config.generation, entry.join,
+                                     now, _offsets(entry))
+                return result
+            try:
+                self._write(scope, group, record, state)
+            except WriteConflict:
+                time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
+                continue
+            if deadline != scheduled:
+                self._announce_lease(scope, group, record.version, deadline)
+            self.items.delete(stale_items(state, items))
+            self._publish(scope, group, checkpoint, state)
+            return result
+        raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
     def reader_offline(self, scope: str, group: str, reader: str, position: list[SegmentOffset] | None,
                        instance: str | None = None) -> None:
@@ -834,22 +944,30 @@ class ReaderGroups:
         for attempt in range(20):
             record = self._record(scope, group)
             state = GroupState.model_validate(record.state)
+            items = self.items.all(scope, group)
+            overlay(state, items)
             before, scheduled = state.last_checkpoint, state.lease_deadline_ms
             result = change(state)
             deadline = schedule_lease_check(state, _now())
             if lease_first:
                 self._announce_lease(scope, group, record.version + 1, deadline)
-            try:  # a resend refused after a lost answer counts as the write it is (the change is stored)
-                versioned_update(record, [ReaderGroupRecord.state.set(_storable(state, f"reader group {scope}/{group}"))],
-                                 "reader group state changed concurrently")
+            try:
+                self._write(scope, group, record, state)
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
             if not lease_first and (announce_lease or deadline != scheduled):
                 self._announce_lease(scope, group, record.version, deadline)
+            self.items.delete(stale_items(state, items))
             self._publish(scope, group, before, state)
             return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
+
+    def _write(self, scope: str, group: str, record: ReaderGroupRecord, state: GroupState) -> None:
+        """Store ``state`` if the record still has the version read (WriteConflict if not). A resend
+        refused after a lost answer counts as the write it is (the change is stored)."""
+        versioned_update(record, [ReaderGroupRecord.state.set(_storable(state, f"reader group {scope}/{group}"))],
+                         "reader group state changed concurrently")
 
     def _announce_lease(self, scope: str, group: str, version: int, deadline: int | None) -> None:
         """Write the lease record decided by the group record's ``version``, unless a later decision is
@@ -899,6 +1017,10 @@ def _cancelled_by_condition(error: TransactWriteError, index: int) -> bool:
 
 def _now() -> int:
     return int(time.time() * 1000)
+
+
+def _offsets(entry: ReaderEntry) -> dict[str, int]:
+    return {key: held.offset for key, held in entry.segments.items()}
 
 
 def _storable(state: GroupState, group: str) -> dict[str, Any]:

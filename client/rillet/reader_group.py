@@ -8,7 +8,8 @@
   nothing arrived within the timeout.
 
 The group's shared state lives on the controller; a reader talks to it when it joins, when it
-finishes a segment, when it passes a checkpoint and otherwise every ``group_refresh_time_ms``. That
+finishes a segment, when it passes a checkpoint and otherwise every ``group_refresh_time_ms``, less
+often while nothing changes (:class:`SyncCadence`: up to a sixth of ``reader_lease_ms``). That
 is also its lease: a reader not heard from for ``reader_lease_ms`` (the application stopped calling
 ``read_next_event``, or the process was killed) is taken offline and its segments go to the others;
 its next call raises :class:`~rillet.errors.ReaderNotInReaderGroup`, and the application creates a
@@ -209,6 +210,27 @@ class ReaderGroupManager:
 
 
 @dataclass
+class SyncCadence:
+    """How long a reader waits between syncs with its group: ``group_refresh_time_ms`` (half a second
+    at most while it holds no segment, so it finds work soon) after a sync that changed something -- its
+    segments or offsets moved, a checkpoint came -- and twice as long after each sync that changed nothing,
+    up to a sixth of ``reader_lease_ms`` (or the refresh time, if that is longer). The cap keeps a live
+    reader's lease safe: the controller renews it at least every quarter lease of syncs, so a live
+    reader's last renewal is never older than about 0.42 leases."""
+
+    refresh_s: float
+    lease_s: float
+    interval_s: float = 0.0
+
+    def after_sync(self, changed: bool, holding: bool) -> float:
+        """The wait before the next sync, given whether the last one changed anything."""
+        base = self.refresh_s if holding else min(self.refresh_s, 0.5)
+        cap = max(base, self.lease_s / 6)
+        self.interval_s = base if changed or not self.interval_s else min(cap, max(base, self.interval_s * 2))
+        return self.interval_s
+
+
+@dataclass
 class _Held:
     assigned: api.AssignedSegment
     reader: SegmentEventReader
@@ -231,13 +253,17 @@ class EventStreamReader(Generic[T]):
         self._instance = secrets.token_hex(16)  # this object's joins: a repeated join is not a second reader
         self.serializer = serializer
         self.read_size = read_size
-        self.refresh_s = self.group.config.group_refresh_time_ms / 1000
+        config = self.group.config
+        self.refresh_s = config.group_refresh_time_ms / 1000
+        self._cadence = SyncCadence(self.refresh_s, config.reader_lease_ms / 1000)
         self._held: dict[str, _Held] = {}
+        self._reported: list[api.SegmentOffset] = []  # the positions the last sync reported
         self._completed: list[api.SegmentOffset] = []
         self._to_pass: str | None = None  # a checkpoint returned to the application, passed on the next call
         self._emitted: set[str] = set()
         self._assignment = self._join()
         self._last_sync = time.monotonic()
+        self._sync_interval = self._cadence.after_sync(True, bool(self._held))
         self._next = 0
         self._closed = False
         self._lost: ReaderNotInReaderGroup | None = None  # taken offline by the group: this reader is done
@@ -259,8 +285,7 @@ class EventStreamReader(Generic[T]):
             if self._to_pass is not None:
                 self._sync(checkpoint=self._to_pass)
                 self._to_pass = None
-            elif self._completed or time.monotonic() - self._last_sync >= (
-                    self.refresh_s if self._held else min(self.refresh_s, 0.5)):  # idle: ask for work sooner
+            elif self._completed or time.monotonic() - self._last_sync >= self._sync_interval:
                 self._sync()
             checkpoint = self._assignment.checkpoint
             if checkpoint and checkpoint not in self._emitted:
@@ -347,6 +372,7 @@ class EventStreamReader(Generic[T]):
     def _sync(self, checkpoint: str | None = None) -> None:
         request = api.SyncRequest(positions=list(self.get_position().offsets), completed=self._completed,
                                   checkpoint=checkpoint, instance=self._instance)
+        previous = self._assignment
         try:
             data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}/sync",
                                               json_body=request.model_dump())
@@ -358,9 +384,13 @@ class EventStreamReader(Generic[T]):
                 self._lost = e
                 raise
             assignment = self._join()  # the group was reset (a new generation): start over in it
+        changed = (request.completed or checkpoint is not None or assignment != previous
+                   or request.positions != self._reported)
+        self._reported = request.positions
         self._completed = []
         self._assignment = assignment
         self._last_sync = time.monotonic()
+        self._sync_interval = self._cadence.after_sync(changed, bool(self._held))
 
     def _apply(self, assignment: api.Assignment) -> None:
         if getattr(self, "_assignment", None) is not None and assignment.generation != self._assignment.generation:

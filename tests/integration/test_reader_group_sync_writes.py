@@ -1,0 +1,184 @@
+"""What a reader group's syncs write (issue 27), through controlplane.reader_groups on the session's moto.
+
+A sync that changes nothing the group shares writes no group record: the reader's offsets and lease
+renewals go to its own small item, and that only when they moved or the renewal is due. The writes
+are counted from the moto server's request records (what the benchmarks price). Items count only for
+the reader entry they were written for, so one left from before a reset lends nobody its positions.
+Time is simulated where leases matter (the module's clock is replaced), so no assertion depends on
+how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane import reader_groups as module
+from controlplane.models import reader_group_pk
+from controlplane.reader_items import ReaderItemRecord, reader_sk
+from rillet.api import SegmentOffset, SyncRequest
+from rillet.errors import ReaderNotInReaderGroup
+from rillet.models import ReaderGroupConfig, ScalingPolicy, StreamConfiguration, StreamRange
+
+WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+
+
+@pytest.fixture(autouse=True)
+def _fast_sessions(fast_botocore_sessions):
+    """Test speed only: share botocore's loader (see tests/conftest.py)."""
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = [1_800_000_000_000]
+    monkeypatch.setattr(module, "_now", lambda: now[0])
+    return now
+
+
+@pytest.fixture
+def metered(moto_server):
+    moto_server.meter.keep_records = True
+    moto_server.meter.reset()
+    yield moto_server.meter
+    moto_server.meter.keep_records = False
+    moto_server.meter.reset()
+
+
+def group(controller, scope: str, lease_ms: int = 60_000, segments: int = 2):
+    controller.streams.create_scope(scope)
+    controller.streams.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments)))
+    config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")], automatic_checkpoint_interval_ms=0,
+                               group_refresh_time_ms=1_000, reader_lease_ms=lease_ms)
+    controller.reader_groups.create(scope, "g", config)
+    return controller.reader_groups
+
+
+def writes(meter, scope: str) -> list[tuple[str, str]]:
+    """(operation, sort key) of every write to the group's partition since the meter was reset."""
+    pk = reader_group_pk(scope, "g")
+    found = []
+    for record in meter.snapshot()[1]:
+        if record.operation not in WRITES:
+            continue
+        body = record.request or {}
+        actions = [next(iter(a.values())) for a in body.get("TransactItems", [])] or [body]
+        for action in actions:
+            key = action.get("Key") or action.get("Item") or {}
+            if key.get("pk", {}).get("S") == pk:
+                found.append((record.operation, key["sk"]["S"]))
+    return found
+
+
+def report(scope: str, offsets: dict[int, int], token: str) -> SyncRequest:
+    return SyncRequest(positions=[SegmentOffset(stream=f"{scope}/s", segment_id=s, offset=o) for s, o in offsets.items()],
+                       instance=token)
+
+
+def held(assignment) -> dict[int, int]:
+    return {a.segment.segment_id: a.offset for a in assignment.segments}
+
+
+def cut(groups, scope: str) -> dict[int, int]:
+    (stream_cut,) = groups.stream_cuts(scope, "g")
+    return {p.segment.segment_id: p.offset for p in stream_cut.positions}
+
+
+def test_a_sync_that_changes_nothing_writes_nothing_and_moved_offsets_write_only_the_readers_item(
+        controller, unique, metered, clock):
+    groups = group(controller, unique)
+    groups.add_reader(unique, "g", "r1", "tok1")
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))  # acquires: a group write
+    assert len(offsets) == 2
+    metered.reset()
+    for _ in range(5):
+        clock[0] += 1_000
+        assert held(groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))) == offsets
+    assert writes(metered, unique) == []
+
+    moved = {s: 40 for s in offsets}
+    clock[0] += 1_000
+    assert held(groups.sync(unique, "g", "r1", report(unique, moved, "tok1"))) == moved
+    assert writes(metered, unique) == [("PutItem", reader_sk("r1"))]
+    assert cut(groups, unique) == moved  # the group's position includes what only the item holds
+    (status,) = groups.reader_statuses(unique, "g")
+    assert {s.segment.segment_id: s.offset for s in status.segments} == moved
+
+
+def test_live_readers_renew_only_their_items_and_a_dead_one_is_taken_offline_at_its_items_position(
+        controller, unique, metered, clock):
+    """Three readers sync every 10 s without change for ten leases: nobody is taken offline, each
+    renews its own item about every quarter lease, and the group record is written only by the folds
+    that move the lease deadline on (a small fraction of the syncs). Then one stops: the next fold after
+    its lease takes it offline at the offsets only its item held."""
+    lease = 60_000
+    groups = group(controller, unique, lease_ms=lease, segments=3)
+    readers = {f"r{i}": f"tok{i}" for i in range(3)}
+    for name, token in readers.items():
+        groups.add_reader(unique, "g", name, token)
+    offsets = {name: held(groups.sync(unique, "g", name, report(unique, {}, token))) for name, token in readers.items()}
+    assert sorted(len(o) for o in offsets.values()) == [1, 1, 1]
+    (dead_segment,) = offsets["r2"]
+    clock[0] += 1_000
+    groups.sync(unique, "g", "r2", report(unique, {dead_segment: 70}, "tok2"))  # only its item holds 70
+    metered.reset()
+    syncs = 0
+    for _ in range(10 * lease // 10_000):
+        clock[0] += 10_000
+        for name, token in readers.items():
+            groups.sync(unique, "g", name, report(unique, {s: 70 if name == "r2" else 0 for s in offsets[name]}, token))
+            syncs += 1
+    assert sorted(groups.info(unique, "g").online_readers) == sorted(readers)
+    written = writes(metered, unique)
+    group_writes = [w for w in written if w[1] == module.GROUP_KEY]
+    item_writes = [w for w in written if w[1].startswith("reader#")]
+    assert 0 < len(group_writes) <= syncs // 5, written  # before issue 27: every sync
+    assert len(item_writes) <= syncs * 2 // 3, written
+
+    del readers["r2"]  # r2 is killed
+    taken_offline = False
+    for _ in range(lease // 10_000 + 1):
+        clock[0] += 10_000
+        for name, token in readers.items():
+            groups.sync(unique, "g", name, report(unique, {}, token))
+        taken_offline = "r2" not in groups.info(unique, "g").online_readers
+    assert taken_offline
+    everything = {}
+    for name, token in readers.items():
+        everything.update(held(groups.sync(unique, "g", name, report(unique, {}, token))))
+    assert everything[dead_segment] == 70
+    with pytest.raises(ReaderNotInReaderGroup):
+        groups.sync(unique, "g", "r2", report(unique, {}, "tok2"))
+    assert "r2" not in groups.items.all(unique, "g")  # taking it offline deleted its item
+
+
+def test_a_stale_reader_item_is_ignored_after_a_reset(controller, unique, clock):
+    """A reader's item that outlived a reset (a sync of the old generation landing after the reset's
+    cleanup) must not move the new generation's positions, nor keep anyone's lease alive: an item
+    counts only with the group's generation and the reader entry's join id."""
+    groups = group(controller, unique)
+    groups.add_reader(unique, "g", "r1", "tok1")
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))
+    moved = {s: 40 for s in offsets}
+    clock[0] += 1_000
+    groups.sync(unique, "g", "r1", report(unique, moved, "tok1"))
+    old = ReaderItemRecord.get(reader_group_pk(unique, "g"), reader_sk("r1"), consistent_read=True)
+    assert old.generation == 0 and set(old.offsets.values()) == {40}
+
+    config = groups.state(unique, "g").config
+    assert groups.reset(unique, "g", config).generation == 1
+    with pytest.raises(ReaderItemRecord.DoesNotExist):  # the reset deleted the items it read
+        ReaderItemRecord.get(reader_group_pk(unique, "g"), reader_sk("r1"), consistent_read=True)
+    with pytest.raises(ReaderNotInReaderGroup):
+        groups.sync(unique, "g", "r1", report(unique, moved, "tok1"))
+
+    groups.add_reader(unique, "g", "r1", "tok1")
+    assert held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1"))) == {s: 0 for s in offsets}
+    join = groups.state(unique, "g").readers["r1"].join
+    for generation, join_id in ((0, old.join), (0, join), (1, old.join)):  # each stale in one way
+        stale = ReaderItemRecord(reader_group_pk(unique, "g"), reader_sk("r1"), generation=generation, join=join_id,
+                                 seen_ms=clock[0] + 10 * 60_000, offsets=old.offsets)
+        stale.save(add_version_condition=False)
+        assert cut(groups, unique) == {s: 0 for s in offsets}
+        assert groups.state(unique, "g").readers["r1"].seen_ms <= clock[0]
+    clock[0] += 1_000
+    assert held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1"))) == {s: 0 for s in offsets}
+    assert cut(groups, unique) == {s: 0 for s in offsets}
