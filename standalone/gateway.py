@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -214,7 +215,7 @@ class FunctionUrl:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         self.pool = ProcessPoolExecutor(spec.workers, mp_context=context, initializer=_load_handler,
                                         initargs=(spec.handler, env))
-        self.server = ThreadingHTTPServer((host, port), self._request_handler())
+        self.server = _Server((host, port), self._request_handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name=f"url-{spec.name}", daemon=True)
 
@@ -333,6 +334,16 @@ class FunctionUrl:
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _serve
 
         return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: tuple) -> None:
+        """A client that went away mid-answer (Ctrl-C of ``rillet stream tail -f``) is nothing to report;
+        anything else is one line on the terminal, not socketserver's traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            return
+        print(f"[gateway] ERROR: serving {client_address[0]}: {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def _drain(stream: Any, length: int) -> None:

@@ -12,18 +12,23 @@ only warnings and errors reach the terminal (standalone/logs.py).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
 
 from dataplane.deployment import Deployment
+from rillet.errors import RilletError
 from standalone.faults import FAULTS_ENV, FaultConfig
 from standalone.gateway import FunctionSpec, FunctionUrl, InvocationMeter
 from standalone.logs import LOG_FILE_ENV, tee_process_output
@@ -98,7 +103,8 @@ class Stack:
     def start(self) -> Stack:
         cfg = self.config
         os.environ.update({k: os.environ.get(k, v) for k, v in FAKE_CREDENTIALS.items()})
-        self.moto = MotoServer(cfg.host, cfg.moto_port, self.requests).start()
+        with _port_in_use("DynamoDB + S3 (moto)", "--moto-port", cfg.moto_port):
+            self.moto = MotoServer(cfg.host, cfg.moto_port, self.requests).start()
         self.deployment = Deployment(endpoint_url=self.moto.url)
         create_resources(self.deployment)
         # Trying grants (simulated identities), a grant added or removed must apply to the very next
@@ -110,15 +116,17 @@ class Stack:
         try:
             for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
                                         ("read", "lambdas.read.handler.handler", cfg.read_port)):
-                self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]),
-                                                   self._function_env(name, env), self.invocations, cfg.host, port,
-                                                   cfg.simulate_identities)
+                with _port_in_use(f"{name} API", f"--{name}-port", port):
+                    self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]),
+                                                       self._function_env(name, env), self.invocations, cfg.host,
+                                                       port, cfg.simulate_identities)
             env = {**env, "RILLET_APPEND_URL": self.functions["append"].url,
                    "RILLET_READ_URL": self.functions["read"].url}
-            self.functions["controller"] = FunctionUrl(
-                FunctionSpec("controller", "lambdas.controller_api.handler.handler",
-                             workers=cfg.workers["controller"]), self._function_env("controller", env),
-                self.invocations, cfg.host, cfg.controller_port, cfg.simulate_identities)
+            with _port_in_use("controller API", "--controller-port", cfg.controller_port):
+                self.functions["controller"] = FunctionUrl(
+                    FunctionSpec("controller", "lambdas.controller_api.handler.handler",
+                                 workers=cfg.workers["controller"]), self._function_env("controller", env),
+                    self.invocations, cfg.host, cfg.controller_port, cfg.simulate_identities)
             for function in self.functions.values():
                 function.start()
             if cfg.with_dagster:
@@ -143,6 +151,8 @@ class Stack:
         with open(os.path.join(self.dagster_home, "dagster.yaml"), "w") as f:
             f.write(DAGSTER_INSTANCE)
         self._dagster_port = self.config.dagster_port or _free_port(self.config.host)
+        with _port_in_use("Dagster UI", "--dagster-port", self._dagster_port):  # Dagster would fail later, in its log
+            _free_port(self.config.host, self._dagster_port)
         intervals = {f"RILLET_{k.upper()}_INTERVAL_S": str(v) for k, v in self.config.sensor_intervals_s.items()}
         child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home,
                      "RILLET_CONTROLLER_URL": self.controller_url}
@@ -198,9 +208,27 @@ class Stack:
         self.stop()
 
 
-def _free_port(host: str) -> int:
-    import socket
-
+def _free_port(host: str, port: int = 0) -> int:
+    """A port nothing listens on (``port`` itself, if it is free)."""
     with socket.socket() as s:
-        s.bind((host, 0))
+        s.bind((host, port))
         return s.getsockname()[1]
+
+
+class PortInUse(RilletError):
+    """A port the stack was told to listen on is taken (often by another stack: 9090 is also Pravega's
+    and Prometheus' default)."""
+
+    code = "PortInUse"
+
+
+@contextmanager
+def _port_in_use(what: str, option: str, port: int) -> Iterator[None]:
+    """Around starting a server on ``port``: a port in use is one line naming it and the option to change."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        raise PortInUse(f"port {port} ({what}) is already in use: stop what listens there, or start with "
+                        f"{option} PORT (0 picks a free one)") from None

@@ -389,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors): a bad argument
         _print_error(args, InvalidArgument(_one_line(e)))
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (of a `tail -f`): the way to stop, not a failure to report
+        return 130
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
     finally:
         if args.identity:  # for this command only (main also runs in-process, from tests and scripts)
             if previous_identity is None:

@@ -229,17 +229,14 @@ def stream_tail(args: argparse.Namespace) -> None:
     reader = StreamReader(connection, scope, stream, BytesSerializer(),
                           resolve_cut(connection, scope, stream, args.from_cut))
     shown = 0
-    try:
-        while args.max_events is None or shown < args.max_events:
-            read = reader.read_next_event(timeout_ms=FOLLOW_POLL_MS if args.follow else 0)
-            if read is None:
-                if not args.follow or not reader.positions():
-                    return  # at the tail without following, or the stream is sealed and read to its end
-                continue
-            _print_event(args, read)
-            shown += 1
-    except KeyboardInterrupt:
-        return
+    while args.max_events is None or shown < args.max_events:  # Ctrl-C ends it: exit 130, no traceback (cli.main)
+        read = reader.read_next_event(timeout_ms=FOLLOW_POLL_MS if args.follow else 0)
+        if read is None:
+            if not args.follow or not reader.positions():
+                return  # at the tail without following, or the stream is sealed and read to its end
+            continue
+        _print_event(args, read)
+        shown += 1
 
 
 def register(actions: argparse._SubParsersAction) -> None:

@@ -9,7 +9,9 @@ import os
 import re
 import signal
 import subprocess
+import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -50,11 +52,19 @@ def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
         with rillet.EventStreamClientFactory(unique, controller).create_event_writer(
                 "s", rillet.JsonSerializer()) as writer:
             writer.write_event({"n": 1})
+        for _ in range(2):  # the README's `tail -f`, stopped with Ctrl-C while it waits for events
+            tail = subprocess.Popen([sys.executable, "-m", "rillet.cli", "--endpoint", controller, "stream", "tail",
+                                     "-f", f"{unique}/s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(3)
+            tail.send_signal(signal.SIGINT)
+            out, err = tail.communicate(timeout=30)
+            assert (tail.returncode, err) == (130, ""), err
     finally:
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)
     terminal = banner + rest
     assert "stopped." in rest
+    assert "Traceback" not in terminal and "Error" not in terminal, terminal
     assert '"_aws"' not in terminal and not any(line.startswith("{") for line in terminal.splitlines())
     metrics = [json.loads(line) for line in (logs / "append.log").read_text().splitlines()
                if line.startswith("{") and '"_aws"' in line]
@@ -98,3 +108,17 @@ def test_terminal_lines_are_warnings_and_errors_only():
     assert terminal_line("read", '{"level": "ERROR", "message": "unexpected error"}', path) == (
         f"[read] ERROR: unexpected error (details in {path})")
     assert terminal_line("read", "{not json", path) is None
+
+
+def test_a_port_in_use_is_one_line_naming_it_and_the_option(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", str(port),
+             "--append-port", "0", "--read-port", "0", "--log-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (f"error: PortInUse: port {port} (controller API) is already in use: stop "
+                                            "what listens there, or start with --controller-port PORT (0 picks a free one)")
