@@ -32,7 +32,7 @@ Writing
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -45,6 +45,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+try:  # Spark 4.2 and later: Trigger.AvailableNow for Python sources (admission control comes with it)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _AVAILABLE_NOW: tuple = (SupportsTriggerAvailableNow,)
+except ImportError:  # Spark 4.0 and 4.1
+    _AVAILABLE_NOW = ()
+
 DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
 DEFAULT_LEASE_MS = 120_000
 
@@ -56,8 +63,7 @@ _SPARK_OPTIONS = {"checkpointlocation", "path"}
 @dataclass
 class _Options:
     endpoint: str
-    scope: str
-    stream: str
+    streams: list[tuple[str, str]]  # (scope, stream), at least one; several only for reads
     encoding: str = "binary"
     start_cut: str | None = None
     end_cut: str | None = None
@@ -65,6 +71,7 @@ class _Options:
     starting_timestamp_ms: int | None = None
     ending_timestamp_ms: int | None = None
     max_bytes_per_trigger: int | None = None
+    max_events_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
     max_partition_bytes: int = DEFAULT_PARTITION_BYTES
@@ -77,7 +84,7 @@ class _Options:
     routing_key_column: str = "routing_key"
 
     @classmethod
-    def parse(cls, options: dict) -> _Options:
+    def parse(cls, options: dict, write: bool = False) -> _Options:
         given = {k.lower(): v for k, v in options.items()}
         known = {"endpoint", "stream", "scope"} | {f.lower() for f in cls.__dataclass_fields__} - {"checkpoint_location"}
         unknown = sorted(set(given) - known - _SPARK_OPTIONS)
@@ -86,13 +93,22 @@ class _Options:
                              f"its options are: {', '.join(sorted(known))}")
         get = given.get
         endpoint = get("endpoint")
-        scoped = get("stream") or ""
-        if "/" in scoped:
-            scope, stream = scoped.split("/", 1)
-        else:
-            scope, stream = get("scope"), scoped
-        if not endpoint or not scope or not stream:
-            raise ValueError('the rillet data source needs options "endpoint" and "stream" ("scope/stream")')
+        if get("stream") and get("streams"):
+            raise ValueError('options "stream" and "streams" both name what to read: give one')
+        names = [name.strip() for name in (get("streams") or get("stream") or "").split(",") if name.strip()]
+        streams = []
+        for name in names:
+            scope, stream = name.split("/", 1) if "/" in name else (get("scope"), name)
+            if not scope or not stream:
+                break
+            streams.append((scope, stream))
+        if not endpoint or not names or len(streams) != len(names):
+            raise ValueError('the rillet data source needs options "endpoint" and "stream" ("scope/stream"; or '
+                             '"streams", a comma-separated list of them, for reads)')
+        if write and len(streams) > 1:
+            raise ValueError('a write goes to one stream: option "stream", not "streams"')
+        if len(set(streams)) != len(streams):
+            raise ValueError(f'option "streams" names a stream twice: {get("streams")!r}')
         encoding = (get("encoding") or "binary").lower()
         if encoding not in ("binary", "utf-8", "utf8"):
             raise ValueError('option "encoding" is "binary" or "utf-8"')
@@ -107,53 +123,84 @@ class _Options:
             raise ValueError('option "fail_on_data_loss" is "true" or "false"')
         if get("end_cut") and get("ending_timestamp_ms"):
             raise ValueError("options end_cut and ending_timestamp_ms both say where to end: give one")
-        return cls(endpoint=endpoint, scope=scope, stream=stream, encoding=encoding,
-                   start_cut=get("start_cut"), end_cut=get("end_cut"), starting_position=starting_position,
-                   starting_timestamp_ms=_integer(get, "starting_timestamp_ms"),
-                   ending_timestamp_ms=_integer(get, "ending_timestamp_ms"),
-                   max_bytes_per_trigger=_integer(get, "max_bytes_per_trigger", minimum=1),
-                   fail_on_data_loss=fail_on_data_loss == "true",
-                   min_partitions=_integer(get, "min_partitions", minimum=1),
-                   max_partition_bytes=_integer(get, "max_partition_bytes", minimum=1) or DEFAULT_PARTITION_BYTES,
-                   s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
-                   sink_id=get("sink_id"), checkpoint_location=get("checkpointlocation"),
-                   lease_ms=_integer(get, "lease_ms", minimum=1) or DEFAULT_LEASE_MS,
-                   event_column=get("event_column") or "event",
-                   routing_key_column=get("routing_key_column") or "routing_key")
+        parsed = cls(endpoint=endpoint, streams=streams, encoding=encoding,
+                     start_cut=get("start_cut"), end_cut=get("end_cut"), starting_position=starting_position,
+                     starting_timestamp_ms=_integer(get, "starting_timestamp_ms"),
+                     ending_timestamp_ms=_integer(get, "ending_timestamp_ms"),
+                     max_bytes_per_trigger=_integer(get, "max_bytes_per_trigger", minimum=1),
+                     max_events_per_trigger=_integer(get, "max_events_per_trigger", minimum=1),
+                     fail_on_data_loss=fail_on_data_loss == "true",
+                     min_partitions=_integer(get, "min_partitions", minimum=1),
+                     max_partition_bytes=_integer(get, "max_partition_bytes", minimum=1) or DEFAULT_PARTITION_BYTES,
+                     s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
+                     sink_id=get("sink_id"), checkpoint_location=get("checkpointlocation"),
+                     lease_ms=_integer(get, "lease_ms", minimum=1) or DEFAULT_LEASE_MS,
+                     event_column=get("event_column") or "event",
+                     routing_key_column=get("routing_key_column") or "routing_key")
+        parsed._given_cuts("start_cut")  # a cut naming no stream of the source is an error before any read
+        parsed._given_cuts("end_cut")
+        return parsed
 
     @property
     def text(self) -> bool:
         return self.encoding != "binary"
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{scope}/{stream}" for scope, stream in self.streams]
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """The stream a write goes to (a write's options name one: ``parse(write=True)``)."""
+        return self.streams[0]
 
     def connection(self):
         from rillet.connection import Connection
 
         return Connection(self.endpoint)
 
-    def start(self, connection):
-        """The cut to start reading at: ``start_cut``, the cut at ``starting_timestamp_ms``, or head/tail."""
+    def _given_cuts(self, option: str) -> dict:
+        """The cuts of ``start_cut`` or ``end_cut`` (comma-separated text forms, each naming its stream),
+        by stream name."""
+        from rillet.stream_cut import StreamCut
+
+        cuts = {}
+        for text in filter(None, (part.strip() for part in (getattr(self, option) or "").split(","))):
+            cut = StreamCut.from_text(text)
+            name = f"{cut.scope}/{cut.stream}"
+            if name not in self.names or name in cuts:
+                raise ValueError(f'option "{option}": the cut of {name} is not one per stream of the source '
+                                 f"({', '.join(self.names)})")
+            cuts[name] = cut
+        return cuts
+
+    def start(self, connection, scope: str, stream: str):
+        """The cut a stream is read from: its ``start_cut``, the cut at ``starting_timestamp_ms``, or
+        head/tail."""
         from rillet.stream_cut import StreamCut
 
         controller = connection.controller
-        if self.start_cut:
-            return StreamCut.from_text(self.start_cut)
+        given = self._given_cuts("start_cut").get(f"{scope}/{stream}")
+        if given is not None:
+            return given
         if self.starting_timestamp_ms is not None:
-            positions = controller.cut_at_time(self.scope, self.stream, self.starting_timestamp_ms)
+            positions = controller.cut_at_time(scope, stream, self.starting_timestamp_ms)
         elif self.starting_position == "tail":
-            positions = controller.stream_info(self.scope, self.stream).tail
+            positions = controller.stream_info(scope, stream).tail
         else:
-            positions = controller.head(self.scope, self.stream)
-        return StreamCut.of(self.scope, self.stream, positions)
+            positions = controller.head(scope, stream)
+        return StreamCut.of(scope, stream, positions)
 
-    def end(self, connection):
-        """The cut a batch read ends at (None: the tail)."""
+    def end(self, connection, scope: str, stream: str):
+        """The cut a batch read of a stream ends at (None: the tail)."""
         from rillet.stream_cut import StreamCut
 
-        if self.end_cut:
-            return StreamCut.from_text(self.end_cut)
+        given = self._given_cuts("end_cut").get(f"{scope}/{stream}")
+        if given is not None:
+            return given
         if self.ending_timestamp_ms is not None:
-            return StreamCut.of(self.scope, self.stream, connection.controller.cut_at_time(
-                self.scope, self.stream, self.ending_timestamp_ms))
+            return StreamCut.of(scope, stream, connection.controller.cut_at_time(scope, stream,
+                                                                                 self.ending_timestamp_ms))
         return None
 
 
@@ -174,6 +221,8 @@ def _integer(get, name: str, minimum: int = 0) -> int | None:
 class RangePartition(InputPartition):
     """Bytes [start, end) of one segment with their read plan; plain data, so it pickles."""
 
+    scope: str
+    stream: str
     segment_id: int
     start: int
     end: int
@@ -184,28 +233,54 @@ class RangePartition(InputPartition):
         super().__init__(self.segment_id)
 
 
-def _partitions(options: _Options, slices: list, max_bytes: int | None) -> list[RangePartition]:
-    """One partition per slice, split at plan-part boundaries (event boundaries) so that none holds more
+@dataclass(frozen=True)
+class _Piece:
+    """The bytes [start, end) of a segment of a stream: what a read or a micro-batch takes from it."""
+
+    scope: str
+    stream: str
+    segment_id: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def _pieces(scope: str, stream: str, slices: list) -> list[_Piece]:
+    return [_Piece(scope, stream, s.segment.segment_id, s.start_offset, s.end_offset) for s in slices]
+
+
+def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) -> list[RangePartition]:
+    """One partition per piece, split at plan-part boundaries (event boundaries) so that none holds more
     than ``max_bytes`` (a single larger part stays whole), or than ``min_partitions`` leaves for each."""
     if options.min_partitions:
-        total = sum(max(0, piece.end_offset - piece.start_offset) for piece in slices)
-        wanted = max(1, -(-total // options.min_partitions))
+        wanted = max(1, -(-sum(piece.size for piece in pieces) // options.min_partitions))
         max_bytes = wanted if max_bytes is None else min(max_bytes, wanted)
     connection = options.connection()
     partitions = []
-    for piece in slices:
-        if piece.end_offset <= piece.start_offset:
+    for piece in pieces:
+        if not piece.size:
             continue
-        plan = connection.segments.plan(options.scope, options.stream, piece.segment.segment_id,
-                                        piece.start_offset, piece.end_offset)
+        plan = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end)
         current: RangePartition | None = None
         for part in plan.parts:
             if current is None or (max_bytes is not None and part.offset + part.length - current.start > max_bytes):
-                current = RangePartition(piece.segment.segment_id, part.offset, part.offset, plan.bucket)
+                current = RangePartition(piece.scope, piece.stream, piece.segment_id, part.offset, part.offset,
+                                         plan.bucket)
                 partitions.append(current)
             current.parts.append((part.offset, part.length, part.object_key, part.object_offset))
             current.end = part.offset + part.length
     return partitions
+
+
+def _fetch(connection, scope: str, stream: str, segment_id: int, offset: int, length: int) -> bytes:
+    """The bytes [offset, offset + length) of a segment through the read API (which may answer less)."""
+    data = bytearray()
+    while len(data) < length:
+        data += connection.segments.read(scope, stream, segment_id, offset + len(data), length - len(data)).data
+    return bytes(data)
 
 
 def _read(options: _Options, partition: RangePartition) -> Iterator:
@@ -219,7 +294,7 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
 
     connection = options.connection()
     s3 = None
-    name = f"{options.scope}/{options.stream}"
+    name = f"{partition.scope}/{partition.stream}"
     event_type = pa.string() if options.text else pa.binary()
     buffer = bytearray()
     position = partition.start  # segment offset of buffer[0]
@@ -230,12 +305,7 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
             body = s3.get_object(Bucket=partition.bucket, Key=key, Range=f"bytes={key_offset}-{key_offset + length - 1}")
             buffer += body["Body"].read()
         else:
-            done = 0
-            while done < length:
-                read = connection.segments.read(options.scope, options.stream, partition.segment_id, offset + done,
-                                                length - done)
-                buffer += read.data
-                done += len(read.data)
+            buffer += _fetch(connection, partition.scope, partition.stream, partition.segment_id, offset, length)
         positions, events, consumed = _events(buffer, event_type)
         if len(events):
             yield pa.RecordBatch.from_arrays(
@@ -293,16 +363,29 @@ class _Reader(DataSourceReader):
 
         o = self.options
         connection = o.connection()
-        slices = BatchClient(connection).list_segments(o.scope, o.stream, o.start(connection), o.end(connection))
-        return _partitions(o, slices, o.max_partition_bytes)
+        batch = BatchClient(connection)
+        pieces = [piece for scope, stream in o.streams for piece in _pieces(scope, stream, batch.list_segments(
+            scope, stream, o.start(connection, scope, stream), o.end(connection, scope, stream)))]
+        return _partitions(o, pieces, o.max_partition_bytes)
 
     def read(self, partition: RangePartition) -> Iterator:
         yield from _read(self.options, partition)
 
 
-class _StreamReader(DataSourceStreamReader):
-    """Offsets are stream cuts; each batch ends at the controller's ``next-cut`` after its start,
-    brought back to ``max_bytes_per_trigger`` when one is set.
+def _cuts(offset: dict) -> dict[str, str]:
+    """An offset's cuts (text forms) by stream name. Offsets are ``{"cuts": [cut, ...]}``, one cut per
+    stream; ``{"cut": cut}`` is how checkpoints of single-stream queries before several streams hold it."""
+    texts = offset["cuts"] if "cuts" in offset else [offset["cut"]]
+    return {text.split("|", 1)[0]: text for text in texts}
+
+
+def _offset(cuts: dict[str, str]) -> dict:
+    return {"cuts": [cuts[name] for name in sorted(cuts)]}
+
+
+class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
+    """Offsets are stream cuts, one per stream; each batch ends at the controller's ``next-cut`` after
+    its start, brought back to ``max_bytes_per_trigger`` and ``max_events_per_trigger`` when set.
 
     Spark 4.2 and later pass the start (and the engine's read limit) to ``latestOffset(start, limit)``.
     Spark 4.0 and 4.1 call ``latestOffset()`` with nothing, so the reader keeps the end of the last batch
@@ -310,6 +393,9 @@ class _StreamReader(DataSourceStreamReader):
     commits first (Spark plans the last batch of its offset log when a query restarts, as its own
     simple-reader wrapper relies on). Both signatures are one method with optional arguments; Spark 4.2
     tells them apart by the parameter count.
+
+    A stream added to ``streams`` since the checkpoint joins at its start position (a batch that reads
+    nothing of it); one dropped from it is no longer read.
     """
 
     def __init__(self, options: _Options) -> None:
@@ -318,41 +404,72 @@ class _StreamReader(DataSourceStreamReader):
                              "until it is stopped")
         self.options = options
         self._last_end: dict | None = None  # the end of the newest batch known to this reader
+        self._target: dict[str, dict[int, int]] | None = None  # Trigger.AvailableNow: the tails at its start
         if options.subscriber:
             self._subscribe()
 
     def _subscribe(self) -> None:
-        """Register the query's reader group at its start (an existing group is kept as it is)."""
+        """Register the query's reader group (in the first stream's scope) at its start; an existing group
+        is kept as it is."""
         from rillet.models import StreamDataRetention
         from rillet.reader_group import ReaderGroupManager, group_config
 
         o = self.options
         connection = o.connection()
-        ReaderGroupManager(o.scope, connection).create_reader_group(
-            o.subscriber, group_config([o.start(connection)], automatic_checkpoint_interval_ms=0,
+        ReaderGroupManager(o.streams[0][0], connection).create_reader_group(
+            o.subscriber, group_config([o.start(connection, *s) for s in o.streams], automatic_checkpoint_interval_ms=0,
                                        retention_type=StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT))
 
     def initialOffset(self) -> dict:
-        return {"cut": self.options.start(self.options.connection()).to_text()}
+        connection = self.options.connection()
+        return _offset({f"{scope}/{stream}": self.options.start(connection, scope, stream).to_text()
+                        for scope, stream in self.options.streams})
 
     def getDefaultReadLimit(self):
-        """Spark 4.2 and later: the option as the engine's read limit (an AvailableNow run reads all)."""
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+        """Spark 4.2 and later: the engine's read limit. Its Python API has one limit at a time (no
+        composite), so it says only whether the options' limits apply: ``latestOffset`` applies both."""
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-        budget = self.options.max_bytes_per_trigger
-        return ReadMaxBytes(budget) if budget else ReadAllAvailable()
+        o = self.options
+        if o.max_events_per_trigger:
+            return ReadMaxRows(o.max_events_per_trigger)
+        return ReadMaxBytes(o.max_bytes_per_trigger) if o.max_bytes_per_trigger else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Spark 4.2 and later, ``Trigger.AvailableNow``: the streams' tails now are where the run ends;
+        it gets there in batches within the per-trigger limits."""
+        controller = self.options.connection().controller
+        self._target = {f"{scope}/{stream}": {p.segment.segment_id: p.offset
+                                              for p in controller.stream_info(scope, stream).tail}
+                        for scope, stream in self.options.streams}
 
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
         from rillet.stream_cut import StreamCut
 
         o = self.options
         connection = o.connection()
-        start = start or self._last_end or self.initialOffset()
-        positions = connection.controller.next_cut(o.scope, o.stream, start["cut"])
-        budget = o.max_bytes_per_trigger if limit is None else getattr(limit, "max_bytes", None)
-        if budget:
-            positions = _within(connection, o, start["cut"], positions, budget)
-        self._last_end = {"cut": StreamCut.of(o.scope, o.stream, positions).to_text()}
+        starts = _cuts(start or self._last_end or self.initialOffset())
+        ends, pieces = {}, []
+        for scope, stream in o.streams:
+            name = f"{scope}/{stream}"
+            if name not in starts:  # added since the checkpoint: it joins at its start
+                ends[name] = o.start(connection, scope, stream).to_text()
+                continue
+            positions = connection.controller.next_cut(scope, stream, starts[name])
+            ends[name] = StreamCut.of(scope, stream, positions).to_text()
+            pieces += _pieces(scope, stream, connection.controller.slices(scope, stream, starts[name],
+                                                                          ends[name]).slices)
+        if self._target is not None:
+            pieces = [_before(piece, self._target[f"{piece.scope}/{piece.stream}"]) for piece in pieces]
+        if limit is None or type(limit).__name__ != "ReadAllAvailable":  # 4.0/4.1 (none given), or the default
+            pieces = _limited(connection, pieces, o.max_bytes_per_trigger, o.max_events_per_trigger)
+        stops = {(p.scope, p.stream, p.segment_id): p.end for p in pieces}
+        for name, text in list(ends.items()):
+            cut = StreamCut.from_text(text)
+            ends[name] = StreamCut.of(cut.scope, cut.stream, [
+                p.model_copy(update={"offset": stops.get((cut.scope, cut.stream, p.segment.segment_id), p.offset)})
+                for p in cut.positions]).to_text()
+        self._last_end = _offset(ends)
         return self._last_end
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
@@ -361,16 +478,24 @@ class _StreamReader(DataSourceStreamReader):
         o = self.options
         self._last_end = self._last_end or end
         controller = o.connection().controller
-        try:  # one partition per segment (each key's events in order) unless min_partitions asks for more
-            return _partitions(o, controller.slices(o.scope, o.stream, start["cut"], end["cut"]).slices, None)
-        except (Truncated, SegmentNotFound) as lost:
-            head = self._data_lost(start["cut"], lost)
-        try:
-            return _partitions(o, controller.slices(o.scope, o.stream, head, end["cut"]).slices, None)
-        except (Truncated, SegmentNotFound, InvalidArgument):
-            return []  # the whole batch lies below the head: an empty batch, and the next one goes on
+        starts, pieces = _cuts(start), []
+        for name, stop in _cuts(end).items():
+            scope, stream = name.split("/", 1)
+            if name not in starts or (scope, stream) not in o.streams:
+                continue  # a stream joining (nothing of it in this batch) or no longer read
+            try:
+                pieces += _pieces(scope, stream, controller.slices(scope, stream, starts[name], stop).slices)
+                continue
+            except (Truncated, SegmentNotFound) as lost:
+                head = self._data_lost(scope, stream, starts[name], lost)
+            try:
+                pieces += _pieces(scope, stream, controller.slices(scope, stream, head, stop).slices)
+            except (Truncated, SegmentNotFound, InvalidArgument):
+                pass  # the stream's part of the batch lies below its head: nothing of it, the next batch goes on
+        # One partition per segment (each key's events in order) unless min_partitions asks for more.
+        return _partitions(o, pieces, None)
 
-    def _data_lost(self, start: str, lost: Exception) -> str:
+    def _data_lost(self, scope: str, stream: str, start: str, lost: Exception) -> str:
         """Retention truncated bytes this query had not read (it was stopped, or slower than the policy):
         Kafka's failOnDataLoss. By default the query fails, naming the range; with
         ``fail_on_data_loss=false`` it goes on from the stream's head and logs what it skipped."""
@@ -378,11 +503,10 @@ class _StreamReader(DataSourceStreamReader):
 
         from rillet.stream_cut import StreamCut
 
-        o = self.options
-        head = StreamCut.of(o.scope, o.stream, o.connection().controller.head(o.scope, o.stream)).to_text()
-        what = f"{o.scope}/{o.stream}: bytes from {start} up to the head {head} were truncated before this query " \
+        head = StreamCut.of(scope, stream, self.options.connection().controller.head(scope, stream)).to_text()
+        what = f"{scope}/{stream}: bytes from {start} up to the head {head} were truncated before this query " \
                f"read them ({lost})"
-        if o.fail_on_data_loss:
+        if self.options.fail_on_data_loss:
             raise RuntimeError(f"{what}. Set fail_on_data_loss=false to go on from the head.")
         logging.getLogger("rillet_spark").warning("skipped %s", what)
         return head
@@ -397,38 +521,77 @@ class _StreamReader(DataSourceStreamReader):
             from rillet.stream_cut import StreamCut
 
             o = self.options
-            ReaderGroup(o.connection(), o.scope, o.subscriber).update_retention_stream_cut(
-                StreamCut.from_text(end["cut"]))
+            group = ReaderGroup(o.connection(), o.streams[0][0], o.subscriber)
+            for name, text in _cuts(end).items():
+                if tuple(name.split("/", 1)) in o.streams:
+                    group.update_retention_stream_cut(StreamCut.from_text(text))
 
 
-def _within(connection, options: _Options, start: str, positions: list, budget: int) -> list:
-    """``positions`` brought back so that the batch from ``start`` holds about ``budget`` bytes.
+def _before(piece: _Piece, target: dict[int, int]) -> _Piece:
+    """``piece`` ended at the AvailableNow target (the tails when the run began): a segment of the target
+    at its offset there, a segment created since (a larger id) where the piece starts; an older segment,
+    sealed before the target, keeps its end."""
+    if piece.segment_id in target:
+        return replace(piece, end=min(piece.end, max(piece.start, target[piece.segment_id])))
+    if piece.segment_id > max(target, default=-1):
+        return replace(piece, end=piece.start)
+    return piece
 
-    Each segment with bytes to read gets an equal share and ends at the last appended block (an event
-    boundary) inside it, or after its first block when even that is larger: every batch moves on.
+
+def _limited(connection, pieces: list[_Piece], max_bytes: int | None, max_events: int | None) -> list[_Piece]:
+    """``pieces`` brought back within a per-trigger limit in bytes and one in events (the tighter wins).
+
+    Bytes: each segment with bytes to read gets an equal share and ends at the last appended block (an
+    event boundary) inside it, from its read plan, or after its first block when even that is larger:
+    every batch moves on. Events: offsets are bytes and the read plan has no event counts, so the driver
+    walks the frame headers of the pieces (after the byte limit, so at most that much), reading through
+    the read API in windows of ``COUNT_WINDOW_BYTES``: one request per window, or per event for events
+    larger than that. The limit is split equally between the segments with data (one more for the first
+    ones while it does not divide); when it is smaller than their number, the segments with the most
+    bytes pending take one event each, the others wait, so each batch holds at most ``max_events``.
     """
-    from rillet.stream_cut import StreamCut
+    pending = [piece for piece in pieces if piece.size]
+    if max_bytes and sum(piece.size for piece in pending) > max_bytes:
+        share = max(1, max_bytes // len(pending))
+        pending = [_bytes_within(connection, piece, share) if piece.size > share else piece for piece in pending]
+    if max_events:
+        ranked = sorted(pending, key=lambda piece: -piece.size)
+        shares = [max_events // len(ranked) + (i < max_events % len(ranked)) for i in range(len(ranked))]
+        pending = [replace(piece, end=_after_events(connection, piece, share)) for piece, share in zip(ranked, shares)]
+    stops = {(p.scope, p.stream, p.segment_id): p.end for p in pending}
+    return [replace(p, end=stops.get((p.scope, p.stream, p.segment_id), p.end)) for p in pieces]
 
-    end = StreamCut.of(options.scope, options.stream, positions).to_text()
-    pending = [s for s in connection.controller.slices(options.scope, options.stream, start, end).slices
-               if s.end_offset > s.start_offset]
-    if sum(s.end_offset - s.start_offset for s in pending) <= budget:
-        return positions
-    share = max(1, budget // len(pending))
-    ends = {}
-    for piece in pending:
-        if piece.end_offset - piece.start_offset <= share:
-            continue
-        parts = connection.segments.plan(options.scope, options.stream, piece.segment.segment_id,
-                                         piece.start_offset, piece.end_offset).parts
-        stop = parts[0].offset + parts[0].length
-        for part in parts:
-            if part.offset + part.length > piece.start_offset + share:
-                break
-            stop = part.offset + part.length
-        ends[piece.segment.segment_id] = stop
-    return [p.model_copy(update={"offset": ends[p.segment.segment_id]}) if p.segment.segment_id in ends else p
-            for p in positions]
+
+def _bytes_within(connection, piece: _Piece, share: int) -> _Piece:
+    parts = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end).parts
+    stop = parts[0].offset + parts[0].length
+    for part in parts:
+        if part.offset + part.length > piece.start + share:
+            break
+        stop = part.offset + part.length
+    return replace(piece, end=stop)
+
+
+COUNT_WINDOW_BYTES = 256 * 1024
+
+
+def _after_events(connection, piece: _Piece, count: int) -> int:
+    """The offset after the first ``count`` whole events of ``piece`` (its end when it holds fewer)."""
+    from rillet.framing import FRAME_HEADER, HEADER_SIZE
+
+    position, counted = piece.start, 0
+    while counted < count and position < piece.end:
+        window = _fetch(connection, piece.scope, piece.stream, piece.segment_id, position,
+                        min(COUNT_WINDOW_BYTES, piece.end - position))
+        at = 0
+        while counted < count and at + HEADER_SIZE <= len(window):
+            at += HEADER_SIZE + FRAME_HEADER.unpack_from(window, at)[0]
+            counted += 1
+        if at == 0:
+            raise ValueError(f"segment {piece.segment_id} of {piece.scope}/{piece.stream}: no whole frame header "
+                             f"at {position}")
+        position += at  # past the window when its last event runs on: the next read starts at the next header
+    return position
 
 
 @dataclass
@@ -441,7 +604,7 @@ def _write(options: _Options, rows: Iterator) -> TransactionMessage:
     from rillet.serializers import BytesSerializer
     from rillet.transaction import TransactionalEventStreamWriter
 
-    writer = TransactionalEventStreamWriter(options.connection(), options.scope, options.stream, BytesSerializer())
+    writer = TransactionalEventStreamWriter(options.connection(), *options.target, BytesSerializer())
     txn = writer.begin(options.lease_ms)
     futures = []
     try:
@@ -465,7 +628,7 @@ def _transactions(options: _Options):
     from rillet.serializers import BytesSerializer
     from rillet.transaction import TransactionalEventStreamWriter
 
-    return TransactionalEventStreamWriter(options.connection(), options.scope, options.stream, BytesSerializer())
+    return TransactionalEventStreamWriter(options.connection(), *options.target, BytesSerializer())
 
 
 def _abort_all(options: _Options, messages: list) -> None:
@@ -510,7 +673,7 @@ class _StreamWriter(DataSourceStreamWriter):
                                                          [m.txn_id for m in messages if m is not None]):
             logging.getLogger("rillet_spark").info(
                 "batch %d was committed to %s/%s before (this is its re-execution): its new transactions "
-                "were aborted", batchId, self.options.scope, self.options.stream)
+                "were aborted", batchId, *self.options.target)
 
     def _sink(self) -> str:
         """The name batches commit under: ``sink_id``, else one derived from the query's checkpoint
@@ -524,7 +687,8 @@ class _StreamWriter(DataSourceStreamWriter):
         import hashlib
 
         digest = hashlib.sha256(o.checkpoint_location.rstrip("/").encode()).hexdigest()[:20]
-        return f"{o.scope}.{o.stream}"[:200] + f".{digest}"
+        scope, stream = o.target
+        return f"{scope}.{stream}"[:200] + f".{digest}"
 
     def abort(self, messages: list, batchId: int) -> None:
         _abort_all(self.options, messages)
@@ -548,7 +712,7 @@ class RilletDataSource(DataSource):
         return _StreamReader(_Options.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return _Writer(_Options.parse(self.options))
+        return _Writer(_Options.parse(self.options, write=True))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _StreamWriter(_Options.parse(self.options))
+        return _StreamWriter(_Options.parse(self.options, write=True))
