@@ -1,16 +1,15 @@
-"""Retention, run by Dagster: the streams with a retention policy, in 16 buckets (partitions).
-
-The ``stream_retention`` asset's materialization runs the retention cycle of every stream in its
-buckets (controlplane/retention.py) and records, per stream, what was decided and why, the stream's
-size and retained bytes, and each subscriber's unconsumed bytes and silence. Its asset check warns
-about consumption-based streams without an active subscriber (their data is kept until one comes
-back or the fallback applies).
+"""Retention, run by Dagster: the streams with a retention policy, spread over 16 buckets.
 
 Each cycle the schedule looks at which buckets hold a stream (one query of at most one item per
-bucket) and requests one run over the range of those buckets, or skips the tick when none does: a
-run is a process, so one per bucket per cycle flooded a small machine (and launched 16 ECS tasks per
-cycle on AWS) whatever there was to do. The buckets still partition the work in the Dagster UI, and
-a single bucket can be materialized on its own.
+bucket) and requests one run of the ``stream_retention`` asset over those buckets, or skips the tick
+when none does. The run runs the retention cycle of every stream in them (controlplane/retention.py)
+and is one materialization: a table with one row per stream, what was decided and why, its size and
+retained bytes and each subscriber's lag and silence, in the CLI's units (``10 GB``, ``7d``). The
+asset is not partitioned by bucket: a range of partitions would record the same table once per
+bucket, and empty buckets would show as "missing" partitions, which reads as a failure. One bucket
+can still be run on its own, from the launchpad (``buckets: [4]``). Its asset check warns about
+consumption-based streams without an active subscriber (their data is kept until one comes back or
+the fallback applies).
 """
 
 import os
@@ -20,25 +19,32 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    Config,
     DefaultScheduleStatus,
     MaterializeResult,
     MetadataValue,
+    RunConfig,
     RunRequest,
     ScheduleEvaluationContext,
     SkipReason,
-    StaticPartitionsDefinition,
     asset,
     define_asset_job,
     schedule,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from pydantic import Field
 
 from controlplane.models import StreamRecord
 from controlplane.retention import Decision
 from controlplane.streams import RETENTION_BUCKETS
 from dagster_project.resources import RilletDeployment
+from rillet.cli_format import human_bytes, rounded_duration
 
-retention_buckets = StaticPartitionsDefinition([str(b) for b in range(RETENTION_BUCKETS)])
+
+class RetentionRun(Config):
+    buckets: list[int] = Field(
+        default_factory=list, max_length=RETENTION_BUCKETS,
+        description=f"Retention buckets to run (0-{RETENTION_BUCKETS - 1}); empty: every bucket that holds a stream "
+                    "with a retention policy.")
 
 
 def _cut(decision: Decision) -> str:
@@ -48,33 +54,39 @@ def _cut(decision: Decision) -> str:
 
 
 def _report(decisions: list[Decision]) -> str:
-    rows = ["| stream | outcome | why | size | retained | cut | subscribers (unconsumed bytes, silent s) |",
+    rows = ["| stream | outcome | why | size | retained | cut | subscribers (unconsumed, silent for) |",
             "|---|---|---|---|---|---|---|"]
-    for d in decisions:
-        subs = "; ".join(f"{s.group}{'' if s.active else ' (inactive)'}: {s.unconsumed_bytes} B, "
-                         f"{s.silent_for_ms // 1000} s" for s in d.subscribers)
-        rows.append(f"| `{d.stream}` | {d.outcome} | {d.reason} | {d.size_bytes} | {d.retained_bytes} | "
-                    f"{_cut(d)} | {subs} |")
+    for d in sorted(decisions, key=lambda d: (d.outcome != "truncated", d.stream)):
+        subs = "; ".join(f"{s.group}{'' if s.active else ' (inactive)'}: {human_bytes(s.unconsumed_bytes)}, "
+                         f"{rounded_duration(s.silent_for_ms)}" for s in d.subscribers)
+        rows.append(f"| `{d.stream}` | {d.outcome} | {d.reason} | {human_bytes(d.size_bytes)} | "
+                    f"{human_bytes(d.retained_bytes)} | {_cut(d)} | {subs} |")
     return "\n".join(rows)
 
 
-@asset(partitions_def=retention_buckets,
-       check_specs=[AssetCheckSpec("consumption_streams_have_active_subscribers", asset="stream_retention",
+@asset(check_specs=[AssetCheckSpec("consumption_streams_have_active_subscribers", asset="stream_retention",
                                    description="Warns about consumption-based streams that no active subscriber reads.")],
-       description="Retention of the streams in its buckets: truncations decided this cycle, sizes, subscriber lag.")
-def stream_retention(context: AssetExecutionContext, rillet: RilletDeployment) -> MaterializeResult:
+       description="Retention of the streams with a retention policy: truncations decided this cycle, sizes, "
+                   "subscriber lag. One materialization per run, listing every stream the run looked at.")
+def stream_retention(context: AssetExecutionContext, config: RetentionRun, rillet: RilletDeployment) -> MaterializeResult:
+    if any(not 0 <= b < RETENTION_BUCKETS for b in config.buckets):
+        raise ValueError(f"buckets are 0 to {RETENTION_BUCKETS - 1}, not {config.buckets}")
+    buckets = sorted(set(config.buckets)) or occupied_buckets(rillet)
     retention = rillet.controller().retention
-    decisions = [d for bucket in context.partition_keys for d in retention.run_bucket(int(bucket))]
+    decisions = [d for bucket in buckets for d in retention.run_bucket(bucket)]
     truncated = [d for d in decisions if d.outcome == "truncated"]
     orphaned = [d.stream for d in decisions if d.consumption and not any(s.active for s in d.subscribers)]
     for d in decisions:
         context.log.info("%s: %s (%s)", d.stream, d.outcome, d.reason)
+    released = sum(d.size_bytes - d.retained_bytes for d in decisions)
     return MaterializeResult(
         metadata={
+            "buckets": MetadataValue.text(", ".join(map(str, buckets)) or "none"),
             "streams": len(decisions),
             "truncated": len(truncated),
-            "bytes_retained": sum(d.retained_bytes for d in decisions),
-            "bytes_released": sum(d.size_bytes - d.retained_bytes for d in decisions),
+            "retained": MetadataValue.text(human_bytes(sum(d.retained_bytes for d in decisions))),
+            "released": MetadataValue.text(human_bytes(released)),
+            "bytes_released": released,  # a number, for the asset's plot over time
             "decisions": MetadataValue.md(_report(decisions)),
         },
         check_results=[AssetCheckResult(
@@ -85,14 +97,14 @@ def stream_retention(context: AssetExecutionContext, rillet: RilletDeployment) -
 
 
 retention_job = define_asset_job("retention_job", selection=[stream_retention],
-                                 description="Run the retention cycle of the streams in a range of buckets.")
+                                 description="Run the retention cycle of the streams in some buckets (all by default).")
 
 
-def occupied_buckets(rillet: RilletDeployment) -> list[str]:
+def occupied_buckets(rillet: RilletDeployment) -> list[int]:
     """The buckets that hold at least one stream with a retention policy (reads one item per bucket)."""
     rillet.controller()  # binds the models to the deployment
-    return [bucket for bucket in retention_buckets.get_partition_keys()
-            if next(iter(StreamRecord.retention.query(int(bucket), limit=1)), None) is not None]
+    return [bucket for bucket in range(RETENTION_BUCKETS)
+            if next(iter(StreamRecord.retention.query(bucket, limit=1)), None) is not None]
 
 
 @schedule(job=retention_job, cron_schedule=os.environ.get("RILLET_RETENTION_CRON", "*/30 * * * *"),
@@ -104,6 +116,5 @@ def retention_schedule(context: ScheduleEvaluationContext, rillet: RilletDeploym
     if not buckets:
         return SkipReason("no stream has a retention policy")
     tick = context.scheduled_execution_time.strftime("%Y%m%dT%H%M")
-    # a partition range is contiguous: the empty buckets inside it cost the run one query each
     return RunRequest(run_key=f"retention-{tick}",
-                      tags={ASSET_PARTITION_RANGE_START_TAG: buckets[0], ASSET_PARTITION_RANGE_END_TAG: buckets[-1]})
+                      run_config=RunConfig(ops={"stream_retention": RetentionRun(buckets=buckets)}))

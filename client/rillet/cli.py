@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
-from rillet import api, cli_admin, cli_completion, cli_data, cli_grants, cli_kvt, cli_segments
+from rillet import api, cli_admin, cli_completion, cli_data, cli_format, cli_grants, cli_kvt, cli_segments
 from rillet.errors import AlreadyExists, InvalidArgument, RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScaleType, ScalingPolicy, StreamConfiguration, StreamInfo
@@ -148,10 +148,10 @@ def describe_scaling(policy: ScalingPolicy) -> str:
 
 def _configuration_lines(config: StreamConfiguration) -> dict[str, str]:
     return {"scaling": describe_scaling(config.scaling_policy),
-            "retention": cli_admin.describe_retention(config.retention_policy),
+            "retention": cli_format.describe_retention(config.retention_policy),
             "tags": ", ".join(sorted(config.tags)) or "-",
-            "timestamp aggregation timeout": cli_admin.human_duration(config.timestamp_aggregation_timeout_ms),
-            "rollover size": cli_admin.human_size(config.rollover_size_bytes)}
+            "timestamp aggregation timeout": cli_format.human_duration(config.timestamp_aggregation_timeout_ms),
+            "rollover size": cli_format.human_size(config.rollover_size_bytes)}
 
 
 def configuration_differences(existing: StreamConfiguration, asked: StreamConfiguration) -> list[str]:
@@ -245,7 +245,7 @@ def _stream_info(args: argparse.Namespace) -> None:
         f"state       {info.state.value}",
         f"scaling     {policy.scale_type.value} min={policy.min_num_segments}"
         + (f" target={policy.target_rate} factor={policy.scale_factor}" if policy.target_rate else ""),
-        f"retention   {cli_admin.describe_retention(info.configuration.retention_policy)}",
+        f"retention   {cli_format.describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
         f"epoch       {info.current_epoch}",
         "segments    id                    range                  head        tail",

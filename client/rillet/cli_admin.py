@@ -7,11 +7,10 @@ import argparse
 import json
 import time
 
-from rillet.cli_data import human_bytes, resolve_cut
+from rillet.cli_data import resolve_cut
+from rillet.cli_format import describe_retention, human_bytes, human_duration, rounded_duration
 from rillet.connection import Connection
 from rillet.models import (
-    RetentionPolicy,
-    RetentionType,
     StreamCutBody,
     StreamDataRetention,
     TxnInfo,
@@ -22,42 +21,6 @@ from rillet.reader_group import ReaderGroupManager, group_config
 from rillet.serializers import BytesSerializer
 from rillet.stream_cut import StreamCut
 from rillet.transaction import TransactionalEventStreamWriter
-
-_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
-_UNITS_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
-                ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-
-
-def human_duration(ms: int) -> str:
-    """The largest unit that states ``ms`` exactly: 604800000 -> ``7d``, 90000 -> ``90s``."""
-    for unit, size in _UNITS_MS:
-        if ms and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
-
-def human_size(count: int) -> str:
-    """The largest unit that states ``count`` bytes exactly: 10**10 -> ``10 GB``, 2**29 -> ``512 MiB``."""
-    for unit, size in _UNITS_BYTES:
-        if count and count % size == 0:
-            return f"{count // size} {unit}"
-    return f"{count} B"
-
-
-def describe_retention(policy: RetentionPolicy | None) -> str:
-    """``time >= 7d``, ``size 10 GB..100 GB``, ``consumption-based, subscribers timeout 1h, fallback after 7d; ...``."""
-    if policy is None:
-        return "none (kept forever)"
-    show = human_duration if policy.retention_type == RetentionType.TIME else human_size
-    kind = policy.retention_type.value.lower()
-    limits = (f"{kind} {show(policy.retention_param)}..{show(policy.retention_max)}" if policy.retention_max is not None
-              else f"{kind} >= {show(policy.retention_param)}")
-    if policy.consumption is None:
-        return limits
-    text = f"consumption-based, subscribers timeout {human_duration(policy.consumption.subscriber_timeout_ms)}"
-    if policy.consumption.fallback_after_ms is not None:
-        text += f", fallback after {human_duration(policy.consumption.fallback_after_ms)}"
-    return f"{text}; {limits}"
 
 
 def _print(args: argparse.Namespace, data: object, text: str) -> None:
@@ -130,11 +93,8 @@ def _cut_text(body: StreamCutBody) -> str:
 
 
 def _ago(ms: float) -> str:
-    """``3s ago``, ``2h ago``: the largest unit, rounded down (clocks of different hosts differ)."""
-    for unit, size in _UNITS_MS:
-        if ms >= size:
-            return f"{int(ms // size)}{unit} ago"
-    return "just now"
+    """``3s ago``, ``2h ago``: rounded down (clocks of different hosts differ)."""
+    return f"{rounded_duration(ms)} ago" if ms >= 1000 else "just now"
 
 
 def rg_reset(args: argparse.Namespace) -> None:

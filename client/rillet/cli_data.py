@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import TextIO
 
+from rillet.cli_format import human_bytes
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.models import SegmentPosition
@@ -59,17 +60,6 @@ class Progress:
             self._draw(time.monotonic())
             self.out.write("\n")
             self.out.flush()
-
-
-def human_bytes(count: float) -> str:
-    """Rounded for reading (``1.5 KB``); cli_admin.human_size states a configured size exactly."""
-    if count < 1000:
-        return f"{count:.0f} B"
-    for unit in ("KB", "MB", "GB"):
-        count /= 1000
-        if count < 1000:
-            return f"{count:.1f} {unit}"
-    return f"{count / 1000:.1f} TB"
 
 
 def positive_int(text: str) -> int:

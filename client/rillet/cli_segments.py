@@ -11,7 +11,8 @@ import argparse
 import json
 import time
 
-from rillet.cli_data import accept_relative_times, human_bytes, parse_time_ms, positive_int, resolve_cut
+from rillet.cli_data import accept_relative_times, parse_time_ms, positive_int, resolve_cut
+from rillet.cli_format import human_bytes
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.keyspace import KeyRange, covers_exactly, merge_adjacent, split_evenly

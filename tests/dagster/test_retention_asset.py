@@ -53,6 +53,10 @@ def _drop(controller: Controller, scope: str, stream: str) -> None:
     controller.streams.delete_stream(scope, stream)
 
 
+def _buckets(*buckets: int) -> dict:
+    return {"ops": {"stream_retention": {"config": {"buckets": list(buckets)}}}}
+
+
 def _materialization(result):
     (materialization,) = result.asset_materializations_for_node("stream_retention")
     return materialization.metadata
@@ -78,7 +82,7 @@ def test_materializing_a_bucket_truncates_its_streams_and_reports_each_decision(
     assert controller.retention.cycle(unique, "s", now=int(time.time() * 1000) - 10_000).outcome == "kept"
     _append(controller, unique, "s", 3, 3)
 
-    result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+    result = materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource})
     assert result.success
     # 600 bytes now; the record at 300 keeps 300 >= 250: truncated there (no new record: younger than 30 min)
     head = {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")}
@@ -86,16 +90,17 @@ def test_materializing_a_bucket_truncates_its_streams_and_reports_each_decision(
     metadata = _materialization(result)
     assert metadata["truncated"].value >= 1 and metadata["streams"].value >= 1
     assert metadata["bytes_released"].value >= 300
+    assert metadata["buckets"].value == str(bucket)
     row = _row(metadata["decisions"].value, f"{unique}/s")
     assert row[1] == "truncated"
     assert row[2].startswith("truncate at the most recent cut keeping the minimum")
-    assert row[3:6] == ["600", "300", "0@300"]
+    assert row[3:6] == ["600 B", "300 B", "0@300"]
     assert _check(result).passed or f"{unique}/s" not in str(_check(result).metadata)
 
     # the next run of the same bucket keeps it: nothing new to truncate
     job = Definitions(assets=[stream_retention], jobs=[retention_job],
                       resources={"rillet": resource}).resolve_job_def("retention_job")
-    result = job.execute_in_process(partition_key=str(bucket))
+    result = job.execute_in_process(run_config=_buckets(bucket))
     assert result.success
     row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
     assert row[1] == "kept"
@@ -109,11 +114,11 @@ def test_other_buckets_leave_the_stream_alone(isolated, unique):
     bucket = _stream(controller, unique, "s", RetentionPolicy.by_size(0))
     _append(controller, unique, "s", 0, 2)
     other = (bucket + 1) % RETENTION_BUCKETS
-    result = materialize([stream_retention], partition_key=str(other), resources={"rillet": resource})
+    result = materialize([stream_retention], run_config=_buckets(other), resources={"rillet": resource})
     assert result.success
     assert f"`{unique}/s`" not in _materialization(result)["decisions"].value
     assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 0}
-    result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+    result = materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource})
     assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 200}
     _drop(controller, unique, "s")
 
@@ -128,7 +133,7 @@ def test_check_warns_about_a_consumption_stream_whose_subscriber_went_silent(iso
     (sub,) = controller.retention.subscribers(unique, "s")
     sub.update(actions=[SubscriberRecord.updated_ms.set(1)])  # last heard of long ago
     try:
-        result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+        result = materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource})
         assert result.success  # a WARN check does not fail the run
         evaluation = _check(result)
         assert evaluation.passed is False
@@ -136,12 +141,12 @@ def test_check_warns_about_a_consumption_stream_whose_subscriber_went_silent(iso
         assert f"{unique}/s" in evaluation.metadata["streams_without_active_subscriber"].value
         row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
         assert row[1] == "kept" and "no active subscriber" in row[2]
-        assert f"{unique}/g (inactive): 200 B" in row[6]
+        assert f"{unique}/g (inactive): 200 B, " in row[6] and row[6].endswith("d")  # silent since 1970: days
         assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 0}
 
         # the subscriber publishes again: active, the check passes for this stream and truncation resumes
         controller.retention.update_truncation_cut(unique, "s", f"{unique}/g", 0, {0: 100})
-        result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+        result = materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource})
         assert f"{unique}/s" not in _check(result).metadata["streams_without_active_subscriber"].value
         assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 100}
     finally:
@@ -158,7 +163,7 @@ def test_check_warns_about_a_consumption_stream_without_any_subscriber(isolated,
     bucket = _stream(controller, unique, "s", policy)
     _append(controller, unique, "s", 0, 2)
     try:
-        result = materialize([stream_retention], partition_key=str(bucket), resources={"rillet": resource})
+        result = materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource})
         row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
         assert row[1] == "truncated" and "no subscriber: the time/size policy applies" in row[2]
         evaluation = _check(result)
@@ -174,3 +179,32 @@ def test_every_bucket_is_reachable():
     seen = {_bucket("sc", f"s{uuid.UUID(int=i).hex[:8]}{i}", config) for i in range(400)}
     assert seen == set(range(RETENTION_BUCKETS))
     assert _bucket("sc", "s", StreamConfiguration()) is None  # no policy: not in the retention index
+
+
+def test_one_run_over_several_buckets_is_one_materialization_in_human_units(isolated, unique):
+    """Not one materialization per bucket, each with the whole table (issue 30): the asset has no
+    partitions that could read as missing, and sizes read as the CLI prints them."""
+    mine, resource = isolated
+    assert stream_retention.partitions_def is None
+    controller = Controller.for_deployment(mine)
+    buckets = {}
+    for i in range(40):
+        bucket = _bucket(unique, f"s{i}", StreamConfiguration(retention_policy=RetentionPolicy.by_size(0)))
+        if bucket not in buckets.values():
+            _stream(controller, unique, f"s{i}", RetentionPolicy.by_size(0))
+            controller.segments.append(segment_name(unique, f"s{i}", 0), "w", 0, 1, frame(b"d" * 1496))
+            buckets[f"s{i}"] = bucket
+        if len(buckets) == 2:
+            break
+    try:
+        result = materialize([stream_retention], run_config=_buckets(*buckets.values()), resources={"rillet": resource})
+        assert result.success
+        (materialization,) = result.asset_materializations_for_node("stream_retention")
+        report = materialization.metadata["decisions"].value
+        for stream in buckets:
+            assert _row(report, f"{unique}/{stream}")[1:2] + _row(report, f"{unique}/{stream}")[3:5] == [
+                "truncated", "1.5 KB", "0 B"]
+        assert materialization.metadata["released"].value.endswith(" KB")
+    finally:
+        for stream in buckets:
+            _drop(controller, unique, stream)

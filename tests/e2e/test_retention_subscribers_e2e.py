@@ -205,7 +205,7 @@ def test_truncation_follows_the_subscriber_and_a_non_subscriber_moves_on_to_the_
             assert _acknowledged(controller, scope, cp2.offsets) == cp2.offsets
         bucket = _bucket(scope, "s", config)
         try:
-            result = materialize([stream_retention], partition_key=str(bucket),
+            result = materialize([stream_retention], run_config={"ops": {"stream_retention": {"config": {"buckets": [bucket]}}}},
                                  resources={"rillet": RilletDeployment(endpoint_url=stack.moto.url)})
             assert result.success
             with bound_to(stack) as controller:

@@ -1,0 +1,61 @@
+"""How the CLI, and Dagster's reports, state sizes, durations and policies: ``10 GB``, ``7d``,
+``time >= 7d``. Imports only the model types, so it costs a command nothing to load."""
+
+from __future__ import annotations
+
+from rillet.models import RetentionPolicy, RetentionType
+
+_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+_UNITS_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
+                ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def human_duration(ms: int) -> str:
+    """The largest unit that states ``ms`` exactly: 604800000 -> ``7d``, 90000 -> ``90s``."""
+    for unit, size in _UNITS_MS:
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def rounded_duration(ms: float) -> str:
+    """``3s``, ``2h``: the largest unit, rounded down, for how long ago something happened."""
+    for unit, size in _UNITS_MS:
+        if ms >= size:
+            return f"{int(ms // size)}{unit}"
+    return f"{int(ms)}ms"
+
+
+def human_size(count: int) -> str:
+    """The largest unit that states ``count`` bytes exactly: 10**10 -> ``10 GB``, 2**29 -> ``512 MiB``."""
+    for unit, size in _UNITS_BYTES:
+        if count and count % size == 0:
+            return f"{count // size} {unit}"
+    return f"{count} B"
+
+
+def describe_retention(policy: RetentionPolicy | None) -> str:
+    """``time >= 7d``, ``size 10 GB..100 GB``, ``consumption-based, subscribers timeout 1h, fallback after 7d; ...``."""
+    if policy is None:
+        return "none (kept forever)"
+    show = human_duration if policy.retention_type == RetentionType.TIME else human_size
+    kind = policy.retention_type.value.lower()
+    limits = (f"{kind} {show(policy.retention_param)}..{show(policy.retention_max)}" if policy.retention_max is not None
+              else f"{kind} >= {show(policy.retention_param)}")
+    if policy.consumption is None:
+        return limits
+    text = f"consumption-based, subscribers timeout {human_duration(policy.consumption.subscriber_timeout_ms)}"
+    if policy.consumption.fallback_after_ms is not None:
+        text += f", fallback after {human_duration(policy.consumption.fallback_after_ms)}"
+    return f"{text}; {limits}"
+
+
+def human_bytes(count: float) -> str:
+    """Rounded for reading (``1.5 KB``); human_size states a configured size exactly."""
+    if count < 1000:
+        return f"{count:.0f} B"
+    for unit in ("KB", "MB", "GB"):
+        count /= 1000
+        if count < 1000:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1000:.1f} TB"
