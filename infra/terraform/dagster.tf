@@ -406,10 +406,26 @@ data "aws_iam_policy_document" "dagster_submit_emr" {
     resources = [aws_emrserverless_application.spark.arn]
   }
 
-  # The Pipes client tags each job run with the Dagster run it belongs to (TagResource at creation).
+  # After the job, the Pipes client reads the application (its monitoring configuration decides where
+  # the driver's logs are).
   statement {
-    sid       = "WatchJobRuns"
-    actions   = ["emr-serverless:CancelJobRun", "emr-serverless:GetJobRun", "emr-serverless:TagResource"]
+    sid       = "ReadApplication"
+    actions   = ["emr-serverless:GetApplication"]
+    resources = [aws_emrserverless_application.spark.arn]
+  }
+
+  # The Pipes client (dagster_aws/pipes/clients/emr_serverless.py) tags each job run with the Dagster
+  # run it belongs to (TagResource at creation), polls it (GetJobRun), logs its Spark UI link as soon
+  # as it runs and again when it ends (GetDashboardForJobRun) and cancels it when the Dagster run is
+  # terminated (CancelJobRun).
+  statement {
+    sid = "WatchJobRuns"
+    actions = [
+      "emr-serverless:CancelJobRun",
+      "emr-serverless:GetDashboardForJobRun",
+      "emr-serverless:GetJobRun",
+      "emr-serverless:TagResource",
+    ]
     resources = ["${aws_emrserverless_application.spark.arn}/jobruns/*"]
   }
 

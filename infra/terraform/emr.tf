@@ -5,7 +5,9 @@
 # script under local.emr_artifacts_uri.
 
 locals {
-  emr_artifacts_uri = "s3://${var.emr_output_bucket}/${trimsuffix(var.emr_artifacts_prefix, "/")}"
+  emr_artifacts_uri      = "s3://${var.emr_output_bucket}/${trimsuffix(var.emr_artifacts_prefix, "/")}"
+  emr_subnet_ids         = coalesce(var.emr_subnet_ids, var.dagster_subnet_ids)
+  emr_security_group_ids = coalesce(var.emr_security_group_ids, var.dagster_security_group_ids)
 }
 
 resource "aws_emrserverless_application" "spark" {
@@ -26,6 +28,14 @@ resource "aws_emrserverless_application" "spark" {
   auto_stop_configuration {
     enabled              = true
     idle_timeout_minutes = 15
+  }
+
+  # Without a VPC, a job reaches only a fixed list of AWS endpoints, and Function URLs (which have no
+  # private endpoint) are not among them: the export job could not plan or read inline bytes. In the
+  # VPC its workers reach the URLs through the subnets' NAT gateway and S3 through the gateway endpoint.
+  network_configuration {
+    subnet_ids         = local.emr_subnet_ids
+    security_group_ids = local.emr_security_group_ids
   }
 }
 
@@ -70,6 +80,21 @@ data "aws_iam_policy_document" "emr_job" {
     sid       = "ReadSegmentObjects"
     actions   = ["s3:GetObject"]
     resources = ["${aws_s3_bucket.segments.arn}/segments/*"]
+  }
+
+  # Not for listing: without s3:ListBucket S3 answers a GET of a missing (truncated) chunk with 403
+  # instead of 404, and the data source turns only NoSuchKey into Truncated; Spark would fail instead.
+  # Limited to the deployment's prefix.
+  statement {
+    sid       = "MissingObjectsAreNotFound"
+    actions   = ["s3:ListBucket"]
+    resources = [aws_s3_bucket.segments.arn]
+
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["segments/*"]
+    }
   }
 
   statement {

@@ -190,3 +190,20 @@ variable "emr_max_vcpu" {
   type        = number
   default     = 32
 }
+
+variable "emr_subnet_ids" {
+  description = "Private subnets of the EMR Serverless jobs; null means dagster_subnet_ids. They need a NAT gateway route: the jobs call the control and read Function URLs, which have no VPC endpoint (an S3 gateway endpoint keeps chunk reads off the NAT)."
+  type        = list(string)
+  default     = null
+
+  validation {
+    condition     = var.emr_subnet_ids == null ? true : length(var.emr_subnet_ids) >= 1
+    error_message = "emr_subnet_ids needs at least one subnet (or null for dagster_subnet_ids)."
+  }
+}
+
+variable "emr_security_group_ids" {
+  description = "Security groups of the EMR Serverless jobs (outbound HTTPS to the Function URLs and S3); null means dagster_security_group_ids."
+  type        = list(string)
+  default     = null
+}

@@ -182,7 +182,8 @@ def test_emr_role_reads_only_segment_objects(tf):
         for resource in as_list(statement.get("resources")):
             if ("aws_s3_bucket", "segments") in refs(resource):
                 on_segments.append((resource, sorted(as_list(statement.get("actions")))))
-    assert on_segments == [("${aws_s3_bucket.segments.arn}/segments/*", ["s3:GetObject"])], on_segments
+    assert on_segments == [("${aws_s3_bucket.segments.arn}/segments/*", ["s3:GetObject"]),
+                           ("${aws_s3_bucket.segments.arn}", ["s3:ListBucket"])], on_segments
     invoked = set()
     for statement in statements(tf.data["aws_iam_policy_document"]["emr_job"]):
         if any(a.startswith("lambda:") for a in as_list(statement.get("actions"))):
