@@ -130,7 +130,7 @@ class _Run:
 
     def transactions(self) -> None:
         s = self.settings
-        config = rillet.EventWriterConfig(max_latency_ms=5)
+        config = rillet.EventWriterConfig()
         writer = self.factory.create_transactional_writer(TXN_STREAM, SER, config)
         second = self.other.create_transactional_writer(TXN_STREAM, SER, config)
         for n in range(s.transactions):
@@ -199,7 +199,7 @@ class _Run:
     # -- a stream name deleted and created again ---------------------------------------------------
 
     def new_writer(self) -> tuple[rillet.EventStreamWriter, int]:
-        config = rillet.EventWriterConfig(max_latency_ms=5, retry_timeout_s=self.settings.writer_retry_timeout_s)
+        config = rillet.EventWriterConfig(retry_timeout_s=self.settings.writer_retry_timeout_s)
         while True:
             with self.transition:
                 try:

@@ -145,7 +145,7 @@ class _Run:
 
     def writer(self, w: int) -> None:
         s = self.settings
-        config = rillet.EventWriterConfig(max_latency_ms=10, retry_timeout_s=s.writer_retry_timeout_s)
+        config = rillet.EventWriterConfig(retry_timeout_s=s.writer_retry_timeout_s)
         writer = self.retrying("create writer", lambda: self.factory.create_event_writer(STREAM, SER, config))
         futures: list[Future] = []
         for i in range(s.events_per_writer):

@@ -335,10 +335,8 @@ class EventStreamWriter(Generic[T]):
 
         A full block is due at once, and so is everything on a flush or close. A partial one is due
         once its oldest event has been held for the budget less the round trip (``_due_at``)."""
-        while (not queue.sealed and queue.pending and len(queue.inflight) < self.config.max_inflight_blocks
-               and not (queue.new_writer_id and queue.inflight)
-               and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
-                    or time.monotonic() >= self._due_at(queue))):
+        while self._may_send(queue) and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing
+                                         or self._closed or time.monotonic() >= self._due_at(queue)):
             if (not queue.inflight and queue.acked_at is not None
                     and queue.acked_at.elapsed_s() > self.config.idle_writer_id_s):
                 queue.new_writer_id = True  # the server may forget an idle writer id: do not continue it
@@ -357,6 +355,12 @@ class EventStreamWriter(Generic[T]):
             queue.next_event_number += len(items)
             queue.inflight.append(block)
             self._pool.submit(self._send, queue, block)
+
+    def _may_send(self, queue: _SegmentQueue) -> bool:
+        """Whether a block of the segment may leave now if due: it has events, is not sealed, has a free
+        in-flight slot, and is not waiting for its blocks to resolve before a new writer id."""
+        return (bool(queue.pending) and not queue.sealed and len(queue.inflight) < self.config.max_inflight_blocks
+                and not (queue.new_writer_id and queue.inflight))
 
     def round_trip_s(self) -> float | None:
         """The smoothed round trip of this writer's appends (None until one is measured)."""
@@ -386,7 +390,7 @@ class EventStreamWriter(Generic[T]):
                 deadline: float | None = None
                 for queue in list(self._queues.values()):
                     self._maybe_send(queue)
-                    if queue.pending and not queue.sealed and len(queue.inflight) < self.config.max_inflight_blocks:
+                    if self._may_send(queue):  # the others wait for an answer, which wakes this loop
                         due = self._due_at(queue)
                         deadline = due if deadline is None else min(deadline, due)
                 self._cond.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
