@@ -5,16 +5,17 @@ Reading
     ``spark.read.format("rillet").option("endpoint", url).option("stream", "scope/stream").load()``
     gives one row per event: ``stream``, ``segment_id``, ``offset`` (of the event's frame, so
     ``(stream, segment_id, offset)`` locates it) and ``event`` (bytes, or a string with
-    ``encoding=utf-8``). The driver asks the controller for the segment ranges between two stream
-    cuts (``start_cut``/``end_cut`` in text form; head and tail by default) and, for each range, its
-    *read plan*: which bytes are S3 object ranges and which are small appends still inline in the
-    index. Ranges larger than ``max_partition_bytes`` are split at plan-part boundaries, which are
-    event boundaries. Executors build their clients inside ``read()``, fetch S3 ranges directly
+    ``encoding=utf-8``); ``streams`` (a comma-separated list) reads several streams in one source, and
+    ``stream`` says which one a row came from. The driver asks the controller for the segment ranges
+    between two stream cuts (``start_cut``/``end_cut`` in text form; head and tail by default) and, for
+    each range, its *read plan*: which bytes are S3 object ranges and which are small appends still
+    inline in the index. Ranges larger than ``max_partition_bytes`` are split at plan-part boundaries,
+    which are event boundaries. Executors build their clients inside ``read()``, fetch S3 ranges directly
     (``s3_endpoint`` for a non-AWS endpoint; EMR's instance role otherwise) and inline bytes through
     the read API.
 
 Streaming reads
-    Offsets are stream cuts. Each micro-batch covers the range between two cuts chosen by the
+    Offsets are stream cuts, one per stream. Each micro-batch covers the range between two cuts chosen by the
     controller's ``next-cut`` so that a batch never holds both a segment's and its successor's events:
     per-key order holds across scaling when batches are consumed in order. A batch is re-readable
     (the bytes between two cuts never change). With ``subscriber=<group>`` the query registers as a
