@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -34,6 +36,7 @@ PRICES = {
 # load): a constant per request kind, in milliseconds, for a warm arm64 instance, which Lambda bills
 # per millisecond. The constants are estimates of the work each request does on AWS, where a DynamoDB
 # request takes a few milliseconds and an S3 GET of 4 MiB some tens:
+#   append - an S3 PUT of up to 4 MiB (inline blocks skip it), three DynamoDB requests, base64 of the body
 #   read  - head record GetItem, an index Query, one S3 GET of up to 4 MiB, base64 of the answer
 #   empty_read - a read at the tail that found nothing: the head record GetItem alone
 #   plan  - head record GetItem, an index Query (no S3 request)
@@ -41,7 +44,7 @@ PRICES = {
 #   tails - one BatchGetItem of the head records (eventually consistent), no S3 request
 #   info  - head record GetItem
 # A long-poll read that came back empty held the function for its wait as well (added by the caller).
-FUNCTION_MS = {"read": {"read": 30, "empty_read": 5, "plan": 10, "locations": 10, "tails": 5, "info": 5}}
+FUNCTION_MS = {"append": {"append": 40}, "read": {"read": 30, "empty_read": 5, "plan": 10, "locations": 10, "tails": 5, "info": 5}}
 FUNCTION_MEMORY_MB = 512  # every function's memory (infra/terraform/lambda.tf)
 S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects", "CreateBucket"}
 
@@ -181,3 +184,40 @@ def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seco
                 strong = bool(req.get("RequestItems", {}).get(name, {}).get("ConsistentRead"))  # set per table here
                 result.read_units += sum(_read_units(read(name, [i]), strong) for i in items)
     return result
+
+
+class RequestCounter:
+    """Counts the read API requests of one SegmentClient (client side) by kind, for ``FUNCTION_MS``,
+    and the long-poll time the server waited for the empty answers."""
+
+    def __init__(self, segments) -> None:
+        self.kinds: Counter = Counter()
+        self.held_ms = 0.0
+        self._lock = threading.Lock()
+        transport = segments.read_transport
+        original = transport.request
+
+        def request(method, path, **kwargs):
+            started = time.monotonic()
+            response = original(method, path, **kwargs)
+            wait_ms = (kwargs.get("params") or {}).get("wait_ms") or 0
+            with self._lock:
+                kind = _kind(path)
+                self.kinds["empty_read" if kind == "read" and not response.data else kind] += 1
+                if wait_ms and not response.data:  # an empty answer after a long poll held the function
+                    self.held_ms += min(wait_ms, (time.monotonic() - started) * 1000)
+            return response
+
+        transport.request = request
+
+    def reset(self) -> None:
+        with self._lock:
+            self.kinds.clear()
+            self.held_ms = 0.0
+
+
+def _kind(path: str) -> str:
+    for suffix in ("tails", "locations", "plan", "info"):
+        if path.endswith("/" + suffix):
+            return suffix
+    return "read"

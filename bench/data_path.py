@@ -16,10 +16,14 @@ import os
 import time
 import uuid
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
 import boto3
 
 import rillet
-from bench.cost import PRICES, usage
+from rillet.segments import PREFETCH, SegmentClient
+from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
 from standalone.stack import Stack, StackConfig
 
 MB = 1024 * 1024
@@ -30,9 +34,12 @@ def _meter_window(stack: Stack) -> None:
     stack.invocations.reset()
 
 
-def _usage(stack: Stack, function: str):
+def _usage(stack: Stack, function: str, kinds: dict[str, int] | None = None):
+    """The window's usage; function duration modeled (``cost.FUNCTION_MS``): the read API's requests by
+    kind as the reader counted them, every append as one append."""
     _, records = stack.requests.snapshot()
-    return usage(records, stack.invocations.invocations.get(function, 0), stack.invocations.gb_seconds.get(function, 0.0))
+    invocations = stack.invocations.invocations.get(function, 0)
+    return usage(records, invocations, function_gb_seconds(function, kinds or {function: invocations}))
 
 
 def _per_mb(u, mb: float) -> dict[str, float]:
@@ -45,6 +52,29 @@ def _per_mb(u, mb: float) -> dict[str, float]:
         "s3_get": u.requests[("s3", "GetObject")] / mb,
         "lambda_invocations": u.lambda_requests / mb,
     }
+
+
+def _warm_read_function(segments: SegmentClient, scope: str, segment: int) -> None:
+    """A few concurrent requests, so every worker of the read function has served one before timing
+    (a worker's first request pays its imports and clients: about a second in standalone)."""
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(lambda _: segments.locate(scope, "data", segment, 0, 1), range(6)))
+
+
+def _catch_up_bytes(segments: SegmentClient, scope: str, segment: int) -> int:
+    """Read a segment's bytes as SegmentEventReader fetches them (locations, then up to PREFETCH object
+    GETs in flight), without splitting them into events; returns how many bytes."""
+    offset, total, fetches = 0, 0, deque()
+    while True:
+        answer = segments.locate(scope, "data", segment, offset)
+        for location in answer.locations:
+            fetches.append(segments.fetch_later(location))
+            if len(fetches) >= PREFETCH:
+                total += len(fetches.popleft().result())
+        offset = answer.next_offset
+        if offset >= answer.length:
+            break
+    return total + sum(len(f.result()) for f in fetches)
 
 
 def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = None,
@@ -76,16 +106,33 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         write = _usage(stack, "append")
         writer.close()
 
+        s3 = boto3.client("s3", endpoint_url=stack.moto.url, region_name="us-east-1")
+        (segment,) = factory.connection.controller.current_segments(scope, "data")
+        objects = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=stack.deployment.bucket, Prefix=f"segments/{scope}/data/") for o in page.get("Contents", [])]
+
+        _warm_read_function(factory.connection.segments, scope, segment.segment_id)
+        counter = RequestCounter(factory.connection.segments)
         _meter_window(stack)
         started = time.perf_counter()
         reader = factory.create_stream_reader("data", rillet.BytesSerializer())
         count = sum(1 for _ in reader)
         read_s = time.perf_counter() - started
-        read = _usage(stack, "read")
+        read = _usage(stack, "read", dict(counter.kinds))
+        read_gets = stack.requests.snapshot()[0][("s3", "GetObject")]
         assert count == events, f"read {count} events, wrote {events}"
 
+        # The same catch-up at the level of bytes (locations and object GETs, no event framing), and
+        # raw GetObject of the very objects that hold them, one after another, in the same run.
+        started = time.perf_counter()
+        read_bytes = _catch_up_bytes(factory.connection.segments, scope, segment.segment_id)
+        bytes_s = time.perf_counter() - started
+        started = time.perf_counter()
+        raw_bytes = sum(len(s3.get_object(Bucket=stack.deployment.bucket, Key=key)["Body"].read()) for key in objects)
+        raw_objects_s = time.perf_counter() - started
+        assert read_bytes <= raw_bytes + MB, (read_bytes, raw_bytes)
+
         # The baseline: the same bytes in blocks of the writer's batch size, one PUT (GET) each.
-        s3 = boto3.client("s3", endpoint_url=stack.moto.url, region_name="us-east-1")
         block_size = rillet.EventWriterConfig().batch_size_bytes
         blocks = [os.urandom(block_size) for _ in range(max(1, total_mb * MB // block_size))]
         started = time.perf_counter()
@@ -106,7 +153,8 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
                   "raw_mb_per_s": total_mb / raw_write_s},
         "read": {"seconds": read_s, "events_per_s": events / read_s, "mb_per_s": total_mb / read_s,
                  "per_mb": _per_mb(read, total_mb), "dollars_per_gb": {k: v / gb for k, v in read.dollars().items()},
-                 "raw_mb_per_s": total_mb / raw_read_s},
+                 "raw_mb_per_s": total_mb / raw_read_s, "objects": len(objects), "gets": read_gets,
+                 "bytes_mb_per_s": read_bytes / MB / bytes_s, "raw_objects_mb_per_s": raw_bytes / MB / raw_objects_s},
     }
 
 
@@ -122,6 +170,10 @@ def report(result: dict) -> str:
         lines.append(f"    per MB: {per}")
         cost = ", ".join(f"{k} ${v:.5f}" for k, v in r["dollars_per_gb"].items())
         lines.append(f"    modeled $/GB: {cost}")
+    r = result["read"]
+    lines.append(f"  read GETs {r['gets']} for {r['objects']} objects holding the bytes; catch-up of the bytes alone "
+                 f"(locations + object GETs, no event framing) {r['bytes_mb_per_s']:.1f} MB/s vs raw GetObject of the "
+                 f"same objects {r['raw_objects_mb_per_s']:.1f} MB/s, ratio {r['bytes_mb_per_s'] / r['raw_objects_mb_per_s']:.2f}")
     lines.append(f"  Kinesis on-demand ingest for comparison: ${PRICES['kinesis_on_demand_ingest_gb']:.2f}/GB")
     return "\n".join(lines)
 

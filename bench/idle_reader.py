@@ -2,7 +2,7 @@
 
 Starts a standalone stack, creates an empty stream of 1 segment and one of 4, and leaves a
 ``StreamReader`` at the tail of each for ``--seconds`` (calling ``read_next_event(timeout_ms=1000)``
-in a loop, as an application does). Every request the reader sends is counted by kind (tail checks,
+in a loop, as an application does), metering from ``--settle-s`` on, once its checks have backed off. Every request the reader sends is counted by kind (tail checks,
 reads, plans, object GETs); the DynamoDB requests the read function makes are metered by the moto
 server and priced with bench/cost.py. Function duration is *modeled* per request
 (``cost.FUNCTION_MS``: a constant per request kind, plus, for a long-poll read that came back empty,
@@ -23,56 +23,18 @@ import statistics
 import threading
 import time
 import uuid
-from collections import Counter
 
 import rillet
-from bench.cost import PRICES, function_gb_seconds, usage
-from rillet.segments import SegmentClient
+from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
 from standalone.stack import Stack, StackConfig
 
 DAY_S = 86_400
 
 
-class RequestCounter:
-    """Counts the read API requests of one SegmentClient by kind, and the long-poll wait they asked for."""
-
-    def __init__(self, segments: SegmentClient) -> None:
-        self.kinds: Counter = Counter()
-        self.held_ms = 0.0  # long-poll time the server spent waiting (modeled as billed)
-        self._lock = threading.Lock()
-        transport = segments.read_transport
-        original = transport.request
-
-        def request(method, path, **kwargs):
-            started = time.monotonic()
-            response = original(method, path, **kwargs)
-            wait_ms = (kwargs.get("params") or {}).get("wait_ms") or 0
-            with self._lock:
-                kind = _kind(path)
-                self.kinds["empty_read" if kind == "read" and not response.data else kind] += 1
-                if wait_ms and not response.data:  # an empty answer after a long poll held the function
-                    self.held_ms += min(wait_ms, (time.monotonic() - started) * 1000)
-            return response
-
-        transport.request = request
-
-    def reset(self) -> None:
-        with self._lock:
-            self.kinds.clear()
-            self.held_ms = 0.0
-
-
-def _kind(path: str) -> str:
-    for suffix in ("tails", "locations", "plan", "info"):
-        if path.endswith("/" + suffix):
-            return suffix
-    return "read"
-
-
-def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float) -> dict:
+def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float, settle_s: float) -> dict:
     reader = factory.create_stream_reader(stream, rillet.BytesSerializer())
     counter = RequestCounter(factory.connection.segments)
-    reader.read_next_event(timeout_ms=0)  # reach the tail before metering
+    reader.read_next_event(timeout_ms=int(settle_s * 1000))  # reach the tail, and the slowest cadence, before metering
     stack.requests.reset()
     stack.invocations.reset()
     counter.reset()
@@ -87,6 +49,7 @@ def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float) -
     per_day = {k: v * DAY_S / elapsed for k, v in u.dollars().items()}
     ddb = sum(n for (svc, _), n in u.requests.items() if svc == "dynamodb")
     return {"stream": stream, "seconds": elapsed, "requests_by_kind": kinds,
+            "dynamodb_by_operation": {op: n for (svc, op), n in u.requests.items() if svc == "dynamodb"},
             "function_requests_per_s": invocations / elapsed, "dynamodb_requests_per_s": ddb / elapsed,
             "read_units_per_s": u.read_units / elapsed, "held_s": counter.held_ms / 1000,
             "wall_gb_seconds": stack.invocations.gb_seconds.get("read", 0.0), "modeled_gb_seconds": u.lambda_gb_seconds,
@@ -121,7 +84,7 @@ def _wake_latency(factory, stream: str, idle_s: float, probes: int) -> list[floa
     return latencies
 
 
-def run(seconds: float = 20, idle_s: float = 10, probes: int = 3) -> dict:
+def run(seconds: float = 20, idle_s: float = 10, probes: int = 3, settle_s: float = 5) -> dict:
     with Stack(StackConfig.ephemeral()) as stack:
         stack.requests.keep_records = True
         scope = "idle" + uuid.uuid4().hex[:8]
@@ -133,7 +96,7 @@ def run(seconds: float = 20, idle_s: float = 10, probes: int = 3) -> dict:
             stream = f"s{segments}"
             manager.create_stream(scope, stream, rillet.StreamConfiguration(
                 scaling_policy=rillet.ScalingPolicy.fixed(segments)))
-            results.append({"segments": segments, **_idle_cost(stack, factory, scope, stream, seconds)})
+            results.append({"segments": segments, **_idle_cost(stack, factory, scope, stream, seconds, settle_s)})
         latencies = _wake_latency(factory, "s1", idle_s, probes) if probes else []
     return {"idle": results, "wake_latency_s": latencies, "idle_s": idle_s}
 
@@ -147,7 +110,8 @@ def report(r: dict) -> str:
         lines += [
             f"  {x['segments']} segment(s), {x['seconds']:.0f} s: {x['function_requests_per_s']:.2f} function requests/s "
             f"({kinds}), {x['dynamodb_requests_per_s']:.2f} DynamoDB requests/s, {x['read_units_per_s']:.2f} read units/s, "
-            f"long polls held the function {x['held_s']:.1f} s",
+            f"long polls held the function {x['held_s']:.1f} s; DynamoDB "
+            + ", ".join(f"{op} {n}" for op, n in sorted(x["dynamodb_by_operation"].items())),
             f"    modeled $/day: total ${d['total']:.4f} (function requests ${d['lambda_requests']:.4f}, "
             f"duration ${d['lambda_duration']:.4f}, DynamoDB reads ${d['dynamodb_reads']:.4f}, S3 ${d['s3_get'] + d['s3_put']:.4f});"
             f" GB-s modeled {x['modeled_gb_seconds']:.3f} vs emulation wall {x['wall_gb_seconds']:.3f}",
@@ -165,5 +129,6 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--idle-s", type=float, default=10)
     parser.add_argument("--probes", type=int, default=3)
+    parser.add_argument("--settle-s", type=float, default=5, help="idle this long before metering")
     args = parser.parse_args()
-    print(report(run(args.seconds, args.idle_s, args.probes)))
+    print(report(run(args.seconds, args.idle_s, args.probes, args.settle_s)))

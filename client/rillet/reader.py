@@ -8,6 +8,7 @@ groups (several readers sharing the work) build on the same pieces.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -61,7 +62,7 @@ class StreamReader(Generic[T]):
         self._check_at = 0.0  # when the next tail check is due (time.monotonic())
         for position in start:
             self._open(position.segment, position.offset)
-        self._buffered: list[EventRead[T]] = []
+        self._buffered: deque[EventRead[T]] = deque()
         self._next = 0  # round-robin over segments, so one busy segment does not starve the others
 
     def _open(self, segment: SegmentRange, offset: int) -> None:
@@ -93,7 +94,7 @@ class StreamReader(Generic[T]):
             if now >= deadline:
                 return None
             time.sleep(max(0.0, min(self._check_at, deadline) - now))
-        return self._buffered.pop(0)
+        return self._buffered.popleft()
 
     def __iter__(self) -> Iterator[EventRead[T]]:
         """Events until the reader reaches the tail of every segment."""
