@@ -5,6 +5,10 @@
 #                 in a venv-pack archive, passed with spark.archives): `make emr-package`
 # Both install exactly the versions in requirements.lock, the pins the tests run with.
 
+# The EMR Serverless release of infra/terraform/emr.tf; its base images are named after the release label
+# (public.ecr.aws/emr-serverless/spark/<release label>). An ARG used in a FROM must precede the first FROM.
+ARG EMR_RELEASE=emr-spark-8.0.0
+
 # -- the Dagster image ------------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm AS image
 
@@ -42,9 +46,10 @@ ENTRYPOINT ["/usr/local/bin/rillet-entrypoint"]
 CMD ["dagster-webserver", "--host", "0.0.0.0", "--port", "3000", "--workspace", "/opt/dagster/workspace.yaml"]
 
 # -- the EMR Serverless archive ----------------------------------------------------------------------------
-# Built on EMR's own image (emr-spark-8.0.0: Python 3.11, the glibc the jobs run on), as AWS documents
-# for venv-pack archives. Spark itself (pyspark) comes from EMR, so it is left out.
-FROM public.ecr.aws/emr-serverless/spark/emr-8.0.0:latest AS emr-build
+# Built on EMR's own image of the application's release (Python 3.11, the glibc the jobs run on), as AWS
+# documents for venv-pack archives; EMR_RELEASE (declared at the top) is the release_label of
+# infra/terraform/emr.tf. Spark itself (pyspark) comes from EMR, so it is left out.
+FROM public.ecr.aws/emr-serverless/spark/${EMR_RELEASE}:latest AS emr-build
 USER root
 WORKDIR /build
 COPY requirements.lock ./

@@ -17,7 +17,7 @@ locals {
   # Family of the run task definition: the launcher resolves it to the latest revision at start-up.
   dagster_run_family = "${var.name_prefix}-dagster-run"
   dagster_home       = "/opt/dagster/home"
-  dagster_image      = "${aws_ecr_repository.rillet.repository_url}:${var.image_tag}"
+  dagster_image      = startswith(var.image_tag, "sha256:") ? "${aws_ecr_repository.rillet.repository_url}@${var.image_tag}" : "${aws_ecr_repository.rillet.repository_url}:${var.image_tag}"
 
   dagster_instance_yaml = templatefile("${path.module}/templates/dagster.yaml.tftpl", {
     max_concurrent_runs = var.dagster_max_concurrent_runs
@@ -533,6 +533,14 @@ resource "aws_ecs_service" "webserver" {
   desired_count          = 1
   launch_type            = "FARGATE"
   enable_execute_command = true
+  wait_for_steady_state  = true # apply fails (after the rollback) when the new tasks do not start
+
+  # A task that cannot start (bad image, crash at start) fails the deployment and rolls back to the
+  # last working task definition, instead of crash-looping while apply reports success.
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
 
   network_configuration {
     subnets          = var.dagster_subnet_ids
@@ -548,8 +556,14 @@ resource "aws_ecs_service" "daemon" {
   task_definition                    = aws_ecs_task_definition.daemon.arn
   desired_count                      = 1
   launch_type                        = "FARGATE"
+  wait_for_steady_state              = true
   deployment_minimum_healthy_percent = 0
   deployment_maximum_percent         = 100
+
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
 
   network_configuration {
     subnets          = var.dagster_subnet_ids

@@ -38,8 +38,8 @@ resource "aws_lambda_function" "controller_api" {
   handler          = "lambdas.controller_api.handler.handler"
   runtime          = "python3.11"
   architectures    = [var.lambda_architecture]
-  filename         = var.lambda_zip
-  source_code_hash = filebase64sha256(var.lambda_zip)
+  filename         = local.lambda_zip
+  source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = 512
   timeout          = 30
 
@@ -80,8 +80,8 @@ resource "aws_lambda_function" "append" {
   handler          = "lambdas.append.handler.handler"
   runtime          = "python3.11"
   architectures    = [var.lambda_architecture]
-  filename         = var.lambda_zip
-  source_code_hash = filebase64sha256(var.lambda_zip)
+  filename         = local.lambda_zip
+  source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = 512
   timeout          = 30
 
@@ -123,8 +123,8 @@ resource "aws_lambda_function" "read" {
   handler          = "lambdas.read.handler.handler"
   runtime          = "python3.11"
   architectures    = [var.lambda_architecture]
-  filename         = var.lambda_zip
-  source_code_hash = filebase64sha256(var.lambda_zip)
+  filename         = local.lambda_zip
+  source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = 512
   timeout          = 30
 

@@ -10,6 +10,9 @@ locals {
   segments_table_name = coalesce(var.segments_table_name, "${var.name_prefix}-segments")
   bucket_name         = coalesce(var.bucket_name, "${var.name_prefix}-segments-${local.account_id}-${local.region}")
 
+  # var.lambda_zip relative to this module, not to wherever terraform runs (-chdir, a wrapper module).
+  lambda_zip = startswith(var.lambda_zip, "/") ? var.lambda_zip : "${path.module}/${var.lambda_zip}"
+
   # Function names; each function's log group is /aws/lambda/<name>.
   function_names = {
     controller_api = "${var.name_prefix}-controller-api"

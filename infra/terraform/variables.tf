@@ -5,13 +5,13 @@ variable "region" {
 }
 
 variable "name_prefix" {
-  description = "Prefix of every resource name. With the default the tables get the names the code defaults to (dataplane/deployment.py)."
+  description = "Prefix of every resource name. With the default the tables get the names the code defaults to (dataplane/deployment.py). At most 26 characters: the default bucket name <prefix>-segments-<account>-<region> must stay within S3's 63 with the longest region names (14 characters)."
   type        = string
   default     = "rillet"
 
   validation {
-    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,29}[a-z0-9]$", var.name_prefix))
-    error_message = "name_prefix must be 2-31 characters of lower-case letters, digits and hyphens (it is part of the bucket name)."
+    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,24}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 2-26 characters of lower-case letters, digits and hyphens (the bucket name <prefix>-segments-<12-digit account>-<region> has at most 63)."
   }
 }
 
@@ -31,6 +31,11 @@ variable "bucket_name" {
   description = "Name of the segment chunk bucket; null means \"<name_prefix>-segments-<account id>-<region>\" (bucket names are global)."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.bucket_name == null ? true : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.bucket_name))
+    error_message = "bucket_name must be 3-63 lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit."
+  }
 }
 
 variable "table_deletion_protection" {
@@ -46,7 +51,7 @@ variable "bucket_force_destroy" {
 }
 
 variable "lambda_zip" {
-  description = "Path of the Lambda code artifact built by infra/build_lambda.py, relative to this directory."
+  description = "Path of the Lambda code artifact built by infra/build_lambda.py: absolute, or relative to this directory (the module), wherever terraform runs from."
   type        = string
   default     = "../../build/lambda.zip"
 }
@@ -94,23 +99,28 @@ variable "tags" {
 }
 
 variable "reserved_concurrency" {
-  description = "Reserved concurrency of each function: the most instances it can run at once, so a runaway client cannot scale the bill without limit. The account keeps at least 100 unreserved; -1 leaves a function unreserved."
+  description = "Reserved concurrency of each function (the most instances it may run at once, so a runaway client cannot scale the bill without limit); null leaves it unreserved. Unreserved by default: AWS keeps 100 of the account's concurrency unreserved, and new accounts often have a limit of 10, so any reservation fails there until a quota increase (docs/operations.md, Quotas)."
   type = object({
-    controller_api = number
-    append         = number
-    read           = number
+    controller_api = optional(number)
+    append         = optional(number)
+    read           = optional(number)
   })
-  default = {
-    controller_api = 20
-    append         = 50
-    read           = 50
+  default = {}
+
+  validation {
+    condition     = alltrue([for n in values(var.reserved_concurrency) : n == null ? true : n >= 1 && floor(n) == n])
+    error_message = "Each reserved_concurrency is null (unreserved) or a whole number of at least 1 (0 would stop the function)."
   }
 }
 
 variable "image_tag" {
-  description = "Tag of the Rillet image in the ECR repository (make image; tags are immutable, so push a new tag per build)."
+  description = "Tag (or sha256: digest) of the Rillet image in the ECR repository. Required: the repository's tags are immutable, so each build is pushed under a new tag (a git commit, a version) and \"latest\" is refused."
   type        = string
-  default     = "latest"
+
+  validation {
+    condition     = var.image_tag != "latest" && (can(regex("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", var.image_tag)) || can(regex("^sha256:[0-9a-f]{64}$", var.image_tag)))
+    error_message = "image_tag must be an ECR tag (letters, digits, _ . -, at most 128, not \"latest\") or a sha256:<64 hex> digest."
+  }
 }
 
 variable "dagster_subnet_ids" {

@@ -227,10 +227,11 @@ def test_the_ui_is_private(tf):
 
 
 @pytest.mark.parametrize("function", ["controller_api", "append", "read"])
-def test_functions_have_reserved_concurrency(tf, function):
+def test_functions_can_reserve_concurrency(tf, function):
+    """Each function's reservation is an input (unreserved by default: test_first_apply.py)."""
     fn = tf.of_type("aws_lambda_function")[function]
     assert _text(fn.get("reserved_concurrent_executions")) == f"${{var.reserved_concurrency.{function}}}"
-    assert function in _text(tf.variables["reserved_concurrency"].get("default"))
+    assert function in _text(tf.variables["reserved_concurrency"].get("type"))
 
 
 def test_outputs_for_the_user(tf):

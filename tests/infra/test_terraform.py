@@ -572,9 +572,9 @@ def test_function_runtime_and_artifact_match_the_build(tf, build, handler):
     assert fn.get("runtime") == f"python{build.PYTHON_VERSION}", (
         f"{where}: runtime {fn.get('runtime')!r}, "
         f"but build_lambda.py builds for Python {build.PYTHON_VERSION}")
-    assert refs(fn.get("filename")) == set() and "var.lambda_zip" in _text(fn.get("filename")), (
-        f"{where}: filename should be var.lambda_zip")
-    assert "var.lambda_zip" in _text(fn.get("source_code_hash")), (
+    assert refs(fn.get("filename")) == set() and "local.lambda_zip" in _text(fn.get("filename")), (
+        f"{where}: filename should be local.lambda_zip (var.lambda_zip resolved against the module)")
+    assert "local.lambda_zip" in _text(fn.get("source_code_hash")), (
         f"{where}: source_code_hash must follow the zip")
     assert as_list(fn.get("architectures")) == ["${var.lambda_architecture}"], (
         f"{where}: use var.lambda_architecture")
