@@ -1,15 +1,25 @@
 """What a reader group's shared state costs: its record's size, and the writes its readers cause.
 
-Every sync rewrites the group's record, and DynamoDB charges a write by the item's size (1 KB units),
-so the record's size is the cost of a reader's sync. The groups here run through the pure transitions
-of controlplane.reader_groups (no AWS): a stream that keeps scaling (splits while narrower than
-``width`` segments, merges otherwise) is read by ``readers`` readers until ``completed`` segments were
-read to their end (a scale event every ``scale_every_s``: the history is compressed in time, which
-changes no figure); every reader syncs every ``refresh_s`` meanwhile, and the benchmark counts how
-often the group's lease record (the reader-lease job's index entry) had to be rewritten.
-Run: ``.venv/bin/python -m bench.reader_group_state``.
-"""
+Three measurements:
 
+* (default) The group record's size. A sync that changes what the group shares (a completion, a
+  checkpoint, a join) rewrites the record, and DynamoDB charges a write by the item's size (1 KB
+  units), so its size is the cost of such a sync. The groups run through the pure transitions of
+  controlplane.reader_groups (no AWS): a stream that keeps scaling (splits while narrower than
+  ``width`` segments, merges otherwise) is read by ``readers`` readers until ``completed`` segments
+  were read to their end (a scale event every ``scale_every_s``: the history is compressed in time,
+  which changes no figure); every reader syncs every ``refresh_s`` meanwhile, and the benchmark counts
+  how often the group's lease record (the reader-lease job's index entry) had to be rewritten.
+  Run: ``.venv/bin/python -m bench.reader_group_state``.
+* ``--metered``: the real controller code on moto with simulated time, a group where nothing changes;
+  every DynamoDB request is metered and priced (bench/cost.py): syncs, group-record and reader-item
+  writes, write units per reader-hour. ``--fixed-cadence`` syncs every refresh time (the SDK before
+  issue 27) instead of the SDK's backing-off cadence; ``--auto-checkpoints`` turns on the default
+  30 s automatic checkpoints. Run: ``.venv/bin/python -m bench.reader_group_state --metered``.
+* ``--idle-reader``: one SDK reader of a group on an empty 4-segment stream over the standalone stack,
+  its syncs and tail checks counted and priced per day.
+  Run: ``.venv/bin/python -m bench.reader_group_state --idle-reader``.
+"""
 from __future__ import annotations
 
 import json
@@ -127,6 +137,10 @@ def report(figures: list[Figures]) -> str:
 # -- metered: the real controller code on moto, every DynamoDB request priced by bench/cost.py ----------
 
 HOUR_S = 3_600
+DAY_S = 86_400
+# Modeled duration of one controller request on a warm arm64 instance (not the emulation's wall time):
+# a sync reads the group record and the reader's item (two GetItems) and now and then writes the item
+SYNC_FUNCTION_MS = 10
 
 
 @dataclass
@@ -155,6 +169,17 @@ class Metered:
     @property
     def read_units_per_reader_hour(self) -> float:
         return self.read_units / self.readers * HOUR_S / self.simulated_s
+
+    @property
+    def dollars_per_reader_day(self) -> float:
+        """DynamoDB units and controller invocations (SYNC_FUNCTION_MS each, modeled) of one reader's syncs."""
+        from bench.cost import FUNCTION_MEMORY_MB, PRICES
+
+        invocation = PRICES["lambda_request"] + SYNC_FUNCTION_MS / 1000 * FUNCTION_MEMORY_MB / 1024 * PRICES["lambda_gb_second"]
+        hourly = (self.write_units_per_reader_hour * PRICES["dynamodb_write_request_unit"]
+                  + self.read_units_per_reader_hour * PRICES["dynamodb_read_request_unit"]
+                  + self.syncs_per_reader_hour * invocation)
+        return hourly * 24
 
 
 def fixed_cadence(config: ReaderGroupConfig):
@@ -260,19 +285,102 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
 
 def report_metered(figures: list[Metered]) -> str:
     lines = [("| readers | segments | simulated | syncs per reader-hour | group-record writes | reader-item writes | "
-             "write units per sync | write units per reader-hour | read units per reader-hour |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+             "write units per sync | write units per reader-hour | read units per reader-hour | $ per reader-day |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for f in figures:
         lines.append(f"| {f.readers} | {f.width} | {f.simulated_s:.0f} s | {f.syncs_per_reader_hour:,.0f} | "
                      f"{f.group_record_writes:,} | {f.reader_item_writes:,} | {f.write_units_per_sync:.2f} | "
-                     f"{f.write_units_per_reader_hour:,.0f} | {f.read_units_per_reader_hour:,.0f} |")
+                     f"{f.write_units_per_reader_hour:,.0f} | {f.read_units_per_reader_hour:,.0f} | "
+                     f"{f.dollars_per_reader_day:.4f} |")
     return "\n".join(lines)
+
+
+# -- an idle reader of a group over HTTP: its syncs and tail checks, priced ------------------------------
+
+def run_idle_reader(seconds: float = 60, warmup_s: float = 25, segments: int = 4) -> dict:
+    """One reader of a group on an empty ``segments``-segment stream, left at the tail for ``seconds``
+    after ``warmup_s`` (its sync cadence and tail checks backed off by then), calling
+    ``read_next_event(timeout_ms=1000)`` in a loop as an application does. Its controller requests
+    (syncs) and read requests (tail checks) are counted, the DynamoDB requests both functions make are
+    metered by moto and priced with bench/cost.py, function duration is modeled per request
+    (cost.FUNCTION_MS for the read function, SYNC_FUNCTION_MS for the controller), scaled to a day."""
+    import threading
+    import time
+    import uuid
+    from collections import Counter
+
+    import rillet
+    from bench.cost import FUNCTION_MEMORY_MB, function_gb_seconds, usage
+    from standalone.stack import Stack, StackConfig
+
+    with Stack(StackConfig.ephemeral()) as stack:
+        stack.requests.keep_records = True
+        scope = "idle" + uuid.uuid4().hex[:8]
+        manager = rillet.StreamManager(stack.controller_url)
+        manager.create_scope(scope)
+        manager.create_stream(scope, "s", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(segments)))
+        groups = rillet.ReaderGroupManager(scope, stack.controller_url)
+        groups.create_reader_group("g", rillet.group_config([f"{scope}/s"], automatic_checkpoint_interval_ms=0))
+        factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+        reader = factory.create_reader("r1", "g", rillet.BytesSerializer())
+        kinds: Counter = Counter()
+        lock = threading.Lock()
+
+        def counting(transport, kind_of):
+            original = transport.request
+
+            def request(method, path, **kwargs):
+                with lock:
+                    kinds[kind_of(path)] += 1
+                return original(method, path, **kwargs)
+
+            transport.request = request
+
+        counting(reader.connection.segments.read_transport,
+                 lambda path: next((k for k in ("tails", "locations", "plan", "info") if path.endswith("/" + k)), "read"))
+        counting(reader.group._transport, lambda path: "sync" if path.endswith("/sync") else "controller")
+        started = time.monotonic()
+        while time.monotonic() - started < warmup_s:
+            reader.read_next_event(timeout_ms=1000)
+        stack.requests.reset()
+        with lock:
+            kinds.clear()
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            assert reader.read_next_event(timeout_ms=1000) is None
+        elapsed = time.monotonic() - started
+        _, records = stack.requests.snapshot()
+        counted = dict(kinds)
+        reader.close()
+    read_kinds = {"tails": counted.get("tails", 0), "read": counted.get("read", 0) + counted.get("locations", 0)}
+    controller_requests = counted.get("sync", 0) + counted.get("controller", 0)
+    gb_seconds = (function_gb_seconds("read", read_kinds)
+                  + controller_requests * SYNC_FUNCTION_MS / 1000 * FUNCTION_MEMORY_MB / 1024)
+    u = usage(records, sum(read_kinds.values()) + controller_requests, gb_seconds)
+    per_day = {k: v * DAY_S / elapsed for k, v in u.dollars().items()}
+    return {"segments": segments, "seconds": elapsed, "requests": counted,
+            "syncs_per_hour": counted.get("sync", 0) * 3_600 / elapsed,
+            "tail_checks_per_hour": counted.get("tails", 0) * 3_600 / elapsed,
+            "write_units_per_hour": u.write_units * 3_600 / elapsed, "read_units_per_hour": u.read_units * 3_600 / elapsed,
+            "dollars_per_day": per_day}
+
+
+def report_idle(r: dict) -> str:
+    d = r["dollars_per_day"]
+    return (f"idle group reader, {r['segments']} segments, {r['seconds']:.0f} s: requests {r['requests']}; "
+            f"{r['syncs_per_hour']:,.0f} syncs/h, {r['tail_checks_per_hour']:,.0f} tail checks/h, "
+            f"{r['write_units_per_hour']:,.0f} write units/h, {r['read_units_per_hour']:,.0f} read units/h; "
+            f"${d['total']:.4f}/day (DynamoDB writes ${d['dynamodb_writes']:.4f}, reads ${d['dynamodb_reads']:.4f}, "
+            f"function requests ${d['lambda_requests']:.4f}, duration ${d['lambda_duration']:.4f}, "
+            f"S3 ${d['s3_get'] + d['s3_put']:.4f})")
 
 
 if __name__ == "__main__":
     import sys
 
-    if "--metered" in sys.argv:
+    if "--idle-reader" in sys.argv:
+        print(report_idle(run_idle_reader()))
+    elif "--metered" in sys.argv:
         cadence = fixed_cadence if "--fixed-cadence" in sys.argv else sdk_cadence
         auto_ms = 30_000 if "--auto-checkpoints" in sys.argv else 0
         print(report_metered([run_metered(r, w, s, cadence, auto_ms) for r, w, s in ((10, 8, 600), (100, 24, 600), (1, 4, 1800))]))

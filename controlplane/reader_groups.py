@@ -54,7 +54,7 @@ from controlplane.models import (
     reader_group_pk,
     reader_groups_pk,
 )
-from controlplane.reader_items import ReaderItems
+from controlplane.reader_items import ReaderItemRecord, ReaderItems, reader_sk
 from controlplane.store import _decode_token, _encode_token, failed_condition, versioned_update
 from rillet.api import (
     AssignedSegment,
@@ -859,20 +859,24 @@ class ReaderGroups:
                 items = self.items.one(scope, group, reader) if reader in state.readers else {}
             overlay(state, items)
             before, scheduled = shared_view(state), state.lease_deadline_ms
+            joins = {name: e.join for name, e in state.readers.items()}
             entry = state.readers.get(reader)
             renewed = entry.seen_ms if entry else 0
             offsets = _offsets(entry) if entry else {}
             checkpoint = state.last_checkpoint
             result = sync(state, reader, request, now, self._successors)
             deadline = schedule_lease_check(state, now)
+            lease = state.config.reader_lease_ms
             if shared_view(state) == before:
                 entry = state.readers[reader]
-                if _offsets(entry) != offsets or now - renewed >= state.config.reader_lease_ms // RENEW_FRACTION:
+                if _offsets(entry) != offsets or now - renewed >= lease // RENEW_FRACTION:
                     self.items.write(scope, group, reader, items.get(reader), state.config.generation, entry.join,
                                      now, _offsets(entry))
+                    if now - renewed >= lease - lease // RENEW_FRACTION and self._record(scope, group).version != record.version:
+                        continue  # near its lease's end: another sync may be taking it offline (see _write)
                 return result
             try:
-                self._write(scope, group, record, state)
+                self._write(scope, group, record, state, _leaving(joins, state, items) if fold else {})
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
@@ -947,12 +951,13 @@ class ReaderGroups:
             items = self.items.all(scope, group)
             overlay(state, items)
             before, scheduled = state.last_checkpoint, state.lease_deadline_ms
+            joins = {name: e.join for name, e in state.readers.items()}
             result = change(state)
             deadline = schedule_lease_check(state, _now())
             if lease_first:
                 self._announce_lease(scope, group, record.version + 1, deadline)
             try:
-                self._write(scope, group, record, state)
+                self._write(scope, group, record, state, _leaving(joins, state, items))
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
@@ -963,11 +968,34 @@ class ReaderGroups:
             return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
-    def _write(self, scope: str, group: str, record: ReaderGroupRecord, state: GroupState) -> None:
+    def _write(self, scope: str, group: str, record: ReaderGroupRecord, state: GroupState,
+               leaving: dict[str, ReaderItemRecord | None]) -> None:
         """Store ``state`` if the record still has the version read (WriteConflict if not). A resend
-        refused after a lost answer counts as the write it is (the change is stored)."""
-        versioned_update(record, [ReaderGroupRecord.state.set(_storable(state, f"reader group {scope}/{group}"))],
-                         "reader group state changed concurrently")
+        refused after a lost answer counts as the write it is (the change is stored).
+
+        ``leaving``: the readers this change takes offline, with their items as read (None: none). Then
+        the write is one transaction that also checks each of those items is unchanged, so a reader whose
+        sync renewed its lease in its item meanwhile is not taken offline (the change is read again).
+        With the sync's own check (a sync that renewed a lease near its end reads the record's version
+        again), a reader is never told it holds segments that a concurrent expiry gave away."""
+        body = _storable(state, f"reader group {scope}/{group}")
+        if not leaving:
+            versioned_update(record, [ReaderGroupRecord.state.set(body)], "reader group state changed concurrently")
+            return
+        token, version = uuid.uuid4().hex, record.version
+        try:
+            with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
+                tx.update(record, actions=[ReaderGroupRecord.state.set(body), ReaderGroupRecord.write_id.set(token)])
+                for name, item in leaving.items():
+                    tx.condition_check(ReaderItemRecord, reader_group_pk(scope, group), reader_sk(name),
+                                       ReaderItemRecord.sk.does_not_exist() if item is None
+                                       else ReaderItemRecord.version == item.version)
+        except TransactWriteError as e:
+            if not self._written_by(scope, group, token):
+                if _contended(e):
+                    raise WriteConflict("reader group state, or a leaving reader's item, changed concurrently") from e
+                raise
+            record.version = version + 1
 
     def _announce_lease(self, scope: str, group: str, version: int, deadline: int | None) -> None:
         """Write the lease record decided by the group record's ``version``, unless a later decision is
@@ -1021,6 +1049,14 @@ def _now() -> int:
 
 def _offsets(entry: ReaderEntry) -> dict[str, int]:
     return {key: held.offset for key, held in entry.segments.items()}
+
+
+def _leaving(joins: dict[str, str | None], state: GroupState, items: dict[str, ReaderItemRecord]
+             ) -> dict[str, ReaderItemRecord | None]:
+    """The readers of ``joins`` (name -> join id before a change) that ``state`` no longer has online
+    (or has under another join), each with its item as read."""
+    return {name: items.get(name) for name, join in joins.items()
+            if name not in state.readers or state.readers[name].join != join}
 
 
 def _storable(state: GroupState, group: str) -> dict[str, Any]:

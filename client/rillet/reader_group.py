@@ -36,7 +36,7 @@ from rillet.errors import InvalidArgument, NotFound, ReaderNotInReaderGroup, Seg
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamDataRetention, StreamRange
 from rillet.names import mark_stream_name, split_scoped_name, validate_reader_group_name
 from rillet.reader import EventPointer, StreamReader
-from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader
+from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader, TailBackoff
 from rillet.serializers import JsonSerializer, Serializer
 from rillet.stream_cut import Ordering, StreamCut, compare_positions
 
@@ -236,6 +236,7 @@ class _Held:
     reader: SegmentEventReader
     delivered: int  # offset after the last event returned to the application
     events: deque = field(default_factory=deque)
+    waiting: bool = False  # at its tail: read again only once a tail check shows news
 
     @property
     def key(self) -> str:
@@ -258,6 +259,8 @@ class EventStreamReader(Generic[T]):
         self._cadence = SyncCadence(self.refresh_s, config.reader_lease_ms / 1000)
         self._held: dict[str, _Held] = {}
         self._reported: list[api.SegmentOffset] = []  # the positions the last sync reported
+        self._tail_backoff = TailBackoff()
+        self._check_at = 0.0  # when the next tail check of the held segments at their tail is due
         self._completed: list[api.SegmentOffset] = []
         self._to_pass: str | None = None  # a checkpoint returned to the application, passed on the next call
         self._emitted: set[str] = set()
@@ -300,10 +303,14 @@ class EventStreamReader(Generic[T]):
                 return event
             if self._fetch():
                 continue
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return None
-            time.sleep(min(remaining, 0.1 if self._held else 0.25, max(0.0, self.refresh_s)))
+            wake = self._last_sync + self._sync_interval  # the next sync, or sooner:
+            if self._held:  # the next tail check, or a short pause if a segment is not at its tail
+                wake = min(wake, self._check_at if all(h.waiting for h in self._held.values()) else now + 0.05)
+            time.sleep(min(remaining, max(0.0, wake - now)))
 
     def get_current_time_window(self, stream: str) -> TimeWindow:
         """The time window of this reader's position in ``stream`` ("scope/stream"), from its watermarks."""
@@ -422,9 +429,40 @@ class EventStreamReader(Generic[T]):
         return None
 
     def _fetch(self) -> bool:
-        """Read once from each held segment without waiting; True if anything arrived or finished."""
+        """Read once from each held segment not at its tail, and check the tails of those that are (one
+        request per stream for all of them, backing off while nothing arrives: ``TailBackoff``); True
+        if anything arrived or finished."""
+        progressed = self._read_once()
+        if progressed:
+            self._tail_backoff.reset()
+            self._check_at = 0.0
+        elif time.monotonic() >= self._check_at and self._check_tails():
+            self._tail_backoff.reset()
+            progressed = self._read_once()
+        return progressed
+
+    def _check_tails(self) -> bool:
+        """One tail check per stream of the held segments at their tail; True if any shows news."""
+        waiting: dict[tuple[str, str], list[_Held]] = {}
+        for held in self._held.values():
+            if held.waiting:
+                waiting.setdefault((held.reader.scope, held.reader.stream), []).append(held)
+        woken = False
+        for (scope, stream), helds in waiting.items():
+            tails = self.connection.segments.tails(scope, stream, [int(h.reader.segment) for h in helds])
+            for held, tail in zip(helds, tails, strict=True):
+                if held.reader.has_news(tail):
+                    held.waiting, woken = False, True
+        self._check_at = time.monotonic() + self._tail_backoff.next_delay()
+        return woken
+
+    def _read_once(self) -> bool:
+        """Read once from each held segment not at its tail, without waiting; True if anything arrived
+        or finished."""
         progressed = False
         for held in list(self._held.values()):
+            if held.waiting:
+                continue
             if held.reader.finished:
                 progressed |= self._complete_if_done(held)
                 continue
@@ -444,6 +482,7 @@ class EventStreamReader(Generic[T]):
                 continue
             held.events.extend(events)
             progressed |= bool(events) or self._complete_if_done(held)
+            held.waiting = not events and held.reader.at_tail
         return progressed
 
     def _complete_if_done(self, held: _Held) -> bool:

@@ -182,3 +182,30 @@ def test_a_stale_reader_item_is_ignored_after_a_reset(controller, unique, clock)
     clock[0] += 1_000
     assert held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1"))) == {s: 0 for s in offsets}
     assert cut(groups, unique) == {s: 0 for s in offsets}
+
+
+def test_a_reader_whose_renewal_lands_while_another_sync_expires_it_stays_online(controller, unique, clock, monkeypatch):
+    """The interleaving a no-change renewal opens: r2's sync reads every reader's item, finds r1's lease
+    over, and before it stores that, r1's sync renews r1's lease in r1's item (it wrote no group record).
+    r2's write checks the items of the readers it takes offline, so it is refused and read again, and r1
+    stays online with its segment (it was told it holds it)."""
+    lease = 60_000
+    groups = group(controller, unique, lease_ms=lease)
+    for name in ("r1", "r2"):
+        groups.add_reader(unique, "g", name, f"tok-{name}")
+    held_by = {name: held(groups.sync(unique, "g", name, report(unique, {}, f"tok-{name}"))) for name in ("r1", "r2")}
+    join = groups.state(unique, "g").readers["r1"].join
+    clock[0] += lease  # r1 was silent for its whole lease; r2 syncs within its own below
+    read_all, renewals = groups.items.all, []
+
+    def renewal_lands_after_the_read(scope, name):
+        items = read_all(scope, name)
+        if not renewals:
+            renewals.append(clock[0])
+            groups.items.write(scope, name, "r1", items.get("r1"), 0, join, clock[0], held_by["r1"])
+        return items
+
+    monkeypatch.setattr(groups.items, "all", renewal_lands_after_the_read)
+    groups.sync(unique, "g", "r2", report(unique, held_by["r2"], "tok-r2"))
+    assert renewals and sorted(groups.info(unique, "g").online_readers) == ["r1", "r2"]
+    assert held(groups.sync(unique, "g", "r1", report(unique, held_by["r1"], "tok-r1"))) == held_by["r1"]
