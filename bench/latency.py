@@ -1,17 +1,20 @@
 """Append latency: how long an event waits for its acknowledgement, and until a tailing reader has it.
 
-For each writer profile (``default``: adaptive batching; ``cost``: ``EventWriterConfig.cost_optimized()``)
-and each rate, one writer paces 1 KiB events into a one-segment stream of a standalone stack while a
+For each writer profile (``default``: ``EventWriterConfig()``, a 250 ms latency budget; ``cost``:
+``cost_optimized()``; ``lowest``: ``lowest_latency()``; ``<n>ms``: a latency budget of n ms) and each
+rate, one writer paces 1 KiB events into a one-segment stream of a standalone stack while a
 reader-group reader tails it. Each event carries the time it was written (``time.perf_counter``, one
 clock for writer and reader in this process). Printed per cell: append-ack latency p50/p99 (write_event
-to its future's answer), write-to-read latency p50/p99 (write_event to ``read_next_event`` returning it)
-and the append requests the writer sent per GB of payload (what the cost of a profile follows from).
+to its future's answer), write-to-read latency p50/p99 (write_event to ``read_next_event`` returning it),
+the append requests the writer sent per GB of payload (what the cost of a profile follows from),
+and the writer's smoothed append round trip at the end: it holds an event for its budget less that,
+so a budget's ack p99 should be within the budget plus the round trip's own spread.
 The run starts with an unreported warm-up cell, and each cell with one unmeasured event (written
 and read). Everything runs in one process on the machine's cores, as standalone does, so the
 figures include the server's time on a shared CPU.
 
 Run: ``.venv/bin/python -m bench.latency`` (``--seconds``, ``--rates``, ``--profiles``, ``--warmup``;
-``--quick`` for a smoke run).
+``--quick`` for a smoke run; ``--frontier`` for the budgets 50-1,000 ms at 100 events/s and 1 MB/s).
 """
 
 from __future__ import annotations
@@ -28,11 +31,20 @@ from standalone.stack import Stack, StackConfig
 
 STAMP = struct.Struct(">dq")  # the time write_event was called, and the event's sequence number
 PROFILES = ("default", "cost")
+FRONTIER = ("50ms", "100ms", "250ms", "500ms", "1000ms")
+MB_S = 1e6 / 1024  # 1 MB/s of 1 KiB events
 GB = 1e9
 
 
 def writer_config(profile: str) -> rillet.EventWriterConfig:
-    return rillet.EventWriterConfig() if profile == "default" else rillet.EventWriterConfig.cost_optimized()
+    """``default``, ``cost``, ``lowest``, or a budget such as ``250ms``."""
+    named = {"default": rillet.EventWriterConfig, "cost": rillet.EventWriterConfig.cost_optimized,
+             "lowest": rillet.EventWriterConfig.lowest_latency}
+    if profile in named:
+        return named[profile]()
+    if not profile.endswith("ms") or not profile[:-2].isdigit():
+        raise ValueError(f"a profile is default, cost, lowest or a budget such as 250ms, not {profile!r}")
+    return rillet.EventWriterConfig(max_latency_ms=int(profile[:-2]))
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -98,6 +110,7 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
         future = writer.write_event(STAMP.pack(written_at, seq) + padding, routing_key="k")
         future.add_done_callback(lambda f, t=written_at: on_ack(t, f))
     writer.flush()
+    round_trip_ms = (writer.round_trip_s() or 0.0) * 1000
     writer.close()
     tailer.join(timeout=60)
     done_reading.set()
@@ -106,7 +119,8 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
     return {"profile": profile, "rate": rate, "events": events, "acked": len(ack_latency), "read": len(read_latency),
             "ack_p50_ms": percentile(ack_latency, 0.50) * 1000, "ack_p99_ms": percentile(ack_latency, 0.99) * 1000,
             "read_p50_ms": percentile(read_latency, 0.50) * 1000, "read_p99_ms": percentile(read_latency, 0.99) * 1000,
-            "append_requests": len(requests), "requests_per_gb": len(requests) / (events * event_size / GB)}
+            "append_requests": len(requests), "requests_per_gb": len(requests) / (events * event_size / GB),
+            "budget_ms": writer.config.max_latency_ms, "round_trip_ms": round_trip_ms}
 
 
 def run(rates: tuple[float, ...] = (1, 100, 1000), profiles: tuple[str, ...] = PROFILES, seconds: float = 15,
@@ -129,6 +143,9 @@ def report(results: list[dict]) -> str:
     lines += [f"{r['profile']:<8} {r['rate']:>8g} {r['events']:>7} {r['acked']:>6} {r['read']:>6} "
               f"{r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} {r['read_p50_ms']:>9.1f} {r['read_p99_ms']:>9.1f} "
               f"{r['append_requests']:>9} {r['requests_per_gb']:>10.0f}" for r in results]
+    lines.append("the writer's budget and its smoothed append round trip at the end of each cell (ms):")
+    lines += [f"  {r['profile']} at {r['rate']:g} events/s: budget {r['budget_ms']}, round trip {r['round_trip_ms']:.1f}, "
+              f"budget + round trip {r['budget_ms'] + r['round_trip_ms']:.1f}" for r in results]
     return "\n".join(lines)
 
 
@@ -136,12 +153,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15, help="how long each cell writes")
     parser.add_argument("--rates", type=float, nargs="+", default=[1, 100, 1000], help="events per second")
-    parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
+    parser.add_argument("--profiles", nargs="+", default=list(PROFILES), help="default, cost, lowest or budgets (250ms)")
     parser.add_argument("--warmup", type=float, default=3, help="seconds of unreported writing first")
     parser.add_argument("--quick", action="store_true", help="2 s per cell at 10 and 100 events/s, 1 s warm-up")
+    parser.add_argument("--frontier", action="store_true", help="the budgets 50-1,000 ms at 100 events/s and 1 MB/s")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.rates, args.warmup = 2, [10, 100], 1
+    if args.frontier:
+        args.rates, args.profiles = [100, MB_S], list(FRONTIER)
+    for profile in args.profiles:
+        writer_config(profile)  # a typo fails before the stack starts
     print(report(run(tuple(args.rates), tuple(args.profiles), args.seconds, warmup_s=args.warmup)))
 
 
