@@ -21,7 +21,7 @@ from urllib.parse import quote
 from pydantic import ValidationError
 
 from rillet import api, cli_admin, cli_completion, cli_data, cli_format, cli_grants, cli_kvt, cli_segments
-from rillet.errors import AlreadyExists, InvalidArgument, RilletError
+from rillet.errors import AlreadyExists, InvalidArgument, NoSuchKey, NotFound, RilletError
 from rillet.manager import StreamManager
 from rillet.models import RetentionPolicy, ScaleType, ScalingPolicy, StreamConfiguration, StreamInfo
 from rillet.names import split_scoped_name
@@ -383,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         _print_error(args, e)
         return 2
+    except (NotFound, NoSuchKey) as e:  # what the command names does not exist: scripts can tell it apart
+        _print_error(args, e)
+        return 3
     except RilletError as e:
         _print_error(args, e)
         return 1

@@ -1,7 +1,9 @@
 """``rillet kvt``: key-value tables from a shell.
 
 Keys and values are given as text (UTF-8), or as hex with ``--hex``. Text output shows them as text
-where they are UTF-8, else as ``0x``-prefixed hex; ``--json`` shows them base64-encoded, as the API does.
+where they are UTF-8, else as ``0x``-prefixed hex; ``--json`` gives each as text (null where it is not
+UTF-8) and base64 (``value_base64``), as the API sends it. A key that does not exist is an error
+(``NoSuchKey``, exit 3) for ``get`` and ``remove``, so scripts can tell.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import base64
 import json
 
+from rillet.errors import NoSuchKey
 from rillet.kvt import KeyValueTable, KeyValueTableManager, TableEntry, Version, table_key
 from rillet.kvt_models import KeyValueTableConfiguration, TableKey
 from rillet.names import split_scoped_name
@@ -25,6 +28,15 @@ def _show(data: bytes) -> str:
 
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
+
+
+def _text(data: bytes | None) -> str | None:
+    """The bytes as text, if they are UTF-8 text (control characters but line breaks and tabs: binary)."""
+    try:
+        text = None if data is None else data.decode()
+    except UnicodeDecodeError:
+        return None
+    return text if text is not None and all(c.isprintable() or c in "\n\r\t" for c in text) else None
 
 
 def _print(args: argparse.Namespace, data: object, text: str) -> None:
@@ -45,8 +57,9 @@ def _table(args: argparse.Namespace) -> KeyValueTable:
 
 
 def _entry_json(entry: TableEntry) -> dict:
-    return {"primary": _b64(entry.key.primary), "secondary": _b64(entry.key.secondary),
-            "value": _b64(entry.value), "version": str(entry.version)}
+    parts = {"primary": entry.key.primary, "secondary": entry.key.secondary, "value": entry.value}
+    return {"version": str(entry.version), **{name: _text(data) for name, data in parts.items()},
+            **{f"{name}_base64": _b64(data) for name, data in parts.items()}}
 
 
 def _entry_text(entry: TableEntry) -> str:
@@ -101,17 +114,32 @@ def kvt_put(args: argparse.Namespace) -> None:
     _print(args, {"version": str(version)}, f"version {version}")
 
 
+def _missing(args: argparse.Namespace, key: TableKey) -> NoSuchKey:
+    shown = _show(key.primary) + (f"/{_show(key.secondary)}" if key.secondary else "")
+    return NoSuchKey(f"key {shown} is not in {args.table}")
+
+
 def kvt_get(args: argparse.Namespace) -> None:
-    entry = _table(args).get(_key(args))
+    key = _key(args)
+    entry = _table(args).get(key)
     if entry is None:
-        _print(args, None, "(no such key)")
-    else:
-        _print(args, _entry_json(entry), _entry_text(entry))
+        raise _missing(args, key)
+    _print(args, _entry_json(entry), _entry_text(entry))
 
 
 def kvt_remove(args: argparse.Namespace) -> None:
-    _table(args).remove(_key(args), Version(args.version) if args.version else None)
-    _print(args, {"removed": True}, "removed")
+    """Without ``--version``, the entry as read now: so a missing key is NoSuchKey rather than a silent
+    success, and a change made meanwhile is BadKeyVersion rather than lost."""
+    table, key = _table(args), _key(args)
+    if args.version:
+        version = Version(args.version)
+    else:
+        entry = table.get(key)
+        if entry is None:
+            raise _missing(args, key)
+        version = entry.version
+    table.remove(key, version)
+    _print(args, {"removed": True, "version": str(version)}, "removed")
 
 
 def kvt_list_keys(args: argparse.Namespace) -> None:

@@ -110,9 +110,9 @@ def test_transaction_info_bad_input(capsys, url, stream, unique):
 
     unknown = "0" * 32
     code, out, err = run(capsys, url, "txn", "info", stream, unknown)
-    assert (code, out) == (1, "") and err.startswith("error: TxnNotFound: ") and err.count("\n") == 1
+    assert (code, out) == (3, "") and err.startswith("error: TxnNotFound: ") and err.count("\n") == 1
     code, out, err = run(capsys, url, "--json", "txn", "info", f"{unique}/missing", unknown)
-    assert (code, out) == (1, "") and json.loads(err)["code"] == "TxnNotFound"  # the server looks up the txn only
+    assert (code, out) == (3, "") and json.loads(err)["code"] == "TxnNotFound"  # the server looks up the txn only
     code, out, err = run(capsys, url, "--json", "txn", "info", "no-slash", unknown)
     assert (code, out) == (1, "")
     assert json.loads(err) == {"code": "InvalidArgument", "message": "expected '<scope>/<stream>', got 'no-slash'"}

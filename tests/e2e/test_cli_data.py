@@ -125,9 +125,9 @@ def test_an_error_is_printed_on_a_line_of_its_own_after_the_progress_line(capsys
 def test_tail_bad_input(capsys, url, stream, unique):
     missing = f"{unique}/missing"
     assert run(capsys, url, "stream", "tail", missing) == (
-        1, "", f"error: StreamNotFound: stream {missing} does not exist\n")
+        3, "", f"error: StreamNotFound: stream {missing} does not exist\n")
     code, out, err = run(capsys, url, "--json", "stream", "tail", missing)
-    assert (code, out) == (1, "")
+    assert (code, out) == (3, "")
     assert json.loads(err) == {"code": "StreamNotFound", "message": f"stream {missing} does not exist"}
 
     not_a_cut = "error: InvalidArgument: not a cut: 'nonsense' (use head, tail or a stream cut as `rillet stream cut` "

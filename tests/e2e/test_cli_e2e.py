@@ -116,6 +116,6 @@ def test_the_console_script(url, unique):
 
     failed = subprocess.run([str(rillet), "--endpoint", url, "stream", "info", f"{unique}/missing"],
                             capture_output=True, text=True, timeout=60, check=False)
-    assert failed.returncode == 1
+    assert failed.returncode == 3  # what it names does not exist
     assert failed.stderr.startswith("error: StreamNotFound: ")
     assert "Traceback" not in failed.stderr

@@ -36,20 +36,29 @@ def test_kvt_commands(capsys, url, unique):
     run(capsys, url, "kvt", "put", table, "6e6f6168", "0102", "--secondary", "6b6b", "--hex")
 
     code, out, _ = run(capsys, url, "--json", "kvt", "list-keys", table, "--values")
-    entries = {base64.b64decode(e["primary"]): base64.b64decode(e["value"]) for e in json.loads(out)}
+    entries = {base64.b64decode(e["primary_base64"]): base64.b64decode(e["value_base64"]) for e in json.loads(out)}
     assert entries == {b"anna": b"4 apples", b"noah": b"\x01\x02"}
+    code, out, _ = run(capsys, url, "--json", "kvt", "get", table, "anna", "--secondary", "ap")
+    entry = json.loads(out)
+    assert (entry["primary"], entry["secondary"], entry["value"]) == ("anna", "ap", "4 apples")
+    assert base64.b64decode(entry["value_base64"]) == b"4 apples"
+    code, out, _ = run(capsys, url, "--json", "kvt", "get", table, "6e6f6168", "--secondary", "6b6b", "--hex")
+    assert json.loads(out)["value"] is None and json.loads(out)["value_base64"] == "AQI="  # not UTF-8: base64 only
     code, out, _ = run(capsys, url, "kvt", "list-keys", table, "--primary", "noah")
     assert code == 0 and out.startswith("noah/kk\t\t")
 
     assert run(capsys, url, "kvt", "remove", table, "anna", "--secondary", "ap") == (0, "removed\n", "")
-    assert run(capsys, url, "kvt", "get", table, "anna", "--secondary", "ap") == (0, "(no such key)\n", "")
+    # a missing key is an error scripts can tell from others: exit 3, for get and remove alike
+    for action in ("get", "remove"):
+        assert run(capsys, url, "kvt", action, table, "anna", "--secondary", "ap") == (
+            3, "", f"error: NoSuchKey: key anna/ap is not in {table}\n")
     assert run(capsys, url, "kvt", "seal", table) == (0, f"key-value table {table} sealed\n", "")
     code, _, err = run(capsys, url, "kvt", "put", table, "noah", "x", "--secondary", "kk")
     assert (code, err.startswith("error: IllegalState:")) == (1, True)
     assert run(capsys, url, "kvt", "delete", table) == (0, f"key-value table {table} deleted\n", "")
     assert run(capsys, url, "kvt", "delete", table) == (0, f"key-value table {table} did not exist\n", "")
     code, _, err = run(capsys, url, "kvt", "describe", table)
-    assert (code, err.startswith("error: KeyValueTableNotFound:")) == (1, True)
+    assert (code, err.startswith("error: KeyValueTableNotFound:")) == (3, True)
 
 
 def test_the_readme_kvt_block_runs_as_written(capsys, url, unique):

@@ -92,7 +92,7 @@ def test_contradicting_options_are_refused_in_one_line(capsys, url, unique):
         assert (code, out) == (2, ""), args
         assert err.startswith("error: InvalidArgument: ") and err.count("\n") == 1
         assert all(flag in err for flag in both), err
-    assert run(capsys, url, "stream", "info", stream)[0] == 1  # nothing was created
+    assert run(capsys, url, "stream", "info", stream)[0] == 3  # nothing was created: StreamNotFound
 
     run(capsys, url, "stream", "create", stream)
     code, _, err = run(capsys, url, "stream", "update", stream, "--no-retention", "--retention-time", "1d")
