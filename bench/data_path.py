@@ -15,15 +15,14 @@ import argparse
 import os
 import time
 import uuid
-
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 
 import rillet
-from rillet.segments import PREFETCH, SegmentClient
 from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
+from rillet.segments import PREFETCH, SegmentClient
 from standalone.stack import Stack, StackConfig
 
 MB = 1024 * 1024

@@ -65,14 +65,14 @@ def _wake_latency(factory, stream: str, idle_s: float, probes: int) -> list[floa
             reader.read_next_event(timeout_ms=0)
             got: list[float] = []
 
-            def wait_for_event() -> None:
+            def wait_for_event(arrivals: list[float]) -> None:
                 deadline = time.monotonic() + idle_s + 30
                 while time.monotonic() < deadline:
                     if reader.read_next_event(timeout_ms=1000) is not None:
-                        got.append(time.monotonic())
+                        arrivals.append(time.monotonic())
                         return
 
-            waiting = threading.Thread(target=wait_for_event)
+            waiting = threading.Thread(target=wait_for_event, args=(got,))
             waiting.start()
             time.sleep(idle_s)
             writer.write_event(b"x", routing_key="k").result()
@@ -102,8 +102,8 @@ def run(seconds: float = 20, idle_s: float = 10, probes: int = 3, settle_s: floa
 
 
 def report(r: dict) -> str:
-    lines = ["idle StreamReader at the tail of an empty stream (function duration modeled per request, "
-             "bench/cost.py FUNCTION_MS):"]
+    lines = [("idle StreamReader at the tail of an empty stream (function duration modeled per request, "
+             "bench/cost.py FUNCTION_MS):")]
     for x in r["idle"]:
         d = x["dollars_per_day"]
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(x["requests_by_kind"].items()))
@@ -112,9 +112,9 @@ def report(r: dict) -> str:
             f"({kinds}), {x['dynamodb_requests_per_s']:.2f} DynamoDB requests/s, {x['read_units_per_s']:.2f} read units/s, "
             f"long polls held the function {x['held_s']:.1f} s; DynamoDB "
             + ", ".join(f"{op} {n}" for op, n in sorted(x["dynamodb_by_operation"].items())),
-            f"    modeled $/day: total ${d['total']:.4f} (function requests ${d['lambda_requests']:.4f}, "
+            (f"    modeled $/day: total ${d['total']:.4f} (function requests ${d['lambda_requests']:.4f}, "
             f"duration ${d['lambda_duration']:.4f}, DynamoDB reads ${d['dynamodb_reads']:.4f}, S3 ${d['s3_get'] + d['s3_put']:.4f});"
-            f" GB-s modeled {x['modeled_gb_seconds']:.3f} vs emulation wall {x['wall_gb_seconds']:.3f}",
+            f" GB-s modeled {x['modeled_gb_seconds']:.3f} vs emulation wall {x['wall_gb_seconds']:.3f}"),
         ]
     if r["wake_latency_s"]:
         lat = r["wake_latency_s"]

@@ -14,17 +14,25 @@ import base64
 from typing import Annotated
 
 import boto3
-from botocore.config import Config
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.config import Config
 
 from dataplane import models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import MAX_LOCATE_BYTES, SegmentStore
 from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
-from rillet.api import PlanPart, ReadLocation, ReadLocations, ReadPlan, SegmentStatus, SegmentTail, SegmentTails
+from rillet.api import (
+    PlanPart,
+    ReadLocation,
+    ReadLocations,
+    ReadPlan,
+    SegmentStatus,
+    SegmentTail,
+    SegmentTails,
+)
 from rillet.framing import MAX_READ_SIZE
 from rillet.names import segment_name
 

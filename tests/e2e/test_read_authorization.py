@@ -17,7 +17,7 @@ from test_authorization import (  # noqa: F401 - pytest fixtures
 )
 
 
-def test_only_readers_of_the_stream_get_locations_and_tails(auth_stack, world):
+def test_only_readers_of_the_stream_get_locations_and_tails(auth_stack, world):  # noqa: F811 - fixtures
     expected = {ADMIN_SESSION: 200, PRODUCER_SESSION: 200, CONSUMER_SESSION: 200, STRANGER: 403, ANONYMOUS: 403}
     for path in (f"/v1/segments/{world}/orders/0/locations?offset=0", f"/v1/segments/{world}/orders/tails?segments=0"):
         for identity, want in expected.items():

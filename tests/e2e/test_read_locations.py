@@ -15,8 +15,8 @@ import rillet
 from rillet import api
 from rillet.framing import frame
 from rillet.models import SegmentPosition
-from rillet.stream_cut import StreamCut
 from rillet.segments import SegmentEventReader, TailBackoff
+from rillet.stream_cut import StreamCut
 
 http = urllib3.PoolManager(retries=False, timeout=60)
 BIG = 1_000_000  # events big enough that each block is an S3 object, not inline
@@ -42,7 +42,7 @@ def test_catch_up_reads_fetch_each_object_once_and_inline_bytes_come_in_the_answ
     stack.requests.reset()
     reader = SegmentEventReader(connection.segments, unique, "s", segment)
     got = []
-    while not (batch := reader.read_events()) == []:
+    while batch := reader.read_events():
         got += [payload for _, payload in batch]
     assert got == [*events, b"tiny-1", b"tiny-2"]
     counts, _ = stack.requests.snapshot()
