@@ -136,6 +136,7 @@ resource "aws_db_instance" "dagster" {
   engine_version                  = "16"
   instance_class                  = var.dagster_db_instance_class
   allocated_storage               = 20
+  max_allocated_storage           = var.dagster_db_max_storage_gb
   storage_type                    = "gp3"
   storage_encrypted               = true
   db_name                         = "dagster"

@@ -72,3 +72,8 @@ output "emr_artifacts_uri" {
   description = "Where to upload the job script and archive that make emr-package builds."
   value       = local.emr_artifacts_uri
 }
+
+output "alarm_topic_arn" {
+  description = "SNS topic every alarm publishes to (subscribe a pager, chat hook or queue besides alarm_emails)."
+  value       = aws_sns_topic.alarms.arn
+}

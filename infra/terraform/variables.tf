@@ -217,3 +217,42 @@ variable "emr_security_group_ids" {
   type        = list(string)
   default     = null
 }
+
+variable "gateway_endpoint_route_table_ids" {
+  description = "Route tables of the private subnets, for free S3 and DynamoDB gateway endpoints (image layers, chunks and table calls then skip the NAT gateway's $0.045 a GB); [] creates none (the VPC has them already)."
+  type        = list(string)
+  default     = []
+}
+
+variable "alarm_emails" {
+  description = "E-mail addresses subscribed to the alarm topic (each confirms by e-mail); [] for none (subscribe something else to the alarm_topic_arn output)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for e in var.alarm_emails : can(regex("^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$", e))])
+    error_message = "alarm_emails must be e-mail addresses."
+  }
+}
+
+variable "monthly_budget_usd" {
+  description = "A monthly cost budget for the account in USD, alarming on the topic at 80 % forecast and 100 % actual; null for none."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.monthly_budget_usd == null ? true : var.monthly_budget_usd > 0
+    error_message = "monthly_budget_usd must be positive (or null)."
+  }
+}
+
+variable "dagster_db_max_storage_gb" {
+  description = "Upper bound of the Dagster database's storage autoscaling (it starts at 20 GB and grows when under 10 % is free)."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.dagster_db_max_storage_gb >= 21
+    error_message = "dagster_db_max_storage_gb must exceed the allocated 20 GB."
+  }
+}

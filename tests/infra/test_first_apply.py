@@ -142,6 +142,8 @@ def _longest(expression: str, tf: Terraform, depth: int = 0) -> str | None:
     assert depth < 10
     if match := re.fullmatch(r"\$\{coalesce\(var\.\w+, \"(.*)\"\)\}", expression):
         expression = match.group(1)  # the default the code builds; the override has its own validation
+    if match := re.fullmatch(r"\$\{(aws_\w+)\.(\w+)\.name\}", expression):  # another resource's name
+        return _longest(_text(tf.of_type(match.group(1))[match.group(2)]["name"]), tf, depth + 1)
     if match := re.fullmatch(r"\$\{(local\.\w+)\}", expression):
         return _longest(_text(tf.locals[match.group(1).split(".", 1)[1]]), tf, depth + 1)
 
@@ -167,7 +169,12 @@ def test_names_fit_aws_limits_at_the_longest_prefix(tf):
         for name, body in tf.of_type(rtype).items():
             if attribute not in body:
                 continue
-            value = _longest(_text(body[attribute]), tf)
+            expression = _text(body[attribute])
+            if "each.value" in expression:  # the longest of the values for_each iterates over
+                (local,) = re.findall(r"local\.(\w+)", _text(body["for_each"]))
+                longest = max((_longest(_text(v), tf) for v in tf.locals[local].values()), key=len)
+                expression = expression.replace("${each.value}", longest)
+            value = _longest(expression, tf)
             assert value is not None, f"{rtype}.{name}.{attribute}: cannot evaluate {body[attribute]!r}"
             checked += 1
             if len(value) > limit:

@@ -1,0 +1,128 @@
+"""What tells an operator that something broke, and what keeps the bookkeeping bounded.
+
+Static over the parsed HCL and the rendered Dagster instance (no AWS account here): every alarm the
+runbook (docs/operations.md) names exists and publishes to the one SNS topic, the event rules reach
+that topic and its policy lets them, the database grows by itself, ticks are purged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from dagster._core.instance.config import dagster_instance_config
+from test_terraform import ROOT, TF_DIR, Terraform, _text, as_list, blocks, parse_terraform, refs, statements
+
+RUNBOOK = ROOT / "docs" / "operations.md"
+TOPIC = ("aws_sns_topic", "alarms")
+# What must be watched: (namespace, metric) of an alarm, by what it means to the operator.
+WATCHED = {
+    "function errors": ("AWS/Lambda", "Errors"),
+    "function throttles": ("AWS/Lambda", "Throttles"),
+    "Function URL 5xx": ("AWS/Lambda", "Url5xxCount"),
+    "concurrency near the reservation": ("AWS/Lambda", "ConcurrentExecutions"),
+    "table throttles": ("AWS/DynamoDB", "ReadThrottleEvents"),
+    "table system errors": ("AWS/DynamoDB", "SystemErrors"),
+    "no Dagster daemon": ("AWS/ECS", "CPUUtilization"),
+    "daemon failing ticks": ("Rillet/Dagster", "DaemonErrors"),
+    "database storage": ("AWS/RDS", "FreeStorageSpace"),
+    "database CPU credits": ("AWS/RDS", "CPUCreditBalance"),
+    "Spark job failures": ("AWS/EMRServerless", "FailedJobs"),
+}
+
+
+@pytest.fixture(scope="module")
+def tf() -> Terraform:
+    return parse_terraform(TF_DIR)
+
+
+def _metrics(alarm: dict) -> set[tuple[str, str]]:
+    found = set()
+    if alarm.get("metric_name"):
+        found.add((alarm.get("namespace"), alarm["metric_name"]))
+    for query in blocks(alarm, "metric_query"):
+        for metric in blocks(query, "metric"):
+            found.add((metric.get("namespace"), metric.get("metric_name")))
+    text = _text(alarm)  # dynamic "metric_query" blocks: the metric names are in their for_each
+    for namespace in ("AWS/DynamoDB",):
+        if namespace in text:
+            found |= {(namespace, m) for m in re.findall(r"(\w*ThrottleEvents|SystemErrors)", text)}
+    return found
+
+
+def test_every_watched_metric_has_an_alarm_that_publishes(tf):
+    alarms = tf.of_type("aws_cloudwatch_metric_alarm")
+    watched = {}
+    for name, alarm in alarms.items():
+        assert "local.alarm_actions" in _text(alarm.get("alarm_actions")), f"alarm {name} notifies no one"
+        for metric in _metrics(alarm):
+            watched[metric] = name
+    missing = {what: metric for what, metric in WATCHED.items() if metric not in watched}
+    assert not missing, f"no alarm for {missing}"
+    assert TOPIC in refs(tf.locals["alarm_actions"])
+
+
+def test_the_daemon_error_metric_is_fed_from_its_log(tf):
+    (metric_filter,) = tf.of_type("aws_cloudwatch_log_metric_filter").values()
+    assert ("aws_cloudwatch_log_group", "dagster") in refs(metric_filter.get("log_group_name"))
+    transformation = blocks(metric_filter, "metric_transformation")[0]
+    assert (transformation["namespace"], transformation["name"]) == WATCHED["daemon failing ticks"]
+    # The daemon's log lines: "<time> - dagster.daemon.SensorDaemon - ERROR - ..."
+    line = "2026-11-27 01:00:00 +0000 - dagster.daemon.SensorDaemon - ERROR - Sensor daemon caught an error"
+    terms = re.findall(r'"((?:[^"\\]|\\.)*)"', metric_filter["pattern"].replace('\\"', '"'))
+    assert terms and all(t in line for t in terms), (terms, line)
+
+
+def test_the_daemon_alarm_fires_when_no_task_runs(tf):
+    alarm = tf.of_type("aws_cloudwatch_metric_alarm")["dagster_daemon_running"]
+    assert alarm["treat_missing_data"] == "breaching", "no datapoint is no daemon"
+    assert ("aws_ecs_service", "daemon") in refs(alarm.get("dimensions"))
+
+
+def test_event_rules_reach_the_topic(tf):
+    rules = tf.of_type("aws_cloudwatch_event_rule")
+    targets = tf.of_type("aws_cloudwatch_event_target")
+    assert {"dagster_task_failures", "secret_rotation_failures"} <= set(rules)
+    for name in rules:
+        assert any(("aws_cloudwatch_event_rule", name) in refs(t.get("rule")) and TOPIC in refs(t.get("arn"))
+                   for t in targets.values()), f"rule {name} publishes nowhere"
+    policy = tf.data["aws_iam_policy_document"]["alarms_topic"]
+    services = {i for s in statements(policy) for p in blocks(s, "principals") for i in as_list(p.get("identifiers"))}
+    assert {"events.amazonaws.com", "budgets.amazonaws.com"} <= services
+
+
+def test_alarm_emails_subscribe(tf):
+    subscription = tf.of_type("aws_sns_topic_subscription")["alarm_emails"]
+    assert subscription["protocol"] == "email" and "var.alarm_emails" in _text(subscription.get("for_each"))
+    budget = tf.of_type("aws_budgets_budget")["monthly"]
+    assert "var.monthly_budget_usd" in _text(budget.get("count")), "the budget is optional"
+    assert all(TOPIC in refs(n.get("subscriber_sns_topic_arns")) for n in blocks(budget, "notification"))
+
+
+def test_the_database_grows_and_ticks_are_purged(tf, monkeypatch, tmp_path):
+    db = tf.of_type("aws_db_instance")["dagster"]
+    assert "max_allocated_storage" in db, "RDS storage autoscaling"
+    from test_dagster_emr import render_instance
+
+    rendered = render_instance({"max_concurrent_runs": "4", "run_task_definition": "f", "cluster": "c",
+                                "subnets": json.dumps(["s"]), "security_groups": json.dumps(["g"])})
+    (tmp_path / "dagster.yaml").write_text(rendered)
+    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_DB",
+                 "DAGSTER_PG_SECRET_ARN", "AWS_REGION"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("DAGSTER_PG_PORT", "5432")
+    config, _ = dagster_instance_config(str(tmp_path), "dagster.yaml")
+    sensor = config["retention"]["sensor"]["purge_after_days"]
+    assert 0 < sensor["skipped"] <= 7 and sensor["success"] > 0 and sensor["failure"] > 0
+    assert config["retention"]["schedule"]["purge_after_days"] > 0
+
+
+def test_the_runbook_covers_the_alarms_and_the_restore(tf):
+    text = RUNBOOK.read_text()
+    for name, alarm in tf.of_type("aws_cloudwatch_metric_alarm").items():
+        suffix = re.sub(r"^\$\{[^}]*\}", "", _text(alarm["alarm_name"]))
+        assert suffix in text, f"docs/operations.md does not explain the alarm *{suffix}"
+    for needed in ("restore-table-to-point-in-time", "PITR", "versioning", "Rotation", "Quotas", "Grants",
+                   "Rollback"):
+        assert needed in text, f"docs/operations.md says nothing of {needed}"
