@@ -46,15 +46,10 @@ locals {
     DAGSTER_PG_PORT           = tostring(aws_db_instance.dagster.port)
     DAGSTER_PG_DB             = aws_db_instance.dagster.db_name
     DAGSTER_PG_USERNAME       = aws_db_instance.dagster.username
+    # The secret RDS rotates every 7 days: the instance's storage reads the password from it per
+    # connection (dagster_project/postgres_storage.py), so no container holds a password that goes stale.
+    DAGSTER_PG_SECRET_ARN = aws_db_instance.dagster.master_user_secret[0].secret_arn
   }
-
-  # The password RDS keeps in Secrets Manager, injected by ECS (the execution role reads it).
-  dagster_secrets = [
-    {
-      name      = "DAGSTER_PG_PASSWORD"
-      valueFrom = "${aws_db_instance.dagster.master_user_secret[0].secret_arn}:password::"
-    },
-  ]
 
   dagster_log_configuration = {
     logDriver = "awslogs"
@@ -168,10 +163,10 @@ data "aws_iam_policy_document" "ecs_tasks_assume" {
   }
 }
 
-# The execution role: ECS pulls the image, writes the log streams and reads the database password.
+# The execution role: ECS pulls the image and writes the log streams.
 resource "aws_iam_role" "dagster_execution" {
   name               = "${local.dagster_name}-execution-${local.region}"
-  description        = "ECS execution role of the Dagster tasks: image, logs, database password"
+  description        = "ECS execution role of the Dagster tasks: image, logs"
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
 }
 
@@ -200,12 +195,28 @@ data "aws_iam_policy_document" "dagster_execution" {
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
     resources = ["${aws_cloudwatch_log_group.dagster.arn}:*"]
   }
+}
 
+# Every Dagster process reads the database password from the secret when it connects (the storage in
+# dagster_project/postgres_storage.py), so each task role may read that one secret.
+data "aws_iam_policy_document" "dagster_db_password" {
   statement {
     sid       = "DatabasePassword"
     actions   = ["secretsmanager:GetSecretValue"]
     resources = [aws_db_instance.dagster.master_user_secret[0].secret_arn]
   }
+}
+
+resource "aws_iam_role_policy" "dagster_db_password" {
+  for_each = {
+    webserver = aws_iam_role.dagster_webserver.id
+    daemon    = aws_iam_role.dagster_daemon.id
+    run       = aws_iam_role.dagster_run.id
+  }
+
+  name   = "rillet-dagster-db-password"
+  role   = each.value
+  policy = data.aws_iam_policy_document.dagster_db_password.json
 }
 
 # The webserver reads the database and serves the UI; its one AWS permission set is ECS Exec's (the
@@ -467,7 +478,6 @@ resource "aws_ecs_task_definition" "webserver" {
       command          = ["dagster-webserver", "--host", "0.0.0.0", "--port", "3000", "--workspace", "/opt/dagster/workspace.yaml"]
       portMappings     = [{ containerPort = 3000, protocol = "tcp" }]
       environment      = [for name, value in local.dagster_environment : { name = name, value = value }]
-      secrets          = local.dagster_secrets
       logConfiguration = local.dagster_log_configuration
     },
   ])
@@ -494,7 +504,6 @@ resource "aws_ecs_task_definition" "daemon" {
       essential        = true
       command          = ["dagster-daemon", "run", "--workspace", "/opt/dagster/workspace.yaml"]
       environment      = [for name, value in local.dagster_environment : { name = name, value = value }]
-      secrets          = local.dagster_secrets
       logConfiguration = local.dagster_log_configuration
     },
   ])
@@ -521,7 +530,6 @@ resource "aws_ecs_task_definition" "run" {
       image            = local.dagster_image
       essential        = true
       environment      = [for name, value in local.dagster_environment : { name = name, value = value }]
-      secrets          = local.dagster_secrets
       logConfiguration = local.dagster_log_configuration
     },
   ])

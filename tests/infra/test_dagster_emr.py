@@ -22,7 +22,6 @@ import yaml
 from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
 from dagster_aws.ecs import EcsRunLauncher
-from dagster_postgres import PostgresEventLogStorage
 from test_terraform import (  # the sibling module: the parser and the IAM helpers
     ROOT,
     TF_DIR,
@@ -39,14 +38,16 @@ from test_terraform import (  # the sibling module: the parser and the IAM helpe
     statements,
 )
 
+from dagster_project.postgres_storage import SecretPasswordPostgresStorage
+
 TEMPLATE = TF_DIR / "templates" / "dagster.yaml.tftpl"
 TASK_ROLES = {"webserver": "dagster_webserver", "daemon": "dagster_daemon", "run": "dagster_run"}
 # The permissions of each Dagster role by policy document, as reviewed against the calls: the jobs'
 # table and object calls are the controller's (see EXPECTED_GRANTS in test_terraform.py).
 EXPECTED_DOCUMENTS = {
-    "dagster_webserver": {"dagster_webserver"},
-    "dagster_daemon": {"dagster_jobs", "dagster_launch_runs"},
-    "dagster_run": {"dagster_jobs", "dagster_submit_emr"},
+    "dagster_webserver": {"dagster_webserver", "dagster_db_password"},
+    "dagster_daemon": {"dagster_jobs", "dagster_launch_runs", "dagster_db_password"},
+    "dagster_run": {"dagster_jobs", "dagster_submit_emr", "dagster_db_password"},
     "dagster_execution": {"dagster_execution"},
     "emr_job": {"emr_job"},
 }
@@ -120,13 +121,14 @@ def test_task_definitions_pass_the_environment_the_code_reads(tf):
     assert ("aws_iam_role", "emr_job") in refs(environment["RILLET_EMR_JOB_ROLE_ARN"])
 
     instance_env = set(re.findall(r"env: (\w+)", TEMPLATE.read_text()))
-    secrets = {s["name"] for s in tf.locals["dagster_secrets"]}
-    assert secrets == {"DAGSTER_PG_PASSWORD"}
-    assert instance_env - secrets <= set(environment), "the instance reads variables no container gets"
-    assert "DAGSTER_PG_PASSWORD" not in environment, "the password comes from Secrets Manager only"
+    assert instance_env <= set(environment), "the instance reads variables no container gets"
+    assert "dagster_secrets" not in tf.locals and "DAGSTER_PG_PASSWORD" not in environment, (
+        "no container holds the password: it rotates, the storage reads it from the secret")
+    assert ("aws_db_instance", "dagster") in refs(environment["DAGSTER_PG_SECRET_ARN"])
     for name, task in tf.of_type("aws_ecs_task_definition").items():
         containers = _text(task.get("container_definitions"))
-        for local in ("local.dagster_environment", "local.dagster_secrets", "local.dagster_log_configuration"):
+        assert "secrets" not in containers, f"{name}: a secret injected at start goes stale at the first rotation"
+        for local in ("local.dagster_environment", "local.dagster_log_configuration"):
             assert local in containers, f"aws_ecs_task_definition.{name} does not pass {local}"
 
 
@@ -136,7 +138,7 @@ def test_instance_config_is_the_ecs_launcher_with_postgres(monkeypatch, tmp_path
         "subnets": json.dumps(["subnet-a", "subnet-b"]), "security_groups": json.dumps(["sg-1"]),
     })
     (tmp_path / "dagster.yaml").write_text(rendered)
-    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_DB"):
+    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_SECRET_ARN", "DAGSTER_PG_HOST", "DAGSTER_PG_DB", "AWS_REGION"):
         monkeypatch.setenv(name, "x")
     monkeypatch.setenv("DAGSTER_PG_PORT", "5432")
     config, _ = dagster_instance_config(str(tmp_path), "dagster.yaml")  # Dagster's own validation
@@ -146,13 +148,16 @@ def test_instance_config_is_the_ecs_launcher_with_postgres(monkeypatch, tmp_path
     network = launcher["config"]["run_task_kwargs"]["networkConfiguration"]["awsvpcConfiguration"]
     assert network == {"subnets": ["subnet-a", "subnet-b"], "securityGroups": ["sg-1"], "assignPublicIp": "DISABLED"}
     assert launcher["config"]["secrets_tag"] is None, "the launcher must not list every secret of the account"
-    postgres = config["storage"]["postgres"]
-    assert process_config(PostgresEventLogStorage.config_type(), postgres).success
+    storage = config["storage"]["custom"]
+    assert (storage["module"], storage["class"]) == ("dagster_project.postgres_storage", "SecretPasswordPostgresStorage")
+    assert process_config(SecretPasswordPostgresStorage.config_type(), storage["config"]).success
+    assert storage["config"]["postgres_db"]["scheme"] == "postgresql+psycopg2", (
+        "SQLAlchemy 2.1 maps postgresql:// to psycopg 3, which is not installed")
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
     assert config["run_monitoring"]["max_resume_run_attempts"] == 0, (
         "resuming runs makes every process build the launcher, which only the daemon's role may use")
-    assert "password" not in yaml.safe_load(rendered)["storage"]["postgres"]["postgres_db"]["password"].get(
-        "value", ""), "the rendered instance holds no password"
+    assert "password" not in yaml.safe_load(rendered)["storage"]["custom"]["config"]["postgres_db"], (
+        "the rendered instance holds no password")
 
 
 def test_instance_template_variables_are_the_ones_terraform_passes(tf):

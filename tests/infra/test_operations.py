@@ -108,8 +108,7 @@ def test_the_database_grows_and_ticks_are_purged(tf, monkeypatch, tmp_path):
     rendered = render_instance({"max_concurrent_runs": "4", "run_task_definition": "f", "cluster": "c",
                                 "subnets": json.dumps(["s"]), "security_groups": json.dumps(["g"])})
     (tmp_path / "dagster.yaml").write_text(rendered)
-    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_DB",
-                 "DAGSTER_PG_SECRET_ARN", "AWS_REGION"):
+    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_HOST", "DAGSTER_PG_DB", "DAGSTER_PG_SECRET_ARN", "AWS_REGION"):
         monkeypatch.setenv(name, "x")
     monkeypatch.setenv("DAGSTER_PG_PORT", "5432")
     config, _ = dagster_instance_config(str(tmp_path), "dagster.yaml")
@@ -120,7 +119,7 @@ def test_the_database_grows_and_ticks_are_purged(tf, monkeypatch, tmp_path):
 
 def test_the_runbook_covers_the_alarms_and_the_restore(tf):
     text = RUNBOOK.read_text()
-    for name, alarm in tf.of_type("aws_cloudwatch_metric_alarm").items():
+    for alarm in tf.of_type("aws_cloudwatch_metric_alarm").values():
         suffix = re.sub(r"^\$\{[^}]*\}", "", _text(alarm["alarm_name"]))
         assert suffix in text, f"docs/operations.md does not explain the alarm *{suffix}"
     for needed in ("restore-table-to-point-in-time", "PITR", "versioning", "Rotation", "Quotas", "Grants",

@@ -287,7 +287,10 @@ def role_policy_documents(tf: Terraform, role: str) -> list[tuple[str, dict]]:
     """The aws_iam_policy_document data sources attached inline to a role."""
     documents = []
     for name, policy in tf.of_type("aws_iam_role_policy").items():
-        if ("aws_iam_role", role) not in refs(policy.get("role")):
+        roles = refs(policy.get("role"))
+        if "each." in _text(policy.get("role")):  # one policy for several roles: they are its for_each
+            roles |= refs(policy.get("for_each"))
+        if ("aws_iam_role", role) not in roles:
             continue
         used = [n for t, n in data_refs(policy.get("policy")) if t == "aws_iam_policy_document"]
         assert len(used) == 1, (
