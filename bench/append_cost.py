@@ -3,8 +3,8 @@
 For 1 KiB events at several rates into one segment, the block size a writer configuration sends
 follows from how it batches (``EventWriterConfig``, see rillet.writer): a partial block grows for the
 budget (``max_latency_ms``) less the round trip the writer measures (its mean, which the writer's
-smoothed round trip tracks), or leaves once full; with no budget left it leaves as soon as one of the
-``max_inflight_blocks`` slots is free, with what gathered meanwhile. Blocks of those sizes are then
+smoothed round trip tracks), or leaves once full; with no budget left it leaves when nothing of its
+segment is in flight, or with the answer of the block that is. Blocks of those sizes are then
 appended for real (``SegmentStore.append`` in-process on moto, as the append function calls it), and
 their requests and DynamoDB request units priced from the real item sizes (bench/cost.py). Inline
 blocks are later packed into S3 chunks by tiering; a measured tiering pass adds its share. Lambda is
@@ -108,10 +108,10 @@ def batching(config: EventWriterConfig, events_per_s: float, trip: RoundTrip) ->
 
     With budget left after the round trip, a block grows for that hold (or until full) and then
     leaves: steady arrivals put the first event ``hold`` before it leaves, the next ``1/rate`` less.
-    Without (a budget at or under the round trip), a block leaves as soon as a slot of the
-    ``max_inflight_blocks`` is free: one per ``round trip / slots`` while the segment is busy (for
-    the share of time it is), each with what arrived meanwhile; an event finding a free slot leaves
-    at once."""
+    Without (a budget at or under the round trip), a partial block leaves when nothing of its segment
+    is in flight, or with the answer of the block that is: one block per round trip while the segment
+    is busy (for the share of time it is), holding what arrived during it; an event that finds nothing
+    in flight leaves at once, one that finds a block in flight waits for its answer."""
     full = max(1, config.batch_size_bytes // len(EVENT))
     hold = max(0.0, config.max_latency_ms / 1000 - trip.mean_s)
     if hold > 0:
@@ -119,11 +119,10 @@ def batching(config: EventWriterConfig, events_per_s: float, trip: RoundTrip) ->
             hold = (full - 1) / events_per_s  # full before the hold runs out
         events = 1 + math.floor(events_per_s * hold + 1e-9)
         return events, [hold - j / events_per_s for j in range(events)]
-    period = trip.mean_s / config.max_inflight_blocks
-    busy = min(1.0, events_per_s * period)
-    events = max(1, min(full, round(events_per_s * period)))
+    busy = min(1.0, events_per_s * trip.mean_s)
+    events = max(1, min(full, round(events_per_s * trip.mean_s)))
     grid = 200
-    waits = [0.0] * round(grid * (1 - busy)) + [period * (i + 0.5) / grid for i in range(round(grid * busy))]
+    waits = [0.0] * round(grid * (1 - busy)) + [trip.mean_s * (i + 0.5) / grid for i in range(round(grid * busy))]
     return events, waits
 
 
@@ -308,7 +307,7 @@ def month_report(result: dict) -> str:
     """A month of one stream per rate: the default writer and the cost profile beside Kinesis."""
     rows = {(r["profile"], r["rate"]): r for r in result["rows"]}
     lines = ["a month (730 h) of one stream of 1 KiB events, ingest only: Rillet (modeled ack p50/p99) and Kinesis",
-             f"  {'rate':<15}{'GB':>8}{'default $':>11}{'p50/p99 ms':>12}{'cost $':>9}{'p50/p99 ms':>12}"
+             f"  {'rate':<15}{'GiB':>8}{'default $':>11}{'p50/p99 ms':>12}{'cost $':>9}{'p50/p99 ms':>12}"
              + f"{'Kinesis on-demand $':>21}{'provisioned $':>15}"]
     for rate in dict.fromkeys(r for _, r in rows):
         d, c = rows[("default", rate)], rows[("cost", rate)]

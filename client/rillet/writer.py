@@ -17,7 +17,10 @@ How a write travels:
   segment are in flight at once: each names the event number of the block before it (``after``),
   and the server commits a block only after that one, so blocks commit in the order written however
   their requests race, and the upload of one overlaps the commit of another. A due block finding
-  that many in flight leaves when an answer comes back, with whatever gathered meanwhile. A block
+  that many in flight leaves when an answer comes back, with whatever gathered meanwhile. With no
+  budget left after the round trip (a budget at or under it), a partial block leaves only when
+  nothing of its segment is in flight, or on an answer: one request per round trip, as Pravega's
+  writer sends, rather than a flood of small ones that would only slow the round trip further. A block
   refused because the one before it has not committed yet (OutOfOrder) is sent again as soon as
   every block before it is resolved, and not before: so each block costs at most one such refusal,
   however many are in flight.
@@ -143,11 +146,11 @@ class EventWriterConfig:
 
     @classmethod
     def lowest_latency(cls, **overrides: Any) -> EventWriterConfig:
-        """The lowest latency per request: no budget to spend, one block in flight per segment, so a block
-        leaves as soon as the one before it is answered and carries what gathered during that round
-        trip (Pravega's behaviour; the default before the latency budget). One request per round trip
+        """The lowest latency per request: no budget to spend, so a partial block leaves as soon as
+        nothing of its segment is in flight and carries what gathered during the round trip before
+        (Pravega's behaviour; the default before the latency budget). One request per round trip
         whatever the rate: dollars per GB are highest at low rates."""
-        return cls(**{"max_latency_ms": 0, "max_inflight_blocks": 1, **overrides})
+        return cls(**{"max_latency_ms": 0, **overrides})
 
     @classmethod
     def cost_optimized(cls, **overrides: Any) -> EventWriterConfig:
@@ -334,9 +337,11 @@ class EventStreamWriter(Generic[T]):
         number before it, so the server commits them in order however the requests race.
 
         A full block is due at once, and so is everything on a flush or close. A partial one is due
-        once its oldest event has been held for the budget less the round trip (``_due_at``)."""
-        while self._may_send(queue) and (queue.pending_bytes >= self.config.batch_size_bytes or self._flushing
-                                         or self._closed or time.monotonic() >= self._due_at(queue)):
+        once its oldest event has been held for the budget less the round trip (``_due_at``), and,
+        with no budget left, nothing of the segment is in flight (``_partial_may_leave``)."""
+        while self._may_send(queue) and (
+                queue.pending_bytes >= self.config.batch_size_bytes or self._flushing or self._closed
+                or (self._partial_may_leave(queue) and time.monotonic() >= self._due_at(queue))):
             if (not queue.inflight and queue.acked_at is not None
                     and queue.acked_at.elapsed_s() > self.config.idle_writer_id_s):
                 queue.new_writer_id = True  # the server may forget an idle writer id: do not continue it
@@ -361,6 +366,11 @@ class EventStreamWriter(Generic[T]):
         in-flight slot, and is not waiting for its blocks to resolve before a new writer id."""
         return (bool(queue.pending) and not queue.sealed and len(queue.inflight) < self.config.max_inflight_blocks
                 and not (queue.new_writer_id and queue.inflight))
+
+    def _partial_may_leave(self, queue: _SegmentQueue) -> bool:
+        """A partial block joins blocks in flight only while there is budget to keep: with none (the
+        round trip takes it all) it waits for their answer, so a slow server gets fewer, larger requests."""
+        return not queue.inflight or self.hold_s() > 0
 
     def round_trip_s(self) -> float | None:
         """The smoothed round trip of this writer's appends (None until one is measured)."""
@@ -390,7 +400,7 @@ class EventStreamWriter(Generic[T]):
                 deadline: float | None = None
                 for queue in list(self._queues.values()):
                     self._maybe_send(queue)
-                    if self._may_send(queue):  # the others wait for an answer, which wakes this loop
+                    if self._may_send(queue) and self._partial_may_leave(queue):  # others wait for an answer
                         due = self._due_at(queue)
                         deadline = due if deadline is None else min(deadline, due)
                 self._cond.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -5,6 +5,7 @@ clock by the round trip during each append, and records the clock when each bloc
 
 from __future__ import annotations
 
+import threading
 import time
 import types
 
@@ -141,3 +142,33 @@ def test_the_hold_follows_the_measured_round_trip(clock):
         clock.now = 500.0
         future = writer.write_event("at-once", routing_key="k")  # no move of the clock needed
         assert outcome(future) == "ok" and sent(store, ["at-once"])["sent_at"] == 500.0
+
+
+def test_with_no_budget_left_a_partial_block_waits_for_the_answer_in_flight(clock):
+    """A round trip longer than the budget leaves no hold: an event leaves at once if nothing of its
+    segment is in flight, else with the answer, together with what gathered (one request per round
+    trip), rather than pipelining small blocks that would only load a slow server further."""
+    store = timed_store(clock, [0.400])
+    arrived, release = threading.Event(), threading.Event()
+    take_the_round_trip = store.fault
+
+    def hold_e1(call, applied):
+        take_the_round_trip(call, applied)
+        if not applied and call["events"] == ["e1"]:
+            arrived.set()
+            assert release.wait(timeout=30)
+
+    store.fault = hold_e1
+    with writer_on(FakeConnection(store), EventWriterConfig(max_latency_ms=250)) as writer:
+        warm(writer, store)
+        assert writer.hold_s() == 0.0
+        futures = [writer.write_event("e1", routing_key="k")]
+        assert arrived.wait(timeout=30)
+        futures += [writer.write_event(f"e{i}", routing_key="k") for i in (2, 3)]
+        move(writer, clock, clock.now + 1.0)  # long past any deadline: only the answer may send them
+        time.sleep(0.05)
+        with store.lock:
+            assert [c["events"] for c in store.calls] == [["warm"], ["e1"]]
+        release.set()
+        assert [outcome(f) for f in futures] == ["ok"] * 3
+    assert [c["events"] for c in store.calls] == [["warm"], ["e1"], ["e2", "e3"]]
