@@ -3,7 +3,8 @@
 #   image         the Dagster image of infra/terraform/dagster.tf (webserver, daemon and runs): `make image`
 #   emr-package   the archive EMR Serverless jobs run with (rillet, rillet_spark and their dependencies
 #                 in a venv-pack archive, passed with spark.archives): `make emr-package`
-# Both install exactly the versions in requirements.lock, the pins the tests run with.
+# Both install versions from requirements.lock, the pins the tests run with (the image only the runtime
+# part of it: docker/requirements-runtime.txt).
 
 # The EMR Serverless release of infra/terraform/emr.tf; its base images are named after the release label
 # (public.ecr.aws/emr-serverless/spark/<release label>). An ARG used in a FROM must precede the first FROM.
@@ -19,9 +20,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /opt/rillet
 
-# The lock is the whole dependency closure, so --no-deps installs exactly it, nothing resolved anew.
-COPY requirements.lock ./
-RUN pip install --no-cache-dir --no-deps -r requirements.lock
+# The lock's pins cut to what the image runs (infra/runtime_requirements.py writes the file: no pyspark,
+# moto, pandas or test tools; Spark runs on EMR). It is a whole closure, so --no-deps installs exactly
+# it, nothing resolved anew.
+COPY docker/requirements-runtime.txt ./
+RUN pip install --no-cache-dir --no-deps -r requirements-runtime.txt
 
 COPY pyproject.toml ./
 COPY client ./client

@@ -10,6 +10,7 @@ with production resources built from the environment the task definitions set.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from test_terraform import (
 )
 
 DOCKERFILE = ROOT / "Dockerfile"
+RUNTIME_PINS = ROOT / "docker" / "requirements-runtime.txt"
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 # Top-level package -> its source directory, as pyproject.toml's package finder lays them out.
 SOURCES = {"controlplane": "controlplane", "dataplane": "dataplane", "lambdas": "lambdas",
@@ -49,14 +51,66 @@ def _locked() -> set[str]:
             for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", (ROOT / "requirements.lock").read_text(), re.MULTILINE)}
 
 
-def test_the_image_installs_exactly_the_lock():
+def _runtime_requirements():
+    spec = importlib.util.spec_from_file_location("runtime_requirements", ROOT / "infra" / "runtime_requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_image_installs_the_runtime_part_of_the_lock():
     stage = _image_stage()
-    assert "pip install --no-cache-dir --no-deps -r requirements.lock" in stage
+    assert "pip install --no-cache-dir --no-deps -r requirements-runtime.txt" in stage
+    assert "COPY docker/requirements-runtime.txt ./" in stage
     assert re.search(r"pip install [^\n]*--no-deps \./client \./spark \.", stage), "the project itself without resolving"
-    # --no-deps is only right if the lock holds the whole closure of what the image runs.
-    needed = _distribution_closure(("rillet-server", "rillet", "rillet-spark", "dagster-aws", "dagster-postgres"))
-    missing = needed - _locked() - {"rillet-server", "rillet", "rillet-spark"}
-    assert not missing, f"requirements.lock lacks {sorted(missing)}, which the image needs"
+    runtime = _runtime_requirements()
+    assert RUNTIME_PINS.read_text() == runtime.render(), (
+        "docker/requirements-runtime.txt is stale: run .venv/bin/python infra/runtime_requirements.py")
+    pinned = {runtime.normalize(line.split("==")[0]) for line in RUNTIME_PINS.read_text().splitlines()
+              if "==" in line}
+    # --no-deps is only right if the pins hold the whole closure of what the image runs.
+    needed = _distribution_closure(("dagster-aws", "dagster-postgres", "dagster-webserver", "rillet"))
+    missing = needed - pinned - {"rillet"}
+    assert not missing, f"docker/requirements-runtime.txt lacks {sorted(missing)}, which the image needs"
+    heavy = {"pyspark", "moto", "pandas", "pytest", "schemathesis", "hypothesis", "ruff", "python-hcl2"}
+    assert not heavy & pinned, f"the image installs {sorted(heavy & pinned)}"
+    assert pinned <= _locked(), "every pin comes from requirements.lock"
+
+
+_BLOCKING_IMPORTER = """
+import importlib.abc, importlib.metadata, json, sys
+allowed = set(json.loads(sys.argv[1]))
+providers = importlib.metadata.packages_distributions()
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        dists = {d.lower().replace("_", "-") for d in providers.get(top, [])}
+        if dists and not dists & allowed:
+            raise ImportError(f"{top} ({sorted(dists)}) is not in the image")
+sys.meta_path.insert(0, Block())
+import dagster_project.definitions, dagster_project.postgres_storage, dagster_aws.ecs, dagster_webserver, dagster_postgres
+print("loaded")
+"""
+
+
+def test_the_code_location_and_instance_load_with_only_the_image_packages():
+    """The definitions and the instance's classes import with every distribution outside the image
+    blocked (pyspark, moto, pandas, ...): the slim image is enough."""
+    pinned = [line.split("==")[0].lower() for line in RUNTIME_PINS.read_text().splitlines() if "==" in line]
+    allowed = json.dumps(pinned + ["rillet", "rillet-spark", "rillet-server"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RILLET_", "DAGSTER_"))}
+    env |= {"RILLET_EMR_APPLICATION_ID": "00app", "RILLET_EMR_JOB_ROLE_ARN": "arn:aws:iam::1:role/emr",
+            "RILLET_EMR_ARTIFACTS_URI": "s3://out/rillet/emr"}
+    result = subprocess.run([sys.executable, "-c", _BLOCKING_IMPORTER, allowed], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0 and "loaded" in result.stdout, result.stderr[-3000:]
+
+
+def test_the_import_blocker_blocks():
+    allowed = json.dumps(["dagster"])
+    result = subprocess.run([sys.executable, "-c", _BLOCKING_IMPORTER, allowed], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode != 0 and "is not in the image" in result.stderr
 
 
 def test_the_image_holds_every_package_the_code_location_imports():
