@@ -9,22 +9,26 @@ point group, so the SDK itself depends on nothing server-side.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pydantic import ValidationError
-
-from rillet import api, cli_admin, cli_completion, cli_data, cli_format, cli_grants, cli_kvt, cli_segments
+# Only what building the parser needs: the SDK's models and clients are imported by the commands
+# that use them (bench.cli_startup measures what a command costs to start).
+from rillet import cli_completion, cli_format
+from rillet.cli_commands import HELP, MODULES
 from rillet.errors import AlreadyExists, InvalidArgument, NoSuchKey, NotFound, RilletError
-from rillet.manager import StreamManager
-from rillet.models import RetentionPolicy, ScaleType, ScalingPolicy, StreamConfiguration, StreamInfo
 from rillet.names import split_scoped_name
+
+if TYPE_CHECKING:
+    from rillet.manager import StreamManager
+    from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9090"
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
@@ -52,6 +56,8 @@ def parse_size(text: str) -> int:
 
 def parse_scaling(text: str) -> ScalingPolicy:
     """``fixed:N``, ``events:TARGET,FACTOR,MIN`` or ``kbytes:TARGET,FACTOR,MIN``."""
+    from rillet.models import ScalingPolicy
+
     kind, _, args = text.partition(":")
     try:
         numbers = [int(x) for x in args.split(",")]
@@ -96,6 +102,8 @@ def _retention(args: argparse.Namespace) -> RetentionPolicy | None:
     _requires(args, "subscriber_timeout", "retention_time", "retention_size",
               why="consumption-based retention keeps within a time or size policy's limits")
     _requires(args, "fallback_after", "subscriber_timeout", why="the fallback of consumption-based retention")
+    from rillet.models import RetentionPolicy
+
     if args.retention_time is not None:
         retention = RetentionPolicy.by_time(args.retention_time, args.retention_time_max)
     elif args.retention_size is not None:
@@ -108,7 +116,10 @@ def _retention(args: argparse.Namespace) -> RetentionPolicy | None:
 
 
 def _configuration(args: argparse.Namespace) -> StreamConfiguration:
-    return StreamConfiguration(scaling_policy=args.scaling, retention_policy=_retention(args), tags=frozenset(args.tag))
+    from rillet.models import ScalingPolicy, StreamConfiguration
+
+    return StreamConfiguration(scaling_policy=args.scaling or ScalingPolicy.fixed(1), retention_policy=_retention(args),
+                               tags=frozenset(args.tag))
 
 
 def _configuration_change(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,6 +151,8 @@ def _configuration_change(args: argparse.Namespace) -> dict[str, Any]:
 
 def describe_scaling(policy: ScalingPolicy) -> str:
     """``fixed:3``, ``events:100,2,1``: the form ``--scaling`` takes."""
+    from rillet.models import ScaleType
+
     if policy.scale_type == ScaleType.FIXED_NUM_SEGMENTS:
         return f"fixed:{policy.min_num_segments}"
     kind = "events" if policy.scale_type == ScaleType.BY_RATE_IN_EVENTS_PER_SEC else "kbytes"
@@ -168,6 +181,8 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def _manager(args: argparse.Namespace) -> StreamManager:
+    from rillet.manager import StreamManager
+
     return StreamManager(args.endpoint)
 
 
@@ -212,6 +227,8 @@ def _stream_update(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
     change = _configuration_change(args)
     path = f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}/configuration"
+    from rillet.models import StreamInfo
+
     info = StreamInfo.model_validate(_manager(args).controller.transport.json("PATCH", path, json_body=change))
     lines = _configuration_lines(info.configuration)
     _emit(args, {"stream": args.stream, "state": info.state.value, "configuration": info.configuration.model_dump(mode="json")},
@@ -261,7 +278,7 @@ def _stream_info(args: argparse.Namespace) -> None:
 def _add_configuration_options(parser: argparse.ArgumentParser, *, update: bool) -> None:
     """The same options for create and update; on update each one absent leaves its setting as it is."""
     keep = "; absent, it stays as it is" if update else ""
-    parser.add_argument("--scaling", type=parse_scaling, default=None if update else ScalingPolicy.fixed(1),
+    parser.add_argument("--scaling", type=parse_scaling,
                         help="fixed:N" + ("" if update else " (default fixed:1)")
                              + f", events:TARGET,FACTOR,MIN or kbytes:TARGET,FACTOR,MIN{keep}")
     retention = parser.add_argument_group(
@@ -285,28 +302,43 @@ def _add_configuration_options(parser: argparse.ArgumentParser, *, update: bool)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The command tree. Given the arguments it is about to parse, a plugin (``rillet standalone``, which
-    imports the server) is imported only if they name its command or need every command (help,
-    completion); otherwise it is a placeholder, so that plain commands start without server code."""
+    """The command tree. Given the arguments it is about to parse, a command's module (and the SDK it
+    imports) is imported only if they name the command or need every command (completion); otherwise
+    the command is a placeholder. So ``rillet --version`` and ``--help`` import no SDK, a plain command
+    only what it uses, and none imports the server (``rillet standalone``, a plugin)."""
     parser = argparse.ArgumentParser(prog="rillet", description="Rillet streams from the command line.")
     parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
                         help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--as", dest="identity", metavar="IAM_ARN",
                         help="act as this IAM identity: only a standalone stack started with --simulate-identities "
-                             f"honours it (env {api.SIMULATED_IDENTITY_ENV}); on AWS the signed identity counts")
+                             "honours it (env RILLET_SIMULATED_IDENTITY); on AWS the signed identity counts")
     parser.add_argument("--version", action="version", version=f"rillet {version('rillet')}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    word = None if argv is None else _command_word(parser, argv)
+    every = argv is None or word == "completion"
 
+    def wanted(name: str) -> bool:
+        return every or word == name
+
+    commands = parser.add_subparsers(dest="command", required=True)
     scope = commands.add_parser("scope", help="create, delete and list scopes").add_subparsers(dest="action", required=True)
     for name, fn, help_text in (("create", _scope_create, "create a scope"), ("delete", _scope_delete, "delete an empty scope")):
         p = scope.add_parser(name, help=help_text)
         p.add_argument("scope")
         p.set_defaults(func=fn)
     scope.add_parser("list", help="list scopes").set_defaults(func=_scope_list)
+    stream = commands.add_parser("stream", help="create, update, seal, delete, list and describe streams; "
+                                                "write, read and tail events; segments, scaling, cuts")
+    if wanted("stream"):
+        _add_stream_actions(stream.add_subparsers(dest="action", required=True))
+    _add_module_commands(commands, wanted)
+    cli_completion.register(commands, parser)
+    return parser
 
-    stream = commands.add_parser("stream", help="create, update, seal, delete, list and describe streams")
-    actions = stream.add_subparsers(dest="action", required=True)
+
+def _add_stream_actions(actions: argparse._SubParsersAction) -> None:
+    from rillet import cli_data, cli_segments
+
     for name, fn, help_text in (("create", _stream_create, "create a stream"),
                                 ("update", _stream_update, "change what the options name in a stream's configuration")):
         p = actions.add_parser(name, help=help_text)
@@ -325,19 +357,23 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     cli_data.register(actions)
     cli_segments.register(actions)
 
-    cli_admin.register(commands)
-    cli_completion.register(commands, parser)
-    cli_kvt.register(commands)
-    cli_grants.register(commands)
-    word = None if argv is None else _command_word(parser, argv)
-    every = argv is None or word == "completion" or (word is None and "--version" not in argv)
+
+def _add_module_commands(commands: argparse._SubParsersAction, wanted: Callable[[str], bool]) -> None:
+    """The commands of cli_admin, cli_kvt and cli_grants, and the plugins' (``rillet standalone``,
+    which imports the server): each module imported only if a command it adds is wanted, otherwise
+    its commands are placeholders that show in ``--help``."""
+    for module, names in MODULES.items():
+        if any(wanted(name) for name in names):
+            importlib.import_module(module).register(commands)
+        else:
+            for name in names:
+                commands.add_parser(name, help=HELP[name])
     for plugin in entry_points(group="rillet.cli"):
-        if every or word == plugin.name:
+        if wanted(plugin.name):
             register: Callable[[Any], None] = plugin.load()
             register(commands)
         else:
-            commands.add_parser(plugin.name, help=f"a plugin ({plugin.value})")
-    return parser
+            commands.add_parser(plugin.name, help=f"a plugin: rillet {plugin.name} --help")
 
 
 def _command_word(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
@@ -355,6 +391,8 @@ def _command_word(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str |
 
 def _one_line(error: ValueError) -> str:
     """A rejected value in one line: a pydantic error's first message (naming the field), not its report."""
+    from pydantic import ValidationError
+
     if isinstance(error, ValidationError) and error.errors():
         first = error.errors(include_url=False)[0]
         cause = first.get("ctx", {}).get("error")
@@ -375,9 +413,11 @@ def _print_error(args: argparse.Namespace, error: RilletError) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
-    previous_identity = os.environ.get(api.SIMULATED_IDENTITY_ENV)
+    from rillet.api import SIMULATED_IDENTITY_ENV  # after parsing: --version and --help never load the models
+
+    previous_identity = os.environ.get(SIMULATED_IDENTITY_ENV)
     if args.identity:
-        os.environ[api.SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
+        os.environ[SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
     try:
         args.func(args)
     except UsageError as e:
@@ -400,9 +440,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if args.identity:  # for this command only (main also runs in-process, from tests and scripts)
             if previous_identity is None:
-                os.environ.pop(api.SIMULATED_IDENTITY_ENV, None)
+                os.environ.pop(SIMULATED_IDENTITY_ENV, None)
             else:
-                os.environ[api.SIMULATED_IDENTITY_ENV] = previous_identity
+                os.environ[SIMULATED_IDENTITY_ENV] = previous_identity
     return 0
 
 

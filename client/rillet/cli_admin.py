@@ -7,6 +7,7 @@ import argparse
 import json
 import time
 
+from rillet.cli_commands import HELP
 from rillet.cli_data import resolve_cut
 from rillet.cli_format import describe_retention, human_bytes, human_duration, rounded_duration
 from rillet.connection import Connection
@@ -186,7 +187,7 @@ def retention_status(args: argparse.Namespace) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Adds ``rg``, ``txn`` and ``retention`` to ``rillet``."""
-    rg = commands.add_parser("rg", help="reader groups: list, create, describe, reset, delete").add_subparsers(
+    rg = commands.add_parser("rg", help=HELP["rg"]).add_subparsers(
         dest="action", required=True)
     p = rg.add_parser("list", help="the reader groups of a scope")
     p.add_argument("scope")
@@ -207,7 +208,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="from_cut", default="head", help="head (default), tail or a stream cut")
     p.set_defaults(func=rg_reset)
 
-    txn = commands.add_parser("txn", help="transactions: list, info, abort").add_subparsers(dest="action", required=True)
+    txn = commands.add_parser("txn", help=HELP["txn"]).add_subparsers(dest="action", required=True)
     p = txn.add_parser("list", help="a stream's open, committing and aborting transactions")
     p.add_argument("stream", help="SCOPE/STREAM")
     p.set_defaults(func=txn_list)
@@ -218,7 +219,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         p.add_argument("txn_id")
         p.set_defaults(func=fn)
 
-    retention = commands.add_parser("retention", help="a stream's retention").add_subparsers(dest="action", required=True)
+    retention = commands.add_parser("retention", help=HELP["retention"]).add_subparsers(dest="action", required=True)
     p = retention.add_parser("status", help="the policy in human terms, what the stream retains, the last decision "
                                            "and the subscribers' lag")
     p.add_argument("stream", help="SCOPE/STREAM")

@@ -1,9 +1,12 @@
 """How the CLI, and Dagster's reports, state sizes, durations and policies: ``10 GB``, ``7d``,
-``time >= 7d``. Imports only the model types, so it costs a command nothing to load."""
+``time >= 7d``. Imports nothing, so it costs a command nothing to load."""
 
 from __future__ import annotations
 
-from rillet.models import RetentionPolicy, RetentionType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rillet.models import RetentionPolicy
 
 _UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
 _UNITS_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
@@ -38,7 +41,7 @@ def describe_retention(policy: RetentionPolicy | None) -> str:
     """``time >= 7d``, ``size 10 GB..100 GB``, ``consumption-based, subscribers timeout 1h, fallback after 7d; ...``."""
     if policy is None:
         return "none (kept forever)"
-    show = human_duration if policy.retention_type == RetentionType.TIME else human_size
+    show = human_duration if policy.retention_type.value == "TIME" else human_size
     kind = policy.retention_type.value.lower()
     limits = (f"{kind} {show(policy.retention_param)}..{show(policy.retention_max)}" if policy.retention_max is not None
               else f"{kind} >= {show(policy.retention_param)}")

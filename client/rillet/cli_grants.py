@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rillet.cli_commands import HELP
 from rillet.grants import GrantsClient, Permission
 from rillet.transport import Transport
 
@@ -44,7 +45,7 @@ def grant_list(args: argparse.Namespace) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Adds ``grant add|list|remove`` to ``rillet``."""
-    grant = commands.add_parser("grant", help="permission grants: add, list, remove").add_subparsers(
+    grant = commands.add_parser("grant", help=HELP["grant"]).add_subparsers(
         dest="action", required=True)
     for name, fn, help_text in (("add", grant_add, "grant a principal a permission on resources"),
                                 ("remove", grant_remove, "revoke a grant")):

@@ -12,6 +12,7 @@ import argparse
 import base64
 import json
 
+from rillet.cli_commands import HELP
 from rillet.errors import NoSuchKey
 from rillet.kvt import KeyValueTable, KeyValueTableManager, TableEntry, Version, table_key
 from rillet.kvt_models import KeyValueTableConfiguration, TableKey
@@ -151,7 +152,7 @@ def kvt_list_keys(args: argparse.Namespace) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Adds ``rillet kvt`` with create, list, describe, seal, delete, put, get, remove and list-keys."""
-    actions = commands.add_parser("kvt", help="key-value tables: lifecycle and entries").add_subparsers(
+    actions = commands.add_parser("kvt", help=HELP["kvt"]).add_subparsers(
         dest="action", required=True)
 
     p = actions.add_parser("create", help="create a key-value table")

@@ -34,7 +34,8 @@ def complete(script: str, *words: str) -> list[str]:
 def test_bash_completion_offers_commands_actions_and_options():
     done = subprocess.run([RILLET, "completion", "bash"], capture_output=True, text=True, timeout=60, check=True)
     script = done.stdout
-    assert complete(script, "rillet", "")[:6] == ["scope", "stream", "rg", "txn", "retention", "completion"]
+    assert complete(script, "rillet", "")[:6] == ["scope", "stream", "rg", "txn", "retention", "kvt"]
+    assert {"grant", "standalone", "completion"} <= set(complete(script, "rillet", ""))
     assert complete(script, "rillet", "--endpoint", "http://x", "stream", "s") == ["seal", "segments", "scale"]
     assert complete(script, "rillet", "--json", "stream", "scale", "a/b", "--m") == ["--merge"]
     assert complete(script, "rillet", "rg", "") == ["list", "create", "describe", "delete", "reset"]

@@ -1,5 +1,6 @@
 """Plugins of the ``rillet`` command load only when needed: ``rillet standalone`` imports the server
-(moto, the handlers), which plain commands and ``--version`` must not pay for at every start."""
+(moto, the handlers), which plain commands, ``--version`` and ``--help`` must not pay for at every
+start; and the CLI's own command modules likewise load only for their commands (issue 30)."""
 
 from __future__ import annotations
 
@@ -12,25 +13,40 @@ PROBE = """
 import sys
 from rillet.cli import build_parser
 parser = build_parser(sys.argv[1:])
-print("standalone.cli" in sys.modules)
+print(" ".join(sorted(m for m in sys.modules if m == "standalone.cli" or m.startswith("rillet.cli_"))))
 """
+COMMAND_MODULES = {"rillet.cli_admin", "rillet.cli_data", "rillet.cli_grants", "rillet.cli_kvt", "rillet.cli_segments"}
+
+
+def _imported(*argv: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120,
+                          check=True)
+    return set(done.stdout.split())
 
 
 def _loads_the_plugin(*argv: str) -> bool:
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120,
-                          check=True)
-    return done.stdout.strip() == "True"
+    return "standalone.cli" in _imported(*argv)
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["scope", "list"], ["--endpoint", "standalone", "stream", "info", "a/b"]])
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["scope", "list"],
+                                  ["--endpoint", "standalone", "stream", "info", "a/b"]])
 def test_plain_commands_do_not_import_the_plugin(argv):
     assert not _loads_the_plugin(*argv)
 
 
 @pytest.mark.parametrize("argv", [["standalone", "--no-dagster"], ["--json", "standalone"], ["completion", "bash"],
-                                  ["--help"]])
-def test_the_plugin_is_imported_for_its_command_help_and_completion(argv):
+                                  ["standalone", "--help"]])
+def test_the_plugin_is_imported_for_its_command_and_completion(argv):
     assert _loads_the_plugin(*argv)
+
+
+@pytest.mark.parametrize(("argv", "modules"), [
+    (["--version"], set()), (["--help"], set()), (["scope", "list"], set()),
+    (["kvt", "get", "a/b", "k"], {"rillet.cli_kvt"}), (["--json", "rg", "list", "a"], {"rillet.cli_admin", "rillet.cli_data"}),  # resolve_cut
+    (["stream", "info", "a/b"], {"rillet.cli_data", "rillet.cli_segments"}),
+    (["completion", "bash"], COMMAND_MODULES)])
+def test_a_command_imports_only_its_own_module(argv, modules):
+    assert _imported(*argv) & COMMAND_MODULES == modules
 
 
 def test_the_placeholder_never_runs_in_place_of_the_plugin():
