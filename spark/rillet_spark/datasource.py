@@ -253,12 +253,18 @@ def _pieces(scope: str, stream: str, slices: list) -> list[_Piece]:
     return [_Piece(scope, stream, s.segment.segment_id, s.start_offset, s.end_offset) for s in slices]
 
 
+def _split_size(options: _Options, pieces: list[_Piece], max_bytes: int | None) -> int | None:
+    """The most bytes a partition of ``pieces`` holds: ``max_bytes``, or less where ``min_partitions``
+    asks for more partitions."""
+    if not options.min_partitions:
+        return max_bytes
+    wanted = max(1, -(-sum(piece.size for piece in pieces) // options.min_partitions))
+    return wanted if max_bytes is None else min(max_bytes, wanted)
+
+
 def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) -> list[RangePartition]:
     """One partition per piece, split at plan-part boundaries (event boundaries) so that none holds more
-    than ``max_bytes`` (a single larger part stays whole), or than ``min_partitions`` leaves for each."""
-    if options.min_partitions:
-        wanted = max(1, -(-sum(piece.size for piece in pieces) // options.min_partitions))
-        max_bytes = wanted if max_bytes is None else min(max_bytes, wanted)
+    than ``max_bytes`` (a single larger part stays whole)."""
     connection = options.connection()
     partitions = []
     for piece in pieces:
@@ -367,7 +373,7 @@ class _Reader(DataSourceReader):
         batch = BatchClient(connection)
         pieces = [piece for scope, stream in o.streams for piece in _pieces(scope, stream, batch.list_segments(
             scope, stream, o.start(connection, scope, stream), o.end(connection, scope, stream)))]
-        return _partitions(o, pieces, o.max_partition_bytes)
+        return _partitions(o, pieces, _split_size(o, pieces, o.max_partition_bytes))
 
     def read(self, partition: RangePartition) -> Iterator:
         yield from _read(self.options, partition)
@@ -474,27 +480,40 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
         return self._last_end
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        from rillet.errors import InvalidArgument, SegmentNotFound, Truncated
+        from rillet.errors import SegmentNotFound, Truncated
 
         o = self.options
         self._last_end = self._last_end or end
-        controller = o.connection().controller
-        starts, pieces = _cuts(start), []
+        starts, ranges = _cuts(start), {}
         for name, stop in _cuts(end).items():
             scope, stream = name.split("/", 1)
-            if name not in starts or (scope, stream) not in o.streams:
-                continue  # a stream joining (nothing of it in this batch) or no longer read
-            try:
-                pieces += _pieces(scope, stream, controller.slices(scope, stream, starts[name], stop).slices)
-                continue
-            except (Truncated, SegmentNotFound) as lost:
-                head = self._data_lost(scope, stream, starts[name], lost)
-            try:
-                pieces += _pieces(scope, stream, controller.slices(scope, stream, head, stop).slices)
-            except (Truncated, SegmentNotFound, InvalidArgument):
-                pass  # the stream's part of the batch lies below its head: nothing of it, the next batch goes on
+            if name in starts and (scope, stream) in o.streams:  # else joining (nothing of it yet) or dropped
+                ranges[(scope, stream, starts[name], stop)] = self._pieces(scope, stream, starts[name], stop)
         # One partition per segment (each key's events in order) unless min_partitions asks for more.
-        return _partitions(o, pieces, None)
+        max_bytes = _split_size(o, [piece for pieces in ranges.values() for piece in pieces], None)
+        partitions = []
+        for (scope, stream, begin, stop), pieces in ranges.items():
+            try:
+                partitions += _partitions(o, pieces, max_bytes)
+            except (Truncated, SegmentNotFound) as lost:  # truncated since the slices were listed
+                head = self._data_lost(scope, stream, begin, lost)
+                partitions += _partitions(o, self._pieces(scope, stream, head, stop), max_bytes)
+        return partitions
+
+    def _pieces(self, scope: str, stream: str, begin: str, stop: str) -> list[_Piece]:
+        """The stream's pieces of the batch from ``begin`` to ``stop``: from the head when retention
+        truncated what the query had not read (``fail_on_data_loss``), none when all of it lies below."""
+        from rillet.errors import InvalidArgument, SegmentNotFound, Truncated
+
+        controller = self.options.connection().controller
+        try:
+            return _pieces(scope, stream, controller.slices(scope, stream, begin, stop).slices)
+        except (Truncated, SegmentNotFound) as lost:
+            head = self._data_lost(scope, stream, begin, lost)
+        try:
+            return _pieces(scope, stream, controller.slices(scope, stream, head, stop).slices)
+        except (Truncated, SegmentNotFound, InvalidArgument):
+            return []  # the stream's part of the batch lies below its head: the next batch goes on
 
     def _data_lost(self, scope: str, stream: str, start: str, lost: Exception) -> str:
         """Retention truncated bytes this query had not read (it was stopped, or slower than the policy):
