@@ -848,11 +848,12 @@ class ReaderGroups:
         deadline is near: :func:`fold_due`); otherwise the reader's own small item, and that only when
         its offsets moved or its last renewal is a RENEW_FRACTION-th of a lease old. A sync that
         changes nothing writes nothing."""
+        everyone = False  # read every reader's item, not only this reader's
         for attempt in range(20):
             record = self._record(scope, group)
             state = GroupState.model_validate(record.state)
             now = _now()
-            fold = fold_due(state, now)
+            fold = everyone or fold_due(state, now)
             if fold:
                 items = self.items.all(scope, group)
             else:
@@ -867,6 +868,9 @@ class ReaderGroups:
             result = sync(state, reader, request, now, self._successors)
             deadline = schedule_lease_check(state, now)
             lease = state.config.reader_lease_ms
+            if not fold and _leaving(joins, state, items):
+                everyone = True  # it takes readers offline: only on what every reader's own item says
+                continue
             if shared_view(state) == before:
                 entry = state.readers[reader]
                 if _offsets(entry) != offsets or now - renewed >= lease // RENEW_FRACTION:
@@ -876,7 +880,7 @@ class ReaderGroups:
                         continue  # near its lease's end: another sync may be taking it offline (see _write)
                 return result
             try:
-                self._write(scope, group, record, state, _leaving(joins, state, items) if fold else {})
+                self._write(scope, group, record, state, _leaving(joins, state, items))
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
