@@ -52,41 +52,84 @@ def rg_list(args: argparse.Namespace) -> None:
     _print(args, names, "\n".join(names) or "(no reader groups)")
 
 
+def _segment_rows(groups: ReaderGroupManager, cuts: dict[str, StreamCut], owners: dict[tuple[str, int], str]) -> list[dict]:
+    """Per segment the group has yet to finish: where it is (offset), where the segment ends now (end)
+    and the lag between, from its position to the tail (one slices request per stream; a successor it
+    has not reached yet starts at 0), with the reader that holds it."""
+    rows = []
+    for name, cut in cuts.items():
+        for piece in groups.connection.controller.slices(cut.scope, cut.stream, cut.to_text()).slices:
+            rows.append({"stream": name, "segment": piece.segment.number, "segment_id": piece.segment.segment_id,
+                         "range": [piece.segment.low, piece.segment.high], "offset": piece.start_offset,
+                         "end": piece.end_offset, "lag_bytes": piece.end_offset - piece.start_offset,
+                         "owner": owners.get((name, piece.segment.segment_id))})
+    return rows
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in (header, *rows)]
+
+
 def rg_describe(args: argparse.Namespace) -> None:
+    """The group, then a table of its segments (offset, end, lag, owner) like ``kafka-consumer-groups
+    --describe``, whether or not a reader is online; silent checkpoints (the SDK's own, taken to cut
+    the streams exactly) are not shown as the last checkpoint."""
     groups, name = _group(args)
     group = groups.get_reader_group(name)
     info = group.info()
     cuts = group.get_stream_cuts()
     unread = group.unread_bytes()
+    readers = groups.connection.controller.reader_statuses(groups.scope, name)
+    acknowledged = groups.connection.controller.acknowledged_cuts(groups.scope, name)
+    owners = {(s.stream, s.segment.segment_id): r.reader for r in readers for s in r.segments}
+    rows = _segment_rows(groups, cuts, owners)
+    last = info.last_checkpoint.name if info.last_checkpoint and not info.last_checkpoint.name.startswith("silent-") \
+        else None
     data = {"group": args.group, "generation": info.config.generation,
             "streams": [s.scoped_name for s in info.config.streams],
             "subscriber": info.config.retention_type.value, "online_readers": info.online_readers,
             "unassigned_segments": info.unassigned_segments, "unread_bytes": unread,
-            "outstanding_checkpoints": info.outstanding_checkpoints,
-            "last_checkpoint": info.last_checkpoint.name if info.last_checkpoint else None,
+            "outstanding_checkpoints": [c for c in info.outstanding_checkpoints if not c.startswith("silent-")],
+            "last_checkpoint": last, "segments": rows,
             "positions": {stream: cut.to_text() for stream, cut in cuts.items()}}
+    now_ms = time.time() * 1000
+    seen = {r.reader: f"{r.reader} (seen {_ago(now_ms - r.last_seen_ms)})" for r in readers}
     lines = [f"reader group  {args.group} (generation {info.config.generation})",
              f"streams       {', '.join(data['streams'])}",
              f"subscriber    {'no' if info.config.retention_type == StreamDataRetention.NONE else info.config.retention_type.value}",
-             f"readers       {', '.join(info.online_readers) or '(none online)'}",
+             f"readers       {', '.join(seen.get(r, r) for r in info.online_readers) or '(none online)'}",
              f"unassigned    {info.unassigned_segments} segments",
              f"lag           {human_bytes(unread)} unread",
-             f"checkpoints   last {data['last_checkpoint'] or '-'}; outstanding {', '.join(info.outstanding_checkpoints) or '-'}"]
-    lines += [f"position      {cut.to_text()}" for cut in cuts.values()]
-    readers = groups.connection.controller.reader_statuses(groups.scope, name)
-    acknowledged = groups.connection.controller.acknowledged_cuts(groups.scope, name)
+             f"checkpoints   last {last or '-'}; outstanding {', '.join(data['outstanding_checkpoints']) or '-'}"]
+    several = len(info.config.streams) > 1
+    lines += [""] + _table(
+        [*(["STREAM"] if several else []), "SEGMENT", "RANGE", "OFFSET", "END", "LAG", "OWNER"],
+        [[*([r["stream"]] if several else []), str(r["segment"]), f"[{r['range'][0]:.2f}, {r['range'][1]:.2f})",
+          f"{r['offset']:,}", f"{r['end']:,}", human_bytes(r["lag_bytes"]), r["owner"] or "-"] for r in rows])
     data["readers"] = [r.model_dump(mode="json") for r in readers]
     data["acknowledged_cuts"] = {f"{a.cut.scope}/{a.cut.stream}": {
         "cut": _cut_text(a.cut), "updated_ms": a.updated_ms, "generation": a.generation} for a in acknowledged}
-    now_ms = time.time() * 1000
-    several = len(info.config.streams) > 1
-    for r in readers:
-        held = ", ".join(f"{s.stream + ' ' if several else ''}{s.segment.number}@{s.offset} "
-                         f"({human_bytes(s.unread_bytes)} unread)" for s in r.segments)
-        lines.append(f"reader        {r.reader}: {held or 'no segments'}; lag {human_bytes(r.unread_bytes)}, "
-                     f"seen {_ago(now_ms - r.last_seen_ms)}")
-    lines += [f"acknowledged  {_cut_text(a.cut)} ({_ago(now_ms - a.updated_ms)})" for a in acknowledged]
+    for a in acknowledged:
+        held = ", ".join(f"{p.segment.number}@{p.offset:,}" for p in a.cut.positions)
+        lines.append(f"acknowledged  {a.cut.scope}/{a.cut.stream} {held} ({_ago(now_ms - a.updated_ms)})")
     _print(args, data, "\n".join(lines))
+
+
+def rg_lag(args: argparse.Namespace) -> None:
+    """One line per group: what it has yet to read (a group, or every group of a scope)."""
+    if "/" in args.target:
+        scope, group = split_scoped_name(args.target, "reader group")
+        names = [group]
+    else:
+        scope = validate_scope_name(args.target)
+        names = list(Connection(args.endpoint).controller.list_reader_groups(scope))
+    groups = ReaderGroupManager(scope, Connection(args.endpoint))
+    lags = {f"{scope}/{n}": groups.get_reader_group(n).unread_bytes() for n in names}
+    width = max((len(n) for n in lags), default=0)
+    _print(args, lags, "\n".join(f"{n.ljust(width)}  {human_bytes(b)} unread" for n, b in lags.items())
+           or "(no reader groups)")
 
 
 def _cut_text(body: StreamCutBody) -> str:
@@ -192,6 +235,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p = rg.add_parser("list", help="the reader groups of a scope")
     p.add_argument("scope")
     p.set_defaults(func=rg_list)
+    p = rg.add_parser("lag", help="what a group (or every group of a scope) has yet to read, one line each")
+    p.add_argument("target", metavar="SCOPE[/GROUP]")
+    p.set_defaults(func=rg_lag)
     p = rg.add_parser("create", help="create a reader group over streams (from their heads)")
     p.add_argument("group", help="SCOPE/GROUP")
     p.add_argument("--stream", action="append", required=True, help="SCOPE/STREAM to read (repeatable)")

@@ -81,19 +81,28 @@ def test_rg_describe_shows_reader_positions_lag_and_the_acknowledged_cut(capsys,
 
     code, out, err = run(capsys, url, "rg", "describe", f"{scope}/g")
     assert (code, err) == (0, "")
-    assert "\nreader        r1: 0@9 (9 B unread); lag 9 B, seen " in out
-    assert f"\nacknowledged  {middle.to_text()} (" in out
+    assert "\nreaders       r1 (seen " in out
+    table = out.split("\n\n", 1)[1].splitlines()
+    assert table[0].split() == ["SEGMENT", "RANGE", "OFFSET", "END", "LAG", "OWNER"]
+    assert table[1].split() == ["0", "[0.00,", "1.00)", "9", "18", "9", "B", "r1"]
+    assert f"\nacknowledged  {stream} 0@9 (" in out and "silent-" not in out and "|" not in out
     code, out, _ = run(capsys, url, "--json", "rg", "describe", f"{scope}/g")
     described = json.loads(out)
     [r1] = described["readers"]
     assert (r1["reader"], r1["unread_bytes"]) == ("r1", 9)
     assert [(s["offset"], s["unread_bytes"]) for s in r1["segments"]] == [(9, 9)]
     assert described["acknowledged_cuts"][stream]["cut"] == middle.to_text()
+    assert run(capsys, url, "rg", "lag", f"{scope}/g") == (0, f"{scope}/g  9 B unread\n", "")
     reader.close()
 
     run(capsys, url, "rg", "create", f"{scope}/plain", "--stream", stream)
     code, out, _ = run(capsys, url, "--json", "rg", "describe", f"{scope}/plain")
     assert (json.loads(out)["readers"], json.loads(out)["acknowledged_cuts"]) == ([], {})
+    # no reader online: the table still shows where the group is and what it has yet to read
+    assert [(r["segment"], r["offset"], r["end"], r["lag_bytes"], r["owner"]) for r in json.loads(out)["segments"]] == [
+        (0, 0, 18, 18, None)]
+    code, out, _ = run(capsys, url, "rg", "lag", scope)  # g's reader left at the end it had read to
+    assert code == 0 and f"{scope}/g      0 B unread\n" in out and f"{scope}/plain  18 B unread\n" in out
     code, out, err = run(capsys, url, "rg", "describe", "no-scope-separator")
     assert code != 0 and out == "" and err.startswith("error: InvalidArgument: ")
 
