@@ -166,11 +166,14 @@ def rg_delete(args: argparse.Namespace) -> None:
 
 
 def _txn_info_text(info: TxnInfo) -> str:
+    text = (f"transaction {info.txn_id} of {info.scope}/{info.stream}: {info.state.value}, epoch {info.epoch}, "
+            f"{len(info.segments)} segments")
+    if info.state != TxnState.OPEN:  # only an open transaction has a lease that matters
+        return text
     now_ms = time.time() * 1000
     lease = ("ended" if info.lease_expiry_ms <= now_ms
              else f"ends in {human_duration(int(info.lease_expiry_ms - now_ms) // 1000 * 1000 or 1000)}")
-    return (f"transaction {info.txn_id} of {info.scope}/{info.stream}: {info.state.value}, epoch {info.epoch}, "
-            f"{len(info.segments)} segments, lease {lease}")
+    return f"{text}, lease {lease}"
 
 
 def _txn(args: argparse.Namespace):

@@ -119,9 +119,9 @@ def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> l
     except InvalidArgument as e:  # e.g. "nonsense": it would be reported as a bad SCOPE/STREAM
         raise InvalidArgument(f"not a cut: {text!r} (use head, tail or a stream cut as `rillet stream cut` "
                               "prints it)") from e
-    cut.validate()
-    if (cut.scope, cut.stream) != (scope, stream):
+    if (cut.scope, cut.stream) != (scope, stream):  # before its shape: the mistake is the stream
         raise InvalidArgument(f"the cut is of {cut.scope}/{cut.stream}, not of {scope}/{stream}")
+    cut.validate()
     return list(cut.positions)
 
 

@@ -18,7 +18,7 @@ from rillet.errors import InvalidArgument
 from rillet.keyspace import KeyRange, covers_exactly, merge_adjacent, split_evenly
 from rillet.models import SegmentRange
 from rillet.names import split_scoped_name
-from rillet.stream_cut import StreamCut
+from rillet.stream_cut import Ordering, StreamCut, compare_positions
 
 DIAGRAM_WIDTH = 64  # columns for the key space [0, 1)
 SCALE_WAIT_S = 60.0  # how long ``scale`` waits for the new epoch before reporting it still in progress
@@ -140,6 +140,11 @@ def stream_truncate(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
     cut = StreamCut.of(scope, stream, resolve_cut(connection, scope, stream, args.cut))
+    behind = {Ordering.BEFORE: "before the stream's head", Ordering.OVERLAPPING: "before the head for some keys"}.get(
+        compare_positions(list(cut.positions), connection.controller.head(scope, stream)))
+    if behind:  # said in the user's terms, not as the slices' "start cut after the end cut"
+        raise InvalidArgument(f"the cut lies {behind} (the stream is truncated up to there already): truncation "
+                              f"only moves forward; `rillet stream cut {args.stream} head` prints the head")
     released = connection.controller.slices(scope, stream, None, cut.to_text()).size_bytes
     connection.controller.truncate_stream(scope, stream, cut.offsets)
     data = {"stream": args.stream, "truncated_at": cut.to_text(), "released_bytes": released}
