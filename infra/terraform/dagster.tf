@@ -1,5 +1,6 @@
-# Dagster on ECS Fargate: the webserver and the daemon as two services, every run as a task of its own
-# (dagster-aws EcsRunLauncher), run/event/schedule storage in RDS PostgreSQL. The instance
+# Dagster on ECS Fargate: the webserver and the daemon as two services; the maintenance jobs' runs as
+# processes in the daemon's task, export runs as tasks of their own (dagster_project/run_launcher.py);
+# run/event/schedule storage in RDS PostgreSQL. The instance
 # configuration (templates/dagster.yaml.tftpl) is rendered here and handed to the containers as
 # DAGSTER_INSTANCE_YAML; the image (Dockerfile) writes it into DAGSTER_HOME and carries the workspace.
 #
@@ -483,12 +484,14 @@ resource "aws_ecs_task_definition" "webserver" {
   ])
 }
 
+# The daemon's task also runs the maintenance jobs' runs as processes of its own (run launcher in the
+# instance), hence its own memory size.
 resource "aws_ecs_task_definition" "daemon" {
   family                   = "${local.dagster_name}-daemon"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
   cpu                      = var.dagster_cpu
-  memory                   = var.dagster_memory
+  memory                   = var.dagster_daemon_memory
   execution_role_arn       = aws_iam_role.dagster_execution.arn
   task_role_arn            = aws_iam_role.dagster_daemon.arn
 

@@ -2,9 +2,9 @@
 # SNS topic (alarm_emails subscribe to it), a dashboard of the functions and the metrics they emit, and
 # an optional monthly budget. docs/operations.md says what each alarm means and what to do.
 #
-# Cost: an alarm on a standard metric is $0.10 a month; with the defaults (no reservations, no budget)
-# this file holds about 20 alarms, so about $2 a month, plus the dashboard ($3; free for the first three
-# in an account) and the log metric filter (free; its one custom metric $0.30).
+# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 14
+# one-metric alarms and 4 metric-math alarms of 20 metrics, $3.40 a month, plus the dashboard ($3; free
+# for the first three in an account) and the log metric filter's one custom metric ($0.30).
 
 locals {
   alarm_actions = [aws_sns_topic.alarms.arn]

@@ -139,15 +139,21 @@ variable "dagster_security_group_ids" {
 }
 
 variable "dagster_cpu" {
-  description = "Fargate CPU units of each Dagster task (webserver, daemon, run)."
+  description = "Fargate CPU units of each Dagster task (webserver, daemon, export run)."
   type        = number
   default     = 512
 }
 
 variable "dagster_memory" {
-  description = "Fargate memory (MiB) of each Dagster task."
+  description = "Fargate memory (MiB) of the webserver's and the export runs' tasks (the daemon's: dagster_daemon_memory)."
   type        = number
   default     = 1024
+}
+
+variable "dagster_daemon_memory" {
+  description = "Fargate memory (MiB) of the daemon's task, which also runs the maintenance jobs' runs (a Python process each, up to dagster_max_concurrent_runs at once); 2 GB for 0.5 vCPU adds about $2.60 a month over 1 GB."
+  type        = number
+  default     = 2048
 }
 
 variable "dagster_architecture" {

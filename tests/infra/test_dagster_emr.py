@@ -39,6 +39,7 @@ from test_terraform import (  # the sibling module: the parser and the IAM helpe
 )
 
 from dagster_project.postgres_storage import SecretPasswordPostgresStorage
+from dagster_project.run_launcher import MaintenanceInDaemonRunLauncher
 
 TEMPLATE = TF_DIR / "templates" / "dagster.yaml.tftpl"
 TASK_ROLES = {"webserver": "dagster_webserver", "daemon": "dagster_daemon", "run": "dagster_run"}
@@ -143,11 +144,13 @@ def test_instance_config_is_the_ecs_launcher_with_postgres(monkeypatch, tmp_path
     monkeypatch.setenv("DAGSTER_PG_PORT", "5432")
     config, _ = dagster_instance_config(str(tmp_path), "dagster.yaml")  # Dagster's own validation
     launcher = config["run_launcher"]
-    assert (launcher["module"], launcher["class"]) == ("dagster_aws.ecs", "EcsRunLauncher")
-    assert process_config(EcsRunLauncher.config_type(), launcher["config"]).success
-    network = launcher["config"]["run_task_kwargs"]["networkConfiguration"]["awsvpcConfiguration"]
+    assert (launcher["module"], launcher["class"]) == ("dagster_project.run_launcher", "MaintenanceInDaemonRunLauncher")
+    assert process_config(MaintenanceInDaemonRunLauncher.config_type(), launcher["config"]).success
+    ecs = launcher["config"]["ecs"]  # the export runs' launcher
+    assert process_config(EcsRunLauncher.config_type(), ecs).success
+    network = ecs["run_task_kwargs"]["networkConfiguration"]["awsvpcConfiguration"]
     assert network == {"subnets": ["subnet-a", "subnet-b"], "securityGroups": ["sg-1"], "assignPublicIp": "DISABLED"}
-    assert launcher["config"]["secrets_tag"] is None, "the launcher must not list every secret of the account"
+    assert ecs["secrets_tag"] is None, "the launcher must not list every secret of the account"
     storage = config["storage"]["custom"]
     assert (storage["module"], storage["class"]) == ("dagster_project.postgres_storage", "SecretPasswordPostgresStorage")
     assert process_config(SecretPasswordPostgresStorage.config_type(), storage["config"]).success
