@@ -74,15 +74,17 @@ def route_worker_output() -> None:
         sys.stdout = _Output(os.path.splitext(os.path.basename(path))[0], path, sys.__stderr__)
 
 
-def tee_process_output(source: str, stream: IO[str], path: str) -> threading.Thread:
+def tee_process_output(source: str, stream: IO[str], path: str,
+                       stopping: threading.Event | None = None) -> threading.Thread:
     """Copy a child process's output to the log file, and its important lines to the terminal, until
-    the child closes it."""
+    the child closes it. Once ``stopping`` is set, only the file: what a child reports while it is
+    being stopped (Dagster: the runs the stop interrupted, as failures) is the stop, not news."""
     def copy() -> None:
         with open(path, "a", buffering=1) as file:
             for line in stream:
                 file.write(line)
                 shown = terminal_line(source, line.rstrip("\n"), path)
-                if shown:
+                if shown and not (stopping and stopping.is_set()):
                     print(shown, file=sys.stderr, flush=True)
 
     thread = threading.Thread(target=copy, name=f"log-{source}", daemon=True)

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -91,6 +92,7 @@ class Stack:
         self.dagster_home: str | None = None
         self.deployment: Deployment | None = None
         self._log_files: set[str] = set()
+        self._stopping = threading.Event()  # Dagster's reports of the runs a stop interrupts stay in its log
 
     @property
     def controller_url(self) -> str:
@@ -162,7 +164,7 @@ class Stack:
              "-h", self.config.host, "-p", str(self._dagster_port)],
             env=child_env, stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         if self.config.log_dir:
-            tee_process_output("dagster", self.dagster.stdout, self.log_file("dagster"))
+            tee_process_output("dagster", self.dagster.stdout, self.log_file("dagster"), self._stopping)
 
     def log_file(self, name: str) -> str:
         """The log file of a function or of Dagster, emptied the first time it is named."""
@@ -188,6 +190,7 @@ class Stack:
         raise TimeoutError("the Dagster webserver did not come up")
 
     def stop(self) -> None:
+        self._stopping.set()
         if self.dagster and self.dagster.poll() is None:
             os.killpg(self.dagster.pid, signal.SIGTERM)
             try:

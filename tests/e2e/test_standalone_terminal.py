@@ -8,9 +8,10 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import socket
+import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,7 +20,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import rillet
-from standalone.logs import LOG_FILE_ENV, route_worker_output, terminal_line
+from standalone.logs import LOG_FILE_ENV, route_worker_output, tee_process_output, terminal_line
 
 
 def _post(url: str, body: bytes) -> int:
@@ -57,7 +58,7 @@ def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
                                      "-f", f"{unique}/s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             time.sleep(3)
             tail.send_signal(signal.SIGINT)
-            out, err = tail.communicate(timeout=30)
+            _, err = tail.communicate(timeout=30)
             assert (tail.returncode, err) == (130, ""), err
     finally:
         process.send_signal(signal.SIGINT)
@@ -118,7 +119,27 @@ def test_a_port_in_use_is_one_line_naming_it_and_the_option(tmp_path):
         done = subprocess.run(
             [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", str(port),
              "--append-port", "0", "--read-port", "0", "--log-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=120)
+            capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1] == (f"error: PortInUse: port {port} (controller API) is already in use: stop "
                                             "what listens there, or start with --controller-port PORT (0 picks a free one)")
+
+
+def test_what_a_child_reports_while_the_stack_stops_stays_in_its_log(tmp_path, capsys):
+    """Stopping the stack interrupts Dagster's runs, which Dagster then reports as failures: the
+    terminal shows none of it (the log file keeps it)."""
+    stopping = threading.Event()
+    reader, writer = os.pipe()
+    path = tmp_path / "dagster.log"
+    with os.fdopen(reader) as stream:
+        thread = tee_process_output("dagster", stream, str(path), stopping)
+        with os.fdopen(writer, "w") as out:
+            out.write("2026-11-27 01:00:00 +0000 - dagster - ERROR - sensor failed\n")
+            out.flush()
+            time.sleep(0.5)
+            stopping.set()
+            out.write("2026-11-27 01:00:01 +0000 - dagster - ERROR - run interrupted\n")
+        thread.join(timeout=10)
+    shown = capsys.readouterr().err
+    assert "sensor failed" in shown and "run interrupted" not in shown
+    assert "run interrupted" in path.read_text()
