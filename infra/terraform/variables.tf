@@ -71,6 +71,11 @@ variable "log_retention_days" {
   description = "How long CloudWatch keeps the functions' logs."
   type        = number
   default     = 14
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be one of CloudWatch Logs' retention periods (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)."
+  }
 }
 
 variable "writer_expiry_hours" {
@@ -88,6 +93,11 @@ variable "log_level" {
   description = "POWERTOOLS_LOG_LEVEL of the three functions."
   type        = string
   default     = "INFO"
+
+  validation {
+    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], var.log_level)
+    error_message = "log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL."
+  }
 }
 
 variable "tags" {
@@ -136,24 +146,44 @@ variable "dagster_subnet_ids" {
 variable "dagster_security_group_ids" {
   description = "Security groups of the Dagster tasks; they need outbound HTTPS, and the database admits PostgreSQL from them."
   type        = list(string)
+
+  validation {
+    condition     = length(var.dagster_security_group_ids) >= 1 && length(var.dagster_security_group_ids) <= 5
+    error_message = "dagster_security_group_ids needs 1 to 5 security groups (ECS allows 5 per task)."
+  }
 }
 
 variable "dagster_cpu" {
   description = "Fargate CPU units of each Dagster task (webserver, daemon, export run)."
   type        = number
   default     = 512
+
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096], var.dagster_cpu)
+    error_message = "dagster_cpu must be a Fargate CPU size: 256, 512, 1024, 2048 or 4096."
+  }
 }
 
 variable "dagster_memory" {
   description = "Fargate memory (MiB) of the webserver's and the export runs' tasks (the daemon's: dagster_daemon_memory)."
   type        = number
   default     = 1024
+
+  validation {
+    condition     = var.dagster_memory >= 512 && var.dagster_memory <= 30720 && var.dagster_memory % 512 == 0
+    error_message = "dagster_memory must be a Fargate memory size in MiB (a multiple of 512 up to 30720) that the CPU size allows."
+  }
 }
 
 variable "dagster_daemon_memory" {
   description = "Fargate memory (MiB) of the daemon's task, which also runs the maintenance jobs' runs (a Python process each, up to dagster_max_concurrent_runs at once); 2 GB for 0.5 vCPU adds about $2.60 a month over 1 GB."
   type        = number
   default     = 2048
+
+  validation {
+    condition     = var.dagster_daemon_memory >= 1024 && var.dagster_daemon_memory <= 30720 && var.dagster_daemon_memory % 1024 == 0
+    error_message = "dagster_daemon_memory must be a Fargate memory size in MiB, a multiple of 1024 (what dagster_cpu allows)."
+  }
 }
 
 variable "dagster_architecture" {
@@ -171,12 +201,22 @@ variable "dagster_db_instance_class" {
   description = "RDS instance class of Dagster's PostgreSQL database."
   type        = string
   default     = "db.t4g.micro"
+
+  validation {
+    condition     = can(regex("^db\\.[a-z0-9]+\\.[a-z0-9]+$", var.dagster_db_instance_class))
+    error_message = "dagster_db_instance_class must be an RDS instance class such as db.t4g.micro."
+  }
 }
 
 variable "dagster_max_concurrent_runs" {
   description = "How many Dagster runs (Fargate tasks) may run at once; the rest wait in the queue."
   type        = number
   default     = 4
+
+  validation {
+    condition     = var.dagster_max_concurrent_runs >= 1 && floor(var.dagster_max_concurrent_runs) == var.dagster_max_concurrent_runs
+    error_message = "dagster_max_concurrent_runs must be a whole number of at least 1."
+  }
 }
 
 variable "emr_output_bucket" {
@@ -205,6 +245,11 @@ variable "emr_max_vcpu" {
   description = "Most vCPUs the EMR Serverless application may use at once (4 GB of memory each): the cap on a job's cost."
   type        = number
   default     = 32
+
+  validation {
+    condition     = var.emr_max_vcpu >= 1 && floor(var.emr_max_vcpu) == var.emr_max_vcpu
+    error_message = "emr_max_vcpu must be a whole number of vCPUs, at least 1."
+  }
 }
 
 variable "emr_subnet_ids" {

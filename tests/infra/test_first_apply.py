@@ -95,6 +95,11 @@ REQUIRED = {"image_tag": '"v1"', "dagster_subnet_ids": '["subnet-a", "subnet-b"]
     ("bucket_name", '"' + "b" * 64 + '"', False),
     ("reserved_concurrency", "{ append = 0 }", False),
     ("reserved_concurrency", "{ append = 5 }", True),
+    ("log_retention_days", "14", True),
+    ("log_retention_days", "10", False),  # CloudWatch Logs accepts only its listed periods
+    ("dagster_cpu", "500", False),
+    ("dagster_db_instance_class", '"db.t4g.micro"', True),
+    ("dagster_db_instance_class", '"t4g.micro"', False),
 ])
 def test_variable_validation_through_terraform(tmp_path, name, value, accepted):
     """The validation rules as terraform evaluates them (plan of a module of the variables alone)."""
@@ -110,9 +115,21 @@ def test_variable_validation_through_terraform(tmp_path, name, value, accepted):
         assert "Invalid value for variable" in result.stderr, result.stderr
 
 
+# Inputs AWS constrains (a size, a set of values, a length): each needs a validation rule, so that a
+# bad value fails the plan, not the apply half-way.
+CONSTRAINED = {"name_prefix", "bucket_name", "lambda_architecture", "log_retention_days", "log_level",
+               "writer_expiry_hours", "reserved_concurrency", "image_tag", "dagster_subnet_ids",
+               "dagster_security_group_ids", "dagster_cpu", "dagster_memory", "dagster_daemon_memory",
+               "dagster_architecture", "dagster_db_instance_class", "dagster_max_concurrent_runs",
+               "dagster_db_max_storage_gb", "emr_architecture", "emr_max_vcpu", "emr_subnet_ids",
+               "alarm_emails", "monthly_budget_usd"}
+
+
 def test_every_variable_has_a_type_and_a_description(tf):
     problems = [f"variable {name}: no {key}" for name, body in tf.variables.items()
                 for key in ("type", "description") if not body.get(key)]
+    problems += [f"variable {name}: AWS constrains it, but it has no validation" for name in sorted(CONSTRAINED)
+                 if not blocks(tf.variables[name], "validation")]
     assert not problems, "\n".join(problems)
 
 
