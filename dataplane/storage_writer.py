@@ -1,0 +1,257 @@
+"""The storage writer of a segment: tiering packs committed inline entries into S3 chunks, and release
+deletes what lies below the start offset (objects, merged segments, index items) and the objects no
+append committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from dataplane.journal import (
+    TIER_SHARD,
+    SegmentJournal,
+    _cancelled_by_condition,
+    _failed_condition,
+    _IndexGap,
+    _same_incarnation,
+    now_ms,
+)
+from dataplane.models import (
+    CHUNK_PREFIX,
+    ENTRY_PREFIX,
+    META_KEY,
+    IndexEntry,
+    SegmentMeta,
+    chunk_key,
+    entry_key,
+)
+from rillet.errors import (
+    SegmentNotFound,
+)
+
+
+class StorageWriter(SegmentJournal):
+    """Tiering and release of a segment's payload."""
+
+    def segments_due_for_tiering(self, limit: int = 100) -> list[str]:
+        return [m.pk for m in SegmentMeta.tiering.query(TIER_SHARD, SegmentMeta.tier_at <= now_ms(), limit=limit)]
+
+    def tier(self, segment: str) -> int:
+        """Move committed inline entries into S3 chunks of about ``chunk_target`` bytes.
+
+        The pass first bumps the head record's tiering epoch, then scans; it saves each chunk (at
+        ``c#<offset>``) in one transaction with a check that the epoch is still its own, so a pass
+        that a newer one overtook saves nothing more and chunks never overlap. Each step is safe to
+        repeat: put the chunk object (deterministic key), save the chunk entry, delete the run's
+        entries (each only if unchanged), then adjust the head record's inline byte count. A crash
+        between steps leaves entries inside the chunk, which readers skip and the next pass deletes,
+        like stale claims. Returns the number of bytes moved.
+        """
+        try:
+            meta = self._meta(segment)
+            meta.update(actions=[SegmentMeta.tier_epoch.add(1)], condition=SegmentMeta.pk.exists())
+        except (SegmentNotFound, UpdateError) as e:
+            if isinstance(e, UpdateError) and not _failed_condition(e):
+                raise
+            return 0  # deleted
+        epoch = meta.tier_epoch
+        try:
+            parts, garbage = self._scan(segment, meta.start, meta.length, True, int(meta.created_ms)) \
+                if meta.length > meta.start else ([], [])
+        except _IndexGap:
+            return 0  # a truncation released the range meanwhile; the segment stays due for the next pass
+        if meta.sealed:  # a claim at the final length never commits: its appender died before removing it
+            garbage += list(IndexEntry.query(meta.pk, IndexEntry.sk.between(entry_key(meta.length), ENTRY_PREFIX + "~"),
+                                             consistent_read=True))
+        stale = [item for item in garbage if not _same_incarnation(item, int(meta.created_ms))]
+        if stale:
+            self._remove_other_incarnations(segment, stale)
+        for entry in garbage:
+            if _same_incarnation(entry, int(meta.created_ms)):
+                self._delete_unchanged(entry)  # only the item: its object may be another entry's too
+        entries = [entry for entry, _, _ in parts]
+        horizon = now_ms() - self.settings.tier_min_age_ms
+        moved = 0
+        chunk_end = meta.chunk_end or 0
+        tiered: set[str] = set()
+        for run in self._inline_runs(entries, meta, horizon):
+            if not self._tier_run(segment, run, epoch, chunk_end, int(meta.created_ms)):
+                return moved  # a newer pass took over; it finishes the job
+            moved += run[-1].end - run[0].offset
+            chunk_end = max(chunk_end, run[-1].end)
+            tiered.update(e.sk for e in run)
+        remaining = [e for e in entries if e.data is not None and e.sk not in tiered]
+        actions = [SegmentMeta.inline_bytes.set(sum(e.size for e in remaining))]
+        due = []  # when the segment needs its next pass
+        if remaining:
+            oldest = min(e.created_ms for e in remaining)
+            due.append(max(now_ms(), oldest + self.settings.tier_min_age_ms)
+                       if meta.sealed or oldest + self.settings.tier_max_age_ms <= now_ms()
+                       else oldest + self.settings.tier_max_age_ms)
+        if meta.orphans_after is not None:
+            if meta.orphans_after <= now_ms():
+                self._remove_orphans(segment, epoch)
+                actions.append(SegmentMeta.orphans_after.remove())
+            else:
+                due.append(meta.orphans_after)
+        if due:
+            actions.append(SegmentMeta.tier_at.set(min(due)))
+        else:
+            actions += [SegmentMeta.tier_at.remove(), SegmentMeta.tier_shard.remove()]
+        try:
+            # Only if no append committed since the scan: an inline append meanwhile has added its bytes
+            # and kept the segment due; overwriting that would drop it from the tiering index for good.
+            # And only if no newer pass began, whose count this one would overwrite.
+            meta.update(actions=actions,
+                        condition=(SegmentMeta.length == meta.length) & (SegmentMeta.tier_epoch == epoch)
+                        & (SegmentMeta.created_ms == meta.created_ms))
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
+        self._release_below(segment)
+        return moved
+
+    def _inline_runs(self, entries: list[IndexEntry], meta: SegmentMeta, horizon: int) -> Iterator[list[IndexEntry]]:
+        """Maximal runs of adjacent inline entries old enough to tier, each at most ``chunk_target``."""
+        run: list[IndexEntry] = []
+        size = 0
+        for entry in entries:
+            eligible = entry.data is not None and (meta.sealed or entry.created_ms <= horizon)
+            if run and (not eligible or size + entry.size > self.settings.chunk_target):
+                yield run
+                run, size = [], 0
+            if eligible:
+                run.append(entry)
+                size += entry.size
+        if run:
+            yield run
+
+    def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int, incarnation: int) -> bool:
+        """Pack one run into a chunk; False if a newer tiering pass began (nothing was saved)."""
+        first, last = run[0], run[-1]
+        # The key names the pass's epoch: only this pass ever saves a chunk item naming the object, and
+        # only while the epoch is its own, so an object it could not save is nobody's.
+        key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}-{epoch}"
+        self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=b"".join(e.data for e in run))
+        chunk = IndexEntry(segment, chunk_key(first.offset), offset=first.offset, size=last.end - first.offset,
+                           object_key=key, created_ms=now_ms(), incarnation=incarnation)
+        # The epoch of this incarnation: a segment created again under the name counts its epochs anew.
+        fenced = (SegmentMeta.tier_epoch == epoch) & (SegmentMeta.created_ms == incarnation)
+        try:
+            with TransactWrite(connection=IndexEntry._get_connection().connection) as transaction:
+                if chunk.end > chunk_end:
+                    transaction.update(SegmentMeta(segment, META_KEY), actions=[SegmentMeta.chunk_end.set(chunk.end)],
+                                       condition=fenced)
+                else:
+                    transaction.condition_check(SegmentMeta, segment, META_KEY, condition=fenced)
+                transaction.save(chunk, condition=IndexEntry.pk.does_not_exist())
+        except TransactWriteError as e:
+            if not _cancelled_by_condition(e):
+                raise
+            # Refused, or a resend of our transaction that an earlier attempt applied (its answer lost):
+            # then the chunk item names our key, which nothing else ever names.
+            if self._saved_object_key(segment, chunk.sk) != key:
+                self._delete_object(key)
+                return False
+        for entry in run:
+            self._delete_unchanged(entry)
+        return True
+
+    @staticmethod
+    def _saved_object_key(segment: str, sk: str) -> str | None:
+        try:
+            return IndexEntry.get(segment, sk, consistent_read=True).object_key
+        except DoesNotExist:
+            return None
+
+    def _remove_orphans(self, segment: str, epoch: int) -> int:
+        """Delete the objects under the segment's prefix that no index item names and none ever will;
+        returns how many. Runs once per sealing (``orphans_after``), in the pass with ``epoch``.
+
+        A block object's key is unique to the request that put it, and only that request creates
+        items naming it; past ``orphan_grace_ms`` that request is over, so the items naming the object
+        can only go, never come. A chunk object's key names its pass's epoch, and a pass saves chunks
+        only while the epoch is its own; every earlier pass's is below ``epoch``. So an object of
+        either kind that no item names after the listing is nobody's, whatever runs concurrently.
+        """
+        s3, bucket, prefix = self.deployment.s3, self.deployment.bucket, self._object_prefix(segment)
+        horizon = time.time() - self.settings.orphan_grace_ms / 1000
+        candidates = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(prefix):]
+                request_over = name.startswith("b/") and obj["LastModified"].timestamp() < horizon
+                pass_over = name.startswith("c/") and name.count("-") == 2 and int(name.rsplit("-", 1)[1]) < epoch
+                if request_over or pass_over:
+                    candidates.append(obj["Key"])
+        if not candidates:
+            return 0
+        named = {item.object_key for prefix_ in (ENTRY_PREFIX, CHUNK_PREFIX)
+                 for item in self._index_items(segment, prefix_)}
+        orphans = [key for key in candidates if key not in named]
+        for i in range(0, len(orphans), 1000):  # DeleteObjects takes up to 1,000 keys
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in orphans[i:i + 1000]],
+                                                      "Quiet": True})
+        return len(orphans)
+
+    def _release_below(self, segment: str) -> None:
+        """Release what lies wholly below the start offset: objects, merged segments, index items.
+
+        Payload goes first, and only that of committed entries, found by following the chain up from
+        the head record's ``released`` offset (below it, payload is already gone). Then ``released``
+        moves up, and only then are the index items below it deleted, each only if unchanged. So a
+        key below the start is free only below ``released``, and a stale claim that lands there
+        later is deleted without its object, which the block's committed copy may still need.
+        A crash anywhere leaves work that the next truncation or tiering pass finishes.
+        """
+        try:
+            meta = self._meta(segment)
+        except SegmentNotFound:
+            return
+        start, released, incarnation = meta.start, meta.released, int(meta.created_ms)
+        chunks = self._index_items(segment, CHUNK_PREFIX, below=start)
+        entries = self._index_items(segment, ENTRY_PREFIX, below=start)
+        stale = [item for item in chunks + entries if not _same_incarnation(item, incarnation)]
+        if stale:
+            self._remove_other_incarnations(segment, stale)
+            chunks = [c for c in chunks if _same_incarnation(c, incarnation)]
+            entries = [e for e in entries if _same_incarnation(e, incarnation)]
+        if start > released:
+            def in_chunk(entry: IndexEntry) -> bool:
+                return any(c.offset <= entry.offset < c.end for c in chunks)
+
+            chain = sorted([e for e in entries if e.offset >= released and not in_chunk(e)] + chunks,
+                           key=lambda e: e.offset)
+            reached = released
+            for entry in chain:
+                if entry.end <= reached:
+                    continue
+                if entry.offset > reached or entry.end > start:
+                    break
+                if entry.source:
+                    self.delete(entry.source)
+                elif entry.object_key:
+                    self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=entry.object_key)
+                reached = entry.end
+            if reached > released:
+                try:
+                    meta.update(actions=[SegmentMeta.released.set(reached)],
+                                condition=(SegmentMeta.released.does_not_exist() | (SegmentMeta.released < reached))
+                                & (SegmentMeta.created_ms == incarnation))
+                except UpdateError as e:
+                    if not _failed_condition(e):
+                        raise
+                released = reached
+        for entry in entries:
+            if entry.offset < released:
+                self._delete_unchanged(entry)
+        for chunk in chunks:
+            if chunk.end <= released:
+                # A chunk's object is its alone (named by its range). This one may have been saved after
+                # the walk above (a tiering pass that read an older start): delete its object too.
+                self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=chunk.object_key)
+                self._delete_unchanged(chunk)
