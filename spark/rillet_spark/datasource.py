@@ -456,6 +456,8 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
         o = self.options
         connection = o.connection()
         starts = _cuts(start or self._last_end or self.initialOffset())
+        limited = (limit is None or type(limit).__name__ != "ReadAllAvailable") and bool(
+            o.max_bytes_per_trigger or o.max_events_per_trigger)  # 4.0/4.1 give none; else the default limit
         ends, pieces = {}, []
         for scope, stream in o.streams:
             name = f"{scope}/{stream}"
@@ -464,11 +466,12 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
                 continue
             positions = connection.controller.next_cut(scope, stream, starts[name])
             ends[name] = StreamCut.of(scope, stream, positions).to_text()
-            pieces += _pieces(scope, stream, connection.controller.slices(scope, stream, starts[name],
-                                                                          ends[name]).slices)
+            if limited or self._target is not None:
+                pieces += _pieces(scope, stream, connection.controller.slices(scope, stream, starts[name],
+                                                                              ends[name]).slices)
         if self._target is not None:
             pieces = [_before(piece, self._target[f"{piece.scope}/{piece.stream}"]) for piece in pieces]
-        if limit is None or type(limit).__name__ != "ReadAllAvailable":  # 4.0/4.1 (none given), or the default
+        if limited:
             pieces = _limited(connection, pieces, o.max_bytes_per_trigger, o.max_events_per_trigger)
         stops = {(p.scope, p.stream, p.segment_id): p.end for p in pieces}
         for name, text in list(ends.items()):
