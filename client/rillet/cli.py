@@ -260,8 +260,7 @@ def _stream_info(args: argparse.Namespace) -> None:
     lines = [
         f"stream      {info.scope}/{info.stream}",
         f"state       {info.state.value}",
-        f"scaling     {policy.scale_type.value} min={policy.min_num_segments}"
-        + (f" target={policy.target_rate} factor={policy.scale_factor}" if policy.target_rate else ""),
+        f"scaling     {describe_scaling(policy)}",
         f"retention   {cli_format.describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
         f"epoch       {info.current_epoch}",

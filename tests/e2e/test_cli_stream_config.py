@@ -37,6 +37,8 @@ def test_update_changes_only_what_it_names(capsys, url, unique):
     assert config["retention_policy"]["retention_param"] == 7 * 86_400_000
     assert config["scaling_policy"]["scale_type"] == "BY_RATE_IN_EVENTS_PER_SEC"
     assert sorted(config["tags"]) == ["a", "b"]
+    code, out, _ = run(capsys, url, "stream", "info", stream)  # in the form --scaling takes
+    assert "scaling     events:100,2,2\n" in out and "retention   time >= 7d\n" in out
 
     assert run(capsys, url, "stream", "update", stream, "--tag", "c", "--retention-size", "10GB")[0] == 0
     config = info(capsys, url, stream)
