@@ -9,8 +9,9 @@ server and priced with bench/cost.py. Function duration is *modeled* per request
 the wait it asked for, which holds the function on AWS too), not taken from the emulation's wall time.
 The window's cost is scaled to a day.
 
-Then it measures the wake-up latency: after the reader has idled ``--idle-s`` (its tail checks backed
-off to their slowest), one event is written and the time from the write's acknowledgement to
+Then it measures the wake-up latency (the read function's workers warmed first: a worker's first
+request of a route pays its imports, in standalone up to a second): after the reader has idled
+``--idle-s`` (its tail checks backed off to their slowest), one event is written and the time from the write's acknowledgement to
 ``read_next_event`` returning it is taken, ``--probes`` times.
 
 Run: ``.venv/bin/python -m bench.idle_reader --seconds 20``.
@@ -23,6 +24,7 @@ import statistics
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import rillet
 from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
@@ -59,6 +61,10 @@ def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float, s
 def _wake_latency(factory, stream: str, idle_s: float, probes: int) -> list[float]:
     reader = factory.create_stream_reader(stream, rillet.BytesSerializer())
     writer = factory.create_event_writer(stream, rillet.BytesSerializer())
+    segments = factory.connection.segments
+    (segment,) = factory.connection.controller.current_segments(factory.scope, stream)
+    with ThreadPoolExecutor(6) as pool:  # every read worker serves a locations request before the probes
+        list(pool.map(lambda _: segments.locate(factory.scope, stream, segment.segment_id, 0, 1), range(6)))
     latencies = []
     try:
         for _ in range(probes):
