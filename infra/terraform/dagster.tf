@@ -505,7 +505,7 @@ resource "aws_ecs_task_definition" "daemon" {
       name             = "daemon"
       image            = local.dagster_image
       essential        = true
-      command          = ["dagster-daemon", "run", "--workspace", "/opt/dagster/workspace.yaml"]
+      command          = ["dagster-daemon", "run", "--log-format", "json", "--workspace", "/opt/dagster/workspace.yaml"]
       environment      = [for name, value in local.dagster_environment : { name = name, value = value }]
       logConfiguration = local.dagster_log_configuration
     },

@@ -240,11 +240,12 @@ resource "aws_cloudwatch_metric_alarm" "dagster_daemon_running" {
 }
 
 # The daemon logs every failed tick (a sensor or schedule that raised, a database it cannot reach, a run
-# it cannot launch) as "<time> - dagster.daemon.<Daemon> - ERROR - ...".
+# it cannot launch) at level error on a logger dagster.daemon.<Daemon>; it logs JSON (--log-format json
+# in its task definition: the default "colored" format puts ANSI codes around the level).
 resource "aws_cloudwatch_log_metric_filter" "dagster_daemon_errors" {
   name           = "${local.dagster_name}-daemon-errors"
   log_group_name = aws_cloudwatch_log_group.dagster.name
-  pattern        = "\"dagster.daemon\" \"- ERROR -\""
+  pattern        = "{ $.logger = \"dagster.daemon.*\" && ($.level = \"error\" || $.level = \"critical\") }"
 
   metric_transformation {
     name          = "DaemonErrors"

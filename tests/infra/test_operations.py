@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from dagster._core.instance.config import dagster_instance_config
@@ -63,15 +65,36 @@ def test_every_watched_metric_has_an_alarm_that_publishes(tf):
     assert TOPIC in refs(tf.locals["alarm_actions"])
 
 
+def _json_filter_matches(pattern: str, event: dict) -> bool:
+    """CloudWatch's JSON filter for the form the daemon filter uses: $.key = "value" (a trailing * a
+    prefix), joined by && and ||, with parentheses."""
+    def term(m: re.Match) -> str:
+        key, value = m.group(1), m.group(2)
+        actual = str(event.get(key, ""))
+        ok = actual.startswith(value[:-1]) if value.endswith("*") else actual == value
+        return " True " if ok else " False "
+
+    pattern = pattern.replace('\\"', '"').strip()  # as python-hcl2 gives it: the HCL string's escapes kept
+    expression = re.sub(r'\$\.(\w+)\s*=\s*"([^"]*)"', term, pattern[1:-1])
+    return eval(expression.replace("&&", " and ").replace("||", " or "))  # only True, False, and, or, ()
+
+
 def test_the_daemon_error_metric_is_fed_from_its_log(tf):
     (metric_filter,) = tf.of_type("aws_cloudwatch_log_metric_filter").values()
     assert ("aws_cloudwatch_log_group", "dagster") in refs(metric_filter.get("log_group_name"))
     transformation = blocks(metric_filter, "metric_transformation")[0]
     assert (transformation["namespace"], transformation["name"]) == WATCHED["daemon failing ticks"]
-    # The daemon's log lines: "<time> - dagster.daemon.SensorDaemon - ERROR - ..."
-    line = "2026-11-27 01:00:00 +0000 - dagster.daemon.SensorDaemon - ERROR - Sensor daemon caught an error"
-    terms = re.findall(r'"((?:[^"\\]|\\.)*)"', metric_filter["pattern"].replace('\\"', '"'))
-    assert terms and all(t in line for t in terms), (terms, line)
+    daemon = _text(tf.of_type("aws_ecs_task_definition")["daemon"]["container_definitions"])
+    assert '"--log-format", "json"' in daemon.replace('\\"', '"'), "the daemon must log JSON for the filter"
+    script = ("import logging; from dagster._utils.log import configure_loggers; "
+              "configure_loggers(formatter='json', log_level='INFO'); "
+              "logging.getLogger('dagster.daemon.SensorDaemon').error('Sensor daemon caught an error'); "
+              "logging.getLogger('dagster.daemon.SensorDaemon').info('Checking for new runs'); "
+              "logging.getLogger('dagster').error('a run failed')")
+    lines = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           timeout=120).stdout.splitlines()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [_json_filter_matches(metric_filter["pattern"], e) for e in events] == [True, False, False], events
 
 
 def test_the_daemon_alarm_fires_when_no_task_runs(tf):
