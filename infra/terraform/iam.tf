@@ -175,12 +175,13 @@ data "aws_iam_policy_document" "append" {
   }
 }
 
-# A read (dataplane/segment_store.py read/info): the head record, a query of the index entries, and
-# ranged GETs of the objects they point to.
+# A read (dataplane/read_index.py read/locations/tails): the head record, a query of the index entries,
+# ranged GETs of the objects they point to (and presigned GETs of them, which act with this role's
+# s3:GetObject), and one eventually consistent BatchGetItem of head records per tail check.
 data "aws_iam_policy_document" "read" {
   statement {
     sid       = "SegmentsTable"
-    actions   = ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query"]
+    actions   = ["dynamodb:BatchGetItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query"]
     resources = [aws_dynamodb_table.segments.arn]
   }
 

@@ -124,7 +124,8 @@ EXPECTED_GRANTS = {
         "any": XRAY,
     },
     READ: {
-        "segments": {"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query"},
+        # BatchGetItem: the tail check of many segments (dataplane/read_index.py tails)
+        "segments": {"dynamodb:BatchGetItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query"},
         "objects": {"s3:GetObject"},
         "metadata": GRANT_READS,
         # Limited to segments/*: S3 may then answer a GET of a missing (truncated) key with 403
