@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from rillet.connection import Connection
 from rillet.errors import InvalidArgument, OffsetMismatch, OutcomeUnknown, RilletError
 from rillet.framing import MAX_BLOCK_SIZE
 from rillet.models import SegmentRange
+from rillet.segments import TailBackoff
 
 DEFAULT_BLOCK = 1024 * 1024
 
@@ -209,12 +211,11 @@ class ByteStreamWriter(io.RawIOBase):
 class ByteStreamReader(io.RawIOBase):
     """Reads a byte stream from any offset; ``read`` waits for data unless the stream is sealed."""
 
-    def __init__(self, connection: Connection, scope: str, stream: str, wait_ms: int = 2000) -> None:
+    def __init__(self, connection: Connection, scope: str, stream: str) -> None:
         super().__init__()
         self.connection = connection
         self.scope, self.stream = scope, stream
         self.segment = _single_segment(connection, scope, stream)
-        self.wait_ms = wait_ms
         self._offset = 0
 
     def readable(self) -> bool:
@@ -241,12 +242,24 @@ class ByteStreamReader(io.RawIOBase):
         want = MAX_BLOCK_SIZE if size is None or size < 0 else size
         if want == 0:
             return b""
+        backoff = TailBackoff()
         while True:
             result = self.connection.segments.read(self.scope, self.stream, self.segment.segment_id, self._offset,
-                                                   want, self.wait_ms)
+                                                   want)
             if result.data or result.end_of_segment:
                 self._offset = result.next_offset
                 return result.data
+            self._wait_for_bytes_past(self._offset, backoff)
+
+    def _wait_for_bytes_past(self, offset: int, backoff: TailBackoff) -> None:
+        """Wait at the tail with backed-off tail checks (an eventually consistent read of the head record),
+        not a request the server holds open; the next read says what the news is (bytes, end, truncation)."""
+        segments = self.connection.segments
+        while True:
+            time.sleep(backoff.next_delay())
+            tail, = segments.tails(self.scope, self.stream, [self.segment.segment_id])
+            if not tail.found or tail.sealed or tail.length > offset or tail.start_offset > offset:
+                return
 
     def readinto(self, buffer) -> int:
         """Read into a writable buffer; a read-only one is refused before the position moves."""

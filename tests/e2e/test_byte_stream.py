@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import threading
+import time
 
 import pytest
 from dataplane_model import payload
@@ -123,3 +125,29 @@ def test_a_byte_stream_needs_a_single_segment(url, unique):
         factory.create_byte_stream_writer("bytes")
     with pytest.raises(InvalidArgument):
         factory.create_byte_stream_reader("bytes")
+
+
+def test_a_read_at_the_tail_waits_with_tail_checks_not_a_held_request(url, unique):
+    """Issue 27: a waiting byte reader holds no function instance (no server long poll); it checks the
+    tail with backed-off tail checks and returns the bytes once they are written."""
+    factory = _stream(url, unique)
+    writer = factory.create_byte_stream_writer("bytes")
+    reader = factory.create_byte_stream_reader("bytes")
+    segments = reader.connection.segments
+    reads, checks = [], []
+    real_read, real_tails = segments.read, segments.tails
+    segments.read = lambda *a, **kw: reads.append((a, kw)) or real_read(*a, **kw)
+    segments.tails = lambda *a, **kw: checks.append(a) or real_tails(*a, **kw)
+    got = {}
+    waiting = threading.Thread(target=lambda: got.setdefault("data", reader.read(100)))
+    waiting.start()
+    deadline = time.monotonic() + 20
+    while len(checks) < 2:  # the reader found nothing and is checking the tail
+        assert time.monotonic() < deadline, f"no tail checks while waiting; reads: {reads}"
+        time.sleep(0.05)
+    writer.write(b"late bytes")
+    writer.flush()
+    waiting.join(timeout=30)
+    assert got["data"] == b"late bytes"
+    assert all(len(a) <= 5 and not kw.get("wait_ms") for a, kw in reads)  # no wait_ms: nothing held open
+    assert len(reads) == 2  # one read before waiting, one after the tail check showed bytes
