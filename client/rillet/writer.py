@@ -58,6 +58,11 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   it no longer remembers: the block will never be appended under that id, but an earlier attempt may
   have been, so its events fail with WriterExpired and their outcome is unknown. Only a block resent
   for longer than that window (``retry_timeout_s`` above days) can meet it.
+* OutOfOrder saying the segment has never seen the writer id (``last_event_number`` -1), for a block
+  whose predecessors under that id it acknowledged, means the segment was deleted and created again
+  under its name: the block, the blocks behind it and the events queued for its key range fail with
+  SegmentNotFound (not stored), and the range takes no more events from this writer, which would
+  otherwise write on into the new segment under a new writer id.
 * A writer id left without an acknowledged block for ``idle_writer_id_s`` (an hour; the server's
   window is days) is not continued: the segment's next block starts a new one, so a rarely-writing
   process never sends under an id the server may have forgotten.
@@ -362,10 +367,11 @@ class EventStreamWriter(Generic[T]):
             self._pool.submit(self._send, queue, block)
 
     def _may_send(self, queue: _SegmentQueue) -> bool:
-        """Whether a block of the segment may leave now if due: it has events, is not sealed, has a free
-        in-flight slot, and is not waiting for its blocks to resolve before a new writer id."""
-        return (bool(queue.pending) and not queue.sealed and len(queue.inflight) < self.config.max_inflight_blocks
-                and not (queue.new_writer_id and queue.inflight))
+        """Whether a block of the segment may leave now if due: it has events, is neither sealed nor
+        closed, has a free in-flight slot, and is not waiting for its blocks to resolve before a new
+        writer id."""
+        return (bool(queue.pending) and not queue.sealed and queue.closed_by is None
+                and len(queue.inflight) < self.config.max_inflight_blocks and not (queue.new_writer_id and queue.inflight))
 
     def _partial_may_leave(self, queue: _SegmentQueue) -> bool:
         """A partial block joins blocks in flight only while there is budget to keep: with none (the
@@ -435,6 +441,8 @@ class EventStreamWriter(Generic[T]):
             except WriterExpired as e:  # never appended under this id now; an earlier attempt may have been
                 return self._failed(queue, block, e)
             except OutOfOrder as e:
+                if not predecessor_open and block.first > 0 and e.details.get("last_event_number") == -1:
+                    return self._forgotten(queue, block, e)
                 if not predecessor_open:  # everything before it was acknowledged when it left
                     return self._failed(queue, block, self._proven(block, e))
                 error: RilletError = e  # sent again once the block before it is through
@@ -524,6 +532,23 @@ class EventStreamWriter(Generic[T]):
             resolve = self._settled(queue)
         if resolve:
             self._resolve_sealed(queue)
+
+    def _forgotten(self, queue: _SegmentQueue, block: _InFlight, refusal: OutOfOrder) -> None:
+        """The segment has never seen this writer id, under which it acknowledged the blocks before this
+        one: it is not the segment they went to, but one deleted and created again under its name. Sent
+        on under a new writer id, the events would land in the new one; instead the key range takes no
+        more events (as for a sealed stream): the block fails as refused, and everything behind it."""
+        error = self._gone(SegmentNotFound(
+            f"segment {queue.segment.segment_id} of {self.scope}/{self.stream} no longer holds this writer's "
+            f"acknowledged events: it was deleted (and created again) since the writer began; create a new "
+            f"writer ({refusal})"))
+        with self._cond:
+            queue.closed_by = error
+        self._failed(queue, block, self._proven(block, error))
+        with self._cond:
+            self._fail(list(queue.pending), error)
+            queue.pending, queue.pending_bytes = deque(), 0
+            self._cond.notify_all()
 
     def _refused(self, queue: _SegmentQueue, block: _InFlight) -> None:
         """The segment is sealed: nothing of the block was appended; hold it for the successors."""
