@@ -10,7 +10,6 @@ import base64
 import json
 import math
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -43,17 +42,15 @@ PRICES = {
 #   locations - head record GetItem, an index Query, presigning a URL per object (local HMACs)
 #   tails - one BatchGetItem of the head records (eventually consistent), no S3 request
 #   info  - head record GetItem
-# A long-poll read that came back empty held the function for its wait as well (added by the caller).
 FUNCTION_MS = {"append": {"append": 40}, "read": {"read": 30, "empty_read": 5, "plan": 10, "locations": 10, "tails": 5, "info": 5}}
 FUNCTION_MEMORY_MB = 512  # every function's memory (infra/terraform/lambda.tf)
 S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects", "CreateBucket"}
 
 
-def function_gb_seconds(function: str, requests_by_kind: dict[str, int], held_ms: float = 0.0) -> float:
-    """Modeled GB-seconds of ``function`` serving these requests (``FUNCTION_MS``), plus ``held_ms`` of
-    long-poll waits."""
+def function_gb_seconds(function: str, requests_by_kind: dict[str, int]) -> float:
+    """Modeled GB-seconds of ``function`` serving these requests (``FUNCTION_MS``)."""
     model = FUNCTION_MS[function]
-    ms = sum(model[kind] * n for kind, n in requests_by_kind.items()) + held_ms
+    ms = sum(model[kind] * n for kind, n in requests_by_kind.items())
     return ms / 1000 * FUNCTION_MEMORY_MB / 1024
 
 
@@ -187,25 +184,19 @@ def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seco
 
 
 class RequestCounter:
-    """Counts the read API requests of one SegmentClient (client side) by kind, for ``FUNCTION_MS``,
-    and the long-poll time the server waited for the empty answers."""
+    """Counts the read API requests of one SegmentClient (client side) by kind, for ``FUNCTION_MS``."""
 
     def __init__(self, segments) -> None:
         self.kinds: Counter = Counter()
-        self.held_ms = 0.0
         self._lock = threading.Lock()
         transport = segments.read_transport
         original = transport.request
 
         def request(method, path, **kwargs):
-            started = time.monotonic()
             response = original(method, path, **kwargs)
-            wait_ms = (kwargs.get("params") or {}).get("wait_ms") or 0
             with self._lock:
                 kind = _kind(path)
                 self.kinds["empty_read" if kind == "read" and not response.data else kind] += 1
-                if wait_ms and not response.data:  # an empty answer after a long poll held the function
-                    self.held_ms += min(wait_ms, (time.monotonic() - started) * 1000)
             return response
 
         transport.request = request
@@ -213,7 +204,6 @@ class RequestCounter:
     def reset(self) -> None:
         with self._lock:
             self.kinds.clear()
-            self.held_ms = 0.0
 
 
 def _kind(path: str) -> str:

@@ -47,13 +47,13 @@ def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float, s
     _, records = stack.requests.snapshot()
     kinds = dict(counter.kinds)
     invocations = sum(kinds.values())
-    u = usage(records, invocations, function_gb_seconds("read", kinds, counter.held_ms))
+    u = usage(records, invocations, function_gb_seconds("read", kinds))
     per_day = {k: v * DAY_S / elapsed for k, v in u.dollars().items()}
     ddb = sum(n for (svc, _), n in u.requests.items() if svc == "dynamodb")
     return {"stream": stream, "seconds": elapsed, "requests_by_kind": kinds,
             "dynamodb_by_operation": {op: n for (svc, op), n in u.requests.items() if svc == "dynamodb"},
             "function_requests_per_s": invocations / elapsed, "dynamodb_requests_per_s": ddb / elapsed,
-            "read_units_per_s": u.read_units / elapsed, "held_s": counter.held_ms / 1000,
+            "read_units_per_s": u.read_units / elapsed,
             "wall_gb_seconds": stack.invocations.gb_seconds.get("read", 0.0), "modeled_gb_seconds": u.lambda_gb_seconds,
             "dollars_per_day": per_day}
 
@@ -115,8 +115,7 @@ def report(r: dict) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(x["requests_by_kind"].items()))
         lines += [
             f"  {x['segments']} segment(s), {x['seconds']:.0f} s: {x['function_requests_per_s']:.2f} function requests/s "
-            f"({kinds}), {x['dynamodb_requests_per_s']:.2f} DynamoDB requests/s, {x['read_units_per_s']:.2f} read units/s, "
-            f"long polls held the function {x['held_s']:.1f} s; DynamoDB "
+            f"({kinds}), {x['dynamodb_requests_per_s']:.2f} DynamoDB requests/s, {x['read_units_per_s']:.2f} read units/s; DynamoDB "
             + ", ".join(f"{op} {n}" for op, n in sorted(x["dynamodb_by_operation"].items())),
             (f"    modeled $/day: total ${d['total']:.4f} (function requests ${d['lambda_requests']:.4f}, "
             f"duration ${d['lambda_duration']:.4f}, DynamoDB reads ${d['dynamodb_reads']:.4f}, S3 ${d['s3_get'] + d['s3_put']:.4f});"

@@ -69,7 +69,6 @@ class StoreSettings:
     chunk_target: int = 8 * 1024 * 1024  # tiering packs inline ranges into S3 chunks of this size
     tier_min_age_ms: int = 60_000  # entries younger than this are never rewritten (see module doc)
     tier_max_age_ms: int = 15 * 60_000  # inline bytes older than this are tiered even if few
-    poll_interval_ms: int = 100  # long-poll cadence of tail reads
     # How long a block waits for its writer's previous block before it answers OutOfOrder (the writer
     # sends it again while that block is in flight): long enough for a commit under way, short enough
     # that no invocation idles.

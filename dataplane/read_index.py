@@ -5,7 +5,6 @@ from the head record it read, and checks the claims that record proves uncommitt
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -122,16 +121,13 @@ MAX_LOCATE_PARTS = 256
 class ReadIndex(SegmentJournal):
     """Reads, plans, locations and tail checks of a segment."""
 
-    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE, wait_ms: int = 0) -> ReadResult:
-        """Read up to ``max_bytes`` from ``offset``; at the tail, wait up to ``wait_ms`` for data."""
+    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE) -> ReadResult:
+        """Read up to ``max_bytes`` from ``offset``; at the tail, answer empty at once (waiting is the
+        reader's: tail checks, see ``tails``, so no invocation is held while nothing arrives)."""
         if offset < 0 or max_bytes < 1:
             raise InvalidArgument("offset must be >= 0 and max_bytes >= 1")
         max_bytes = min(max_bytes, MAX_READ_SIZE)
         meta = self._meta(segment)
-        deadline = time.monotonic() + wait_ms / 1000.0
-        while offset == meta.length and offset >= meta.start and not meta.sealed and time.monotonic() < deadline:
-            time.sleep(min(self.settings.poll_interval_ms / 1000.0, max(0.0, deadline - time.monotonic())))
-            meta = self._meta(segment)
         if offset < meta.start:
             raise Truncated(f"offset {offset} of {segment} is below its start offset {meta.start}",
                             start_offset=meta.start)

@@ -113,7 +113,7 @@ INLINE_MAX = 64  # blocks up to this size stay inline in small_store: tests mix 
 def small_store(deployment, **overrides) -> SegmentStore:
     """A segment store with small blocks and chunks and no tiering age, so a few appends exercise tiering."""
     models.bind(deployment)
-    settings = {"inline_max": INLINE_MAX, "chunk_target": 150, "tier_min_age_ms": 0, "poll_interval_ms": 20}
+    settings = {"inline_max": INLINE_MAX, "chunk_target": 150, "tier_min_age_ms": 0}
     settings.update(overrides)
     return SegmentStore(deployment, StoreSettings(**settings))
 

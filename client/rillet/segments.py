@@ -105,12 +105,11 @@ class SegmentClient:
         data = self.append_transport.json("POST", _path(scope, stream, segment), body=block, headers=headers)
         return api.AppendAck.model_validate(data)
 
-    def read(self, scope: str, stream: str, segment: str | int, offset: int, max_bytes: int = DEFAULT_READ_SIZE,
-             wait_ms: int = 0) -> SegmentRead:
+    def read(self, scope: str, stream: str, segment: str | int, offset: int,
+             max_bytes: int = DEFAULT_READ_SIZE) -> SegmentRead:
+        """Bytes from ``offset`` through the function; empty at once at the tail (wait with ``tails``)."""
         r = self.read_transport.request(
-            "GET", _path(scope, stream, segment),
-            params={"offset": offset, "max_bytes": min(max_bytes, MAX_READ_SIZE), "wait_ms": wait_ms or None},
-            timeout_s=self.read_transport.timeout_s + wait_ms / 1000)
+            "GET", _path(scope, stream, segment), params={"offset": offset, "max_bytes": min(max_bytes, MAX_READ_SIZE)})
         h = r.headers
         return SegmentRead(r.data, int(h[api.OFFSET]), int(h[api.NEXT_OFFSET]), int(h[api.START_OFFSET]),
                            int(h[api.LENGTH]), h[api.SEALED] == "true", h[api.END_OF_SEGMENT] == "true")

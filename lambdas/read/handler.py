@@ -5,7 +5,7 @@ A reader fetches the bytes in S3 objects itself, with URLs this function presign
 caller's READ grant on the stream was checked (lambdas/authorization.py, as for every route); each URL
 names one object and one byte range, and expires in minutes. A waiting reader asks for its segments'
 tails in one request and backs off while nothing changes (client/rillet/segments.py), so no
-invocation waits for data; the long poll of ``read`` (``wait_ms``) stays for older clients, bounded.
+invocation waits for data: a read at the tail answers at once.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from rillet.api import (
 )
 from rillet.framing import MAX_READ_SIZE
 from rillet.names import segment_name
-
-MAX_WAIT_MS = 20_000
 
 logger, metrics, tracer = powertools("read")
 app = build_resolver(logger)
@@ -77,9 +75,8 @@ def read(
     segment: SegmentToken,
     offset: Annotated[int, Query(ge=0, le=api.INT63_MAX)] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=MAX_READ_SIZE)] = MAX_READ_SIZE,
-    wait_ms: Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="Long-poll bound at the tail.")] = 0,
 ):  # no return annotation: binary bodies must bypass powertools' (JSON) response validation
-    result = store.read(segment_name(scope, stream, segment), offset, max_bytes, wait_ms)
+    result = store.read(segment_name(scope, stream, segment), offset, max_bytes)
     return Response(status_code=200, content_type=OCTETS, body=result.data, headers={
         api.OFFSET: str(result.offset),
         api.NEXT_OFFSET: str(result.next_offset),

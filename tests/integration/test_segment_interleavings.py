@@ -24,7 +24,7 @@ from dataplane.models import CHUNK_PREFIX, SegmentMeta
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import SegmentSealed, Truncated
 
-SETTINGS = StoreSettings(inline_max=256, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20)
+SETTINGS = StoreSettings(inline_max=256, chunk_target=10_000, tier_min_age_ms=0)
 BLOCK = 100
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import pytest
 from dataplane_model import (
@@ -38,7 +37,7 @@ from rillet.errors import (
 from rillet.framing import MAX_BLOCK_SIZE
 
 INLINE_MAX = 64
-SETTINGS = StoreSettings(inline_max=INLINE_MAX, chunk_target=400, tier_min_age_ms=0, poll_interval_ms=20)
+SETTINGS = StoreSettings(inline_max=INLINE_MAX, chunk_target=400, tier_min_age_ms=0)
 
 
 @pytest.fixture
@@ -520,56 +519,13 @@ def test_seal(store, seg, unique):
     assert dup.duplicate and dup.offset == 3
     info = store.info(seg)
     assert info.sealed and info.length == 103
-    end = store.read(seg, 103, wait_ms=5000)
+    end = store.read(seg, 103)
     assert end.data == b"" and end.end_of_segment and end.sealed
     last = store.read(seg, 100)
     assert last.data == payload("big", 100)[-3:] and last.end_of_segment
     assert not store.read(seg, 0, 10).end_of_segment
     with pytest.raises(SegmentNotFound):
         store.seal(f"{unique}/s/404")
-
-
-def test_long_poll_returns_when_data_arrives(store, seg):
-    store.append(seg, "w", 0, 1, b"abc")
-    got = {}
-
-    def poll() -> None:
-        started = time.monotonic()
-        got["result"] = store.read(seg, 3, wait_ms=10_000)
-        got["elapsed"] = time.monotonic() - started
-
-    t = threading.Thread(target=poll)
-    t.start()
-    time.sleep(0.3)
-    store.append(seg, "w2", 0, 1, b"later")
-    t.join(15)
-    assert got["result"].data == b"later"
-    assert 0.25 <= got["elapsed"] < 5.0, got["elapsed"]  # well before the 10 s bound
-
-
-def test_long_poll_times_out_empty_and_sealing_ends_it(store, seg):
-    store.append(seg, "w", 0, 1, b"abc")
-    started = time.monotonic()
-    r = store.read(seg, 3, wait_ms=400)
-    elapsed = time.monotonic() - started
-    assert r.data == b"" and r.next_offset == 3 and not r.end_of_segment
-    assert 0.38 <= elapsed < 5.0, elapsed
-
-    got = {}
-
-    def poll() -> None:
-        started = time.monotonic()
-        got["result"] = store.read(seg, 3, wait_ms=10_000)
-        got["elapsed"] = time.monotonic() - started
-
-    t = threading.Thread(target=poll)
-    t.start()
-    time.sleep(0.2)
-    store.seal(seg)
-    t.join(15)
-    assert got["result"].data == b"" and got["result"].end_of_segment
-    assert got["elapsed"] < 5.0
-
 
 
 def test_delete_removes_everything_and_is_idempotent(store, unique):

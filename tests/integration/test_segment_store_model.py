@@ -224,7 +224,7 @@ class _OldHeadStore(SegmentStore):
 def test_segment_store_matches_a_bytearray_model(deployment):
     models.bind(deployment)
     SegmentMachine.store = SegmentStore(deployment, StoreSettings(
-        inline_max=INLINE_MAX, chunk_target=120, tier_min_age_ms=0, poll_interval_ms=20))
+        inline_max=INLINE_MAX, chunk_target=120, tier_min_age_ms=0))
     run_state_machine_as_test(SegmentMachine, settings=settings(
         max_examples=25, stateful_step_count=12, deadline=None, derandomize=True, database=None,
         # No shrinking: against moto it can take minutes; the failing sequence is printed unshrunk.

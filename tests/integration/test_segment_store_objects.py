@@ -14,9 +14,9 @@ from dataplane.models import IndexEntry, entry_key
 from dataplane.segment_store import SegmentStore, StoreSettings, now_ms
 from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed, Truncated
 
-SETTINGS = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20)
+SETTINGS = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0)
 # Tests run the orphan removal only once every request they made is over.
-NO_GRACE = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20,
+NO_GRACE = StoreSettings(inline_max=64, chunk_target=10_000, tier_min_age_ms=0,
                          orphan_grace_ms=0)
 
 

@@ -12,7 +12,7 @@ from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import OutOfOrder, SegmentSealed, StreamKindMismatch
 from rillet.framing import frame
 
-SETTINGS = StoreSettings(inline_max=256, chunk_target=10_000, tier_min_age_ms=0, poll_interval_ms=20)
+SETTINGS = StoreSettings(inline_max=256, chunk_target=10_000, tier_min_age_ms=0)
 
 
 @pytest.fixture
