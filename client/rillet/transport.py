@@ -30,9 +30,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import urllib3
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.session import Session
 
 from rillet import api
 from rillet.errors import InvalidArgument, ServiceUnavailable, from_wire
@@ -59,6 +56,8 @@ class Transport:
         host = urlsplit(self.endpoint).hostname or ""
         match = _FUNCTION_URL.match(host)
         self.sign = bool(match) if sign is None else sign
+        if self.sign:  # botocore only where requests are signed: it is half of the CLI's start-up otherwise
+            from botocore.session import Session
         self.region = region or (match.group(1) if match else None)
         if self.sign and not self.region:
             self.region = os.environ.get("AWS_REGION") or Session().get_config_variable("region")
@@ -111,6 +110,9 @@ class Transport:
     def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
               timeout_s: float) -> HttpResponse:
         if self.sign:
+            from botocore.auth import SigV4Auth
+            from botocore.awsrequest import AWSRequest
+
             aws_request = AWSRequest(method=method, url=url, data=body or b"", headers=headers)
             SigV4Auth(self._credentials.get_frozen_credentials(), "lambda", self.region).add_auth(aws_request)
             headers = dict(aws_request.headers.items())
