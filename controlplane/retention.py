@@ -63,6 +63,7 @@ from controlplane.models import (
 )
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
+from rillet.cli_format import human_bytes, human_duration, human_size, rounded_duration
 from rillet.errors import InvalidArgument, NotFound, RilletError, StreamNotFound, WriteConflict
 from rillet.models import (
     AcknowledgedCut,
@@ -596,14 +597,15 @@ class RetentionTasks:
         """Why no recorded cut keeps the minimum: the stream holds less than it, or it grew past it after
         its oldest recorded cut (cuts are recorded at most every ``frequency_ms``)."""
         oldest = min(retention_set, key=lambda r: r.recorded_ms)
-        every = f"a cut is recorded every {self.settings.frequency_ms / 1000:g} s"
+        every = f"a cut is recorded every {human_duration(self.settings.frequency_ms)}"
         if not by_size:
-            return (f"no cut to truncate at yet: the oldest recorded cut is {(now - oldest.recorded_ms) / 1000:g} s "
-                    f"old, the minimum is {lowest / 1000:g} s ({every})")
+            return (f"no cut to truncate at yet: the oldest recorded cut is {rounded_duration(now - oldest.recorded_ms)} "
+                    f"old, the minimum is {human_duration(lowest)} ({every})")
+        held = human_bytes(tail_size - head_size)
         if tail_size - head_size < lowest:
-            return f"below the minimum: the stream holds {tail_size - head_size} B, the minimum is {lowest} B"
-        return (f"no cut to truncate at yet: the stream holds {tail_size - head_size} B, over the {lowest} B "
-                f"minimum, but truncating at its oldest recorded cut would keep {tail_size - oldest.size} B ({every})")
+            return f"below the minimum: the stream holds {held}, the minimum is {human_size(lowest)}"
+        return (f"no cut to truncate at yet: the stream holds {held}, over the {human_size(lowest)} minimum, "
+                f"but truncating at its oldest recorded cut would keep {human_bytes(tail_size - oldest.size)} ({every})")
 
     @staticmethod
     def _beyond_max(by_size: bool, highest: int, retained: int, head: list[SegmentPosition],
