@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from controlplane.kvt_records import scope_has_key_value_tables
 from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk
 from controlplane.states import check_transition
@@ -32,14 +30,13 @@ from rillet.errors import (
 )
 from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
 from rillet.models import (
-    RetentionPolicy,
     ScaleType,
-    ScalingPolicy,
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
     SegmentSlice,
     StreamConfiguration,
+    StreamConfigurationChange,
     StreamInfo,
     StreamState,
     SuccessorInfo,
@@ -67,35 +64,6 @@ AUTOSCALED = "1"  # the value that puts a stream in the auto-scaling index
 # come at some 14,500; a reader group's state (about 210 B per live segment) stops at some 1,150
 # (docs/limits.md, measured by bench.record_sizes).
 MAX_CURRENT_SEGMENTS = 1000
-
-
-class StreamConfigurationChange(BaseModel):
-    """A partial update of a stream's configuration: what it names changes, the rest stays as it is
-    (``kafka-configs --alter``). ``retention_policy`` given as null removes the policy (kept forever);
-    absent, it stays. ``tags`` replaces the tags; ``add_tags`` and ``remove_tags`` edit them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scaling_policy: ScalingPolicy | None = None
-    retention_policy: RetentionPolicy | None = Field(
-        None, description="The new retention policy; null removes it (data kept forever); absent keeps it.")
-    timestamp_aggregation_timeout_ms: int | None = Field(None, ge=0)
-    rollover_size_bytes: int | None = Field(None, ge=0)
-    tags: frozenset[str] | None = Field(None, description="Replaces the tags.")
-    # bounded as the tags are (StreamConfiguration validates the result: at most 127 tags)
-    add_tags: frozenset[str] = Field(frozenset(), max_length=127)
-    remove_tags: frozenset[str] = Field(frozenset(), max_length=127)
-
-    def applied_to(self, config: StreamConfiguration) -> StreamConfiguration:
-        given = self.model_fields_set
-        fields = config.model_dump()
-        for name in ("scaling_policy", "timestamp_aggregation_timeout_ms", "rollover_size_bytes", "tags"):
-            if getattr(self, name) is not None:
-                fields[name] = getattr(self, name)
-        if "retention_policy" in given:
-            fields["retention_policy"] = self.retention_policy
-        fields["tags"] = (frozenset(fields["tags"]) | self.add_tags) - self.remove_tags
-        return StreamConfiguration.model_validate(fields)
 
 
 def now_ms() -> int:

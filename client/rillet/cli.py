@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 # Only what building the parser needs: the SDK's models and clients are imported by the commands
 # that use them (bench.cli_startup measures what a command costs to start).
@@ -225,11 +224,10 @@ def _stream_update(args: argparse.Namespace) -> None:
     """Only what the options name changes; the server applies it to the configuration as stored,
     conditioned on the version it read, so a concurrent update is not lost."""
     scope, stream = split_scoped_name(args.stream)
-    change = _configuration_change(args)
-    path = f"/v1/scopes/{quote(scope, safe='')}/streams/{quote(stream, safe='')}/configuration"
-    from rillet.models import StreamInfo
+    from rillet.models import StreamConfigurationChange
 
-    info = StreamInfo.model_validate(_manager(args).controller.transport.json("PATCH", path, json_body=change))
+    change = StreamConfigurationChange.model_validate(_configuration_change(args))
+    info = _manager(args).change_stream_configuration(scope, stream, change)
     lines = _configuration_lines(info.configuration)
     _emit(args, {"stream": args.stream, "state": info.state.value, "configuration": info.configuration.model_dump(mode="json")},
           f"stream {args.stream} updated ({info.state.value})\n"

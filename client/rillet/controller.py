@@ -18,6 +18,7 @@ from rillet.models import (
     SegmentPosition,
     SegmentRange,
     StreamConfiguration,
+    StreamConfigurationChange,
     StreamInfo,
     StreamState,
     SuccessorInfo,
@@ -95,6 +96,11 @@ class ControllerClient:
         data = self.transport.json("PUT", _stream_path(scope, stream) + "/configuration",
                                    json_body=configuration.model_dump(mode="json"))
         return api.StreamStatus.model_validate(data).state
+
+    def change_stream_configuration(self, scope: str, stream: str, change: StreamConfigurationChange) -> StreamInfo:
+        data = self.transport.json("PATCH", _stream_path(scope, stream) + "/configuration",
+                                   json_body=change.model_dump(mode="json", exclude_unset=True))
+        return StreamInfo.model_validate(data)
 
     def seal_stream(self, scope: str, stream: str) -> StreamState:
         return api.StreamStatus.model_validate(

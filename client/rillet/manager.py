@@ -7,7 +7,7 @@ from typing import Self
 
 from rillet.controller import ControllerClient
 from rillet.errors import NotFound
-from rillet.models import ScopeInfo, StreamConfiguration, StreamInfo, StreamState
+from rillet.models import ScopeInfo, StreamConfiguration, StreamConfigurationChange, StreamInfo, StreamState
 from rillet.names import validate_scope_name, validate_stream_name
 from rillet.stream_cut import StreamCut
 from rillet.transport import Transport
@@ -63,6 +63,11 @@ class StreamManager:
 
     def update_stream(self, scope: str, stream: str, configuration: StreamConfiguration) -> StreamState:
         return self.controller.update_stream(scope, stream, configuration)
+
+    def change_stream_configuration(self, scope: str, stream: str, change: StreamConfigurationChange) -> StreamInfo:
+        """Change only what ``change`` names (``update_stream`` replaces the whole configuration); the
+        controller applies it to the configuration as stored, so concurrent changes all stand."""
+        return self.controller.change_stream_configuration(scope, stream, change)
 
     def seal_stream(self, scope: str, stream: str) -> StreamState:
         """Seal a stream: writers get SegmentSealed, readers reach its end."""

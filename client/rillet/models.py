@@ -137,6 +137,35 @@ class StreamConfiguration(_Model):
         return tags
 
 
+class StreamConfigurationChange(BaseModel):
+    """A partial update of a stream's configuration: what it names changes, the rest stays as it is
+    (``kafka-configs --alter``). ``retention_policy`` given as null removes the policy (kept forever);
+    absent, it stays. ``tags`` replaces the tags; ``add_tags`` and ``remove_tags`` edit them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scaling_policy: ScalingPolicy | None = None
+    retention_policy: RetentionPolicy | None = Field(
+        None, description="The new retention policy; null removes it (data kept forever); absent keeps it.")
+    timestamp_aggregation_timeout_ms: int | None = Field(None, ge=0)
+    rollover_size_bytes: int | None = Field(None, ge=0)
+    tags: frozenset[str] | None = Field(None, description="Replaces the tags.")
+    # bounded as the tags are (StreamConfiguration validates the result: at most 127 tags)
+    add_tags: frozenset[str] = Field(frozenset(), max_length=127)
+    remove_tags: frozenset[str] = Field(frozenset(), max_length=127)
+
+    def applied_to(self, config: StreamConfiguration) -> StreamConfiguration:
+        given = self.model_fields_set
+        fields = config.model_dump()
+        for name in ("scaling_policy", "timestamp_aggregation_timeout_ms", "rollover_size_bytes", "tags"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
+        if "retention_policy" in given:
+            fields["retention_policy"] = self.retention_policy
+        fields["tags"] = (frozenset(fields["tags"]) | self.add_tags) - self.remove_tags
+        return StreamConfiguration.model_validate(fields)
+
+
 class StreamState(str, Enum):
     CREATING = "CREATING"
     ACTIVE = "ACTIVE"

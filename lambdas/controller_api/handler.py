@@ -9,7 +9,6 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.service import Controller
-from controlplane.streams import StreamConfigurationChange
 from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
 from lambdas.controller_api import grant_routes, kvt_routes
@@ -61,6 +60,7 @@ from rillet.models import (
     ScopeInfo,
     SegmentRange,
     StreamConfiguration,
+    StreamConfigurationChange,
     StreamCutBody,
     StreamInfo,
     TxnInfo,

@@ -132,3 +132,18 @@ def test_typed_not_found_errors_over_the_wire(manager, unique):
 def test_the_sdk_is_importable_as_documented():
     assert rillet.StreamManager is not None
     assert rillet.segment_id(1, 2) == (1 << 32) | 2
+
+
+def test_change_stream_configuration_changes_only_what_it_names(manager, unique):
+    """Issue 30: a partial change keeps what it does not name (update_stream replaces everything)."""
+    manager.create_scope(unique)
+    retention = rillet.RetentionPolicy.by_time(7 * 86_400_000)
+    manager.create_stream(unique, "s", StreamConfiguration(retention_policy=retention, tags=frozenset({"a"}),
+                                                           scaling_policy=ScalingPolicy.by_event_rate(100, 2, 1)))
+    info = manager.change_stream_configuration(unique, "s", rillet.StreamConfigurationChange(add_tags={"b"}))
+    assert info.configuration.tags == {"a", "b"}
+    assert info.configuration.retention_policy == retention
+    assert info.configuration.scaling_policy == ScalingPolicy.by_event_rate(100, 2, 1)
+    removed = manager.change_stream_configuration(unique, "s", rillet.StreamConfigurationChange(retention_policy=None))
+    assert removed.configuration.retention_policy is None and removed.configuration.tags == {"a", "b"}
+    assert manager.get_stream_info(unique, "s").configuration == removed.configuration
