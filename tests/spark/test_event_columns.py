@@ -42,3 +42,13 @@ def test_on_a_spark_without_python_data_sources_the_import_names_the_supported_v
     monkeypatch.setitem(sys.modules, "pyspark.sql.datasource", None)  # as on Spark 3.5
     with pytest.raises(ImportError, match=r"needs Spark 4\.0 or later .* this is Spark \d"):
         import rillet_spark  # noqa: F401
+
+
+def test_runs_of_equal_sizes_are_cut_at_a_different_size_and_at_a_partial_frame():
+    payloads = [b"a" * 60] * 300 + [b"b" * 7] + [b"c" * 60] * 5 + [b"d" * 7] * 2 + [b""] * 3 + [b"e" * 60] * 40
+    buffer = bytearray(b"".join(frame(p) for p in payloads)) + frame(b"f" * 60)[:30]
+    positions, events, consumed = _events(buffer, pa.binary())
+    frames, expected_consumed = unframe(buffer)
+    assert consumed == expected_consumed == len(buffer) - 30
+    assert positions.tolist() == [pos for pos, _ in frames]
+    assert events.to_pylist() == payloads
