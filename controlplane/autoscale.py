@@ -25,6 +25,7 @@ from controlplane.models import StreamRecord
 from controlplane.streams import AUTOSCALED, MAX_CURRENT_SEGMENTS, StreamTasks
 from dataplane.rates import WINDOWS_S
 from dataplane.segment_store import SegmentInfo
+from rillet.cli_format import human_duration
 from rillet.keyspace import split_evenly
 from rillet.models import ScaleType, ScalingPolicy, SegmentRange, StreamConfiguration, StreamState
 from rillet.names import segment_name
@@ -68,32 +69,36 @@ def decide(policy: ScalingPolicy, segments: list[tuple[SegmentRange, SegmentInfo
         return None
     target = float(policy.target_rate)
     w2, w5, w10, w20 = settings.windows_ms
-    hottest: tuple[float, SegmentRange] | None = None
+    unit = "KB/s" if policy.scale_type == ScaleType.BY_RATE_IN_KBYTES_PER_SEC else "events/s"
+    hottest: tuple[float, SegmentRange, str] | None = None
     cold: list[bool] = []
     for segment, info in segments:
         age = now_ms - info.created_ms
         r2, r5, r10, r20 = _rates(policy, info)
         mature = age > settings.cooldown_ms
-        hot = mature and ((r2 > 5 * target and age > w2) or (r5 > 2 * target and age > w5)
-                          or (r10 > target and age > w10))
-        if hot and (hottest is None or max(r2, r5, r10) > hottest[0]):
-            hottest = (max(r2, r5, r10), segment)
+        # (rate, times the target it must pass, window): the rule that made the segment hot is named
+        rules = [(r, factor, window) for r, factor, window in ((r2, 5, w2), (r5, 2, w5), (r10, 1, w10))
+                 if mature and r > factor * target and age > window]
+        if rules and (hottest is None or max(r2, r5, r10) > hottest[0]):
+            rate, factor, window = rules[0]
+            why = f"{rate:.1f} {unit} over {human_duration(window)} > {factor}x the target {target:g}"
+            hottest = (max(r2, r5, r10), segment, why)
         cold.append(mature and age > w20 and r2 < target and r5 < target and r10 < target and r20 < target / 2)
     if hottest is not None:
-        rate, segment = hottest
+        rate, segment, why = hottest
         # Never wider than a stream may be: a split that would be takes the room left, if any.
         pieces = min(policy.scale_factor, max(2, int(rate / target)), MAX_CURRENT_SEGMENTS - len(segments) + 1)
         if pieces >= 2:
             ranges = split_evenly(segment.low, segment.high, pieces)
             return ScaleDecision([segment.segment_id], [(r.low, r.high) for r in ranges],
-                                 f"segment {segment.segment_id} is hot ({rate:.1f} > target {target:g}): "
-                                 f"split in {pieces}")
+                                 f"segment {segment.segment_id} is hot ({why}): split in {pieces}")
     if len(segments) > policy.min_num_segments:
         for i in range(len(segments) - 1):
             (a, _), (b, _) = segments[i], segments[i + 1]
             if cold[i] and cold[i + 1] and a.high == b.low:
                 return ScaleDecision([a.segment_id, b.segment_id], [(a.low, b.high)],
-                                     f"segments {a.segment_id} and {b.segment_id} are cold: merge")
+                                     f"segments {a.segment_id} and {b.segment_id} are cold (under the target "
+                                     f"{target:g} {unit} over {human_duration(w20)} and each shorter window): merge")
     return None
 
 

@@ -225,3 +225,19 @@ def test_cooldown_and_mute_default_to_ten_minutes_and_come_from_the_environment(
     monkeypatch.setenv("RILLET_SCALE_MUTE_MS", "3000")
     settings = AutoScaleSettings.from_env()
     assert (settings.cooldown_ms, settings.mute_ms) == (2000, 3000)
+
+
+@pytest.mark.parametrize("rates, named", [
+    ((5 * T + 1, 0, 0, 0), "51.0 events/s over 2s > 5x the target 10"),
+    ((0, 2 * T + 1, 0, 0), "21.0 events/s over 5s > 2x the target 10"),
+    ((0, 0, T + 1, 0), "11.0 events/s over 10s > 1x the target 10"),
+])
+def test_a_split_says_which_window_and_threshold_made_the_segment_hot(rates, named):
+    """Issue 30: the reason names the rule (a rate 5x the target over the shortest window, ...)."""
+    decision = decide(by_events(8), _segments((rates, OLD), (QUIET, OLD)), NOW, 0, SETTINGS)
+    assert named in decision.reason, decision.reason
+
+
+def test_a_merge_says_over_which_window_the_segments_were_cold():
+    decision = decide(by_events(), _segments(((T + 1, 0, 0, 0), OLD), (QUIET, OLD), (QUIET, OLD)), NOW, 0, SETTINGS)
+    assert "under the target 10 events/s over 20s" in decision.reason, decision.reason
