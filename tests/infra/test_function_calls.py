@@ -1,0 +1,218 @@
+"""Every AWS call the Lambda functions make is granted to the function's own role (issue 28).
+
+The read function's tails route once made a BatchGetItem its role lacked, and nothing caught it before
+AWS did. Here the real handlers of the three functions run in-process on Function URL events (as in
+tests/lambda_events.py) against tables of their own on the moto server, signed by an admin so the grant
+reads happen too, while every botocore call is recorded (test_job_calls.recorded). Each call becomes the
+IAM action and resource kind AWS authorizes it on (test_job_calls._needed) and must be granted by the
+policy documents of that function's role in infra/terraform/iam.tf; where a statement limits the
+partition keys (``dynamodb:LeadingKeys``), the call's keys must match them. Presigned URLs make no call
+and so are not checked.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from fnmatch import fnmatchcase
+from functools import partial
+from types import SimpleNamespace
+
+import lambda_events
+import pytest
+from lambda_events import handler_modules, invoke
+from test_job_calls import (
+    _needed,
+    recorded,  # noqa: F401 - the fixture, requested by name below
+)
+from test_terraform import (
+    APPEND,
+    CONTROLLER,
+    READ,
+    TF_DIR,
+    _classify,
+    as_list,
+    function,
+    parse_terraform,
+    role_of,
+    role_policy_documents,
+    statements,
+)
+
+import lambdas.authorization
+from rillet import api
+from rillet.framing import frame
+from standalone.gateway import build_event
+from standalone.resources import bind_all
+
+ADMIN = "arn:aws:iam::123456789012:user/rillet-admin"
+JSON = {"content-type": "application/json"}
+PARTITION_KEY = "pk"  # of both tables (controlplane/models.py MetadataItem, dataplane/models.py SegmentMeta)
+
+
+def _grants_of(handler: str) -> dict[tuple[str, str], list[list[str] | None]]:
+    """(resource kind, action) -> for each statement granting it, the partition keys it is limited to
+    (None: any). test_job_calls._granted reads one named document; this reads a function's role."""
+    tf = parse_terraform(TF_DIR)
+    name, fn = function(tf, handler)
+    granted: dict[tuple[str, str], list[list[str] | None]] = {}
+    for _document_name, document in role_policy_documents(tf, role_of(tf, name, fn)):
+        for statement in statements(document):
+            if statement.get("effect", "Allow") != "Allow":
+                continue
+            leading_keys = None
+            for condition in as_list(statement.get("condition")):
+                if condition.get("variable") == "dynamodb:LeadingKeys":
+                    assert condition.get("test") == "ForAllValues:StringLike", condition
+                    leading_keys = as_list(condition.get("values"))
+            for resource in as_list(statement.get("resources")):
+                for action in as_list(statement.get("actions")):
+                    granted.setdefault((_classify(resource), action), []).append(leading_keys)
+    return granted
+
+
+def _partition_keys(call: tuple[str, str, dict]) -> set[str] | None:
+    """The base-table partition keys a DynamoDB call touches; None when it names none (DescribeTable, a
+    Scan, a query of an index), which no statement limited by dynamodb:LeadingKeys allows."""
+    service, operation, params = call
+    if service != "dynamodb":
+        return None
+
+    def of(body: dict) -> set[str]:
+        item = body.get("Key") or body.get("Item")
+        if item is not None:
+            return {item[PARTITION_KEY]["S"]}
+        if "KeyConditionExpression" in body and "IndexName" not in body:
+            names = {v: k for k, v in body.get("ExpressionAttributeNames", {}).items()}
+            placeholder = re.escape(names.get(PARTITION_KEY, PARTITION_KEY))
+            value = re.search(rf"{placeholder} = (:\w+)", body["KeyConditionExpression"])
+            assert value, f"no equality on the partition key in {body['KeyConditionExpression']!r}"
+            return {body["ExpressionAttributeValues"][value.group(1)]["S"]}
+        return set()
+
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        keys = {k for item in params["TransactItems"] for body in item.values() for k in of(body)}
+    elif operation == "BatchGetItem":
+        keys = {k[PARTITION_KEY]["S"] for t in params["RequestItems"].values() for k in t["Keys"]}
+    elif operation == "BatchWriteItem":
+        keys = {k for t in params["RequestItems"].values() for r in t for body in r.values() for k in of(body)}
+    else:
+        keys = of(params)
+    return keys or None
+
+
+def _missing(handler: str, calls: list[tuple[str, str, dict]], tables: dict[str, str]) -> list[str]:
+    granted = _grants_of(handler)
+    missing = set()
+    for call in calls:
+        keys = _partition_keys(call)
+        for need in _needed(call, tables):
+            allowed = any(limit is None or (keys is not None and all(
+                any(fnmatchcase(k, pattern) for pattern in limit) for k in keys))
+                for limit in granted.get(need, []))
+            if not allowed:
+                missing.add(f"{need[1]} on {need[0]}" + (f" (keys {sorted(keys)})" if need in granted else ""))
+    return sorted(missing)
+
+
+def _read_bytes(module, target: str) -> bytes:
+    """A GET of the read route, whose answer is binary (lambda_events.invoke decodes JSON answers)."""
+    event = build_event("GET", target, {}, b"", "localhost", "127.0.0.1", identity=ADMIN)
+    context = SimpleNamespace(function_name="read", memory_limit_in_mb=512, aws_request_id=str(uuid.uuid4()),
+                              invoked_function_arn="arn:aws:lambda:local:000000000000:function:read")
+    result = module.handler(event, context)
+    assert result["statusCode"] == 200, result
+    return base64.b64decode(result["body"]) if result.get("isBase64Encoded") else result["body"].encode()
+
+
+@pytest.fixture
+def functions(isolated_deployment, deployment, monkeypatch):
+    """The three handler modules on tables of their own (the admin grant made here must not turn on
+    authorization for other tests), every request signed by ADMIN; the session's binding is restored."""
+    mine = isolated_deployment("function-calls")
+    modules = handler_modules(mine, monkeypatch)
+    bind_all(mine)
+    monkeypatch.setattr(lambda_events, "build_event", partial(build_event, identity=ADMIN))
+    yield mine, modules
+    bind_all(deployment)
+
+
+def _fresh_authorizer(monkeypatch) -> None:
+    """Each function instance has its own grant cache; in one process they share one, so drop it."""
+    monkeypatch.setattr(lambdas.authorization, "_authorizer", None)
+
+
+def test_each_functions_calls_are_granted_to_its_role(functions, unique, request, monkeypatch):
+    mine, modules = functions
+    controller, append, read = modules["controller_api"], modules["append"], modules["read"]
+    calls = request.getfixturevalue("recorded")
+    recorded_by: dict[str, list] = {}
+
+    def post(module, target: str, body: object) -> dict:
+        status, _, answer = invoke(module, "POST", target, json.dumps(body).encode(), **JSON)
+        assert status == 200, (target, status, answer)
+        return answer
+
+    def get(module, target: str) -> dict:
+        status, _, answer = invoke(module, "GET", target)
+        assert status == 200, (target, status, answer)
+        return answer
+
+    # The controller: a grant (authorization is on from here), a scope and streams, a transaction, a
+    # reader group, a scale, a truncation, a seal and a delete.
+    _fresh_authorizer(monkeypatch)
+    post(controller, "/v1/grants", {"principal": ADMIN, "resource": "prn::*", "permission": "READ_UPDATE"})
+    post(controller, "/v1/scopes", {"scope": unique})
+    for stream in ("s", "gone"):  # one segment each (the default configuration)
+        post(controller, f"/v1/scopes/{unique}/streams", {"stream": stream})
+    stream = f"/v1/scopes/{unique}/streams/s"
+    txn = post(controller, f"{stream}/transactions", {})
+    post(controller, f"{stream}/transactions/{txn['txn_id']}/commit", {})
+    group = {"group": "g", "config": {"streams": [{"scope": unique, "stream": "s"}]}}
+    post(controller, f"/v1/scopes/{unique}/reader-groups", group)
+    post(controller, f"/v1/scopes/{unique}/reader-groups/g/readers/r", {})
+    post(controller, f"/v1/scopes/{unique}/reader-groups/g/readers/r/sync", {})
+    get(controller, f"{stream}")
+    recorded_by[CONTROLLER] = list(calls)
+    calls.clear()
+
+    # The append function: a small block kept inline, and one above the inline size put to S3.
+    _fresh_authorizer(monkeypatch)
+    segment = f"/v1/segments/{unique}/s/0"
+    small, large = frame(b"x" * 10), frame(b"y" * 4096)
+    for number, block in enumerate((small, large)):
+        status, _, answer = invoke(append, "POST", segment, block, **{
+            api.WRITER_ID: "w", api.EVENT_NUMBER: str(number), api.EVENT_COUNT: "1"})
+        assert status == 200, answer
+    assert any(op == "PutObject" for _, op, _ in calls), "the large block was not put to S3"
+    recorded_by[APPEND] = list(calls)
+    calls.clear()
+
+    # The read function: every route, over both blocks.
+    _fresh_authorizer(monkeypatch)
+    length = len(small) + len(large)
+    assert _read_bytes(read, f"{segment}?offset=0") == small + large
+    get(read, f"{segment}/locations?offset=0")
+    get(read, f"{segment}/plan?from=0&to={length}")
+    assert get(read, f"/v1/segments/{unique}/s/tails?segments=0,1")["tails"][0]["length"] == length
+    assert get(read, f"{segment}/info")["length"] == length
+    assert any(op == "GetObject" for _, op, _ in calls), "the read of the large block did not reach S3"
+    recorded_by[READ] = list(calls)
+    calls.clear()
+
+    # The controller again: what changes segments and their objects.
+    _fresh_authorizer(monkeypatch)
+    post(controller, f"{stream}/truncate", {"positions": [{"segment_id": 0, "offset": length}]})
+    post(controller, f"{stream}/scale", {"seal": [0], "new_ranges": [[0.0, 0.5], [0.5, 1.0]]})
+    status, _, answer = invoke(controller, "DELETE", f"/v1/scopes/{unique}/reader-groups/g")
+    assert status == 200, answer
+    post(controller, f"/v1/scopes/{unique}/streams/gone/seal", {})
+    status, _, answer = invoke(controller, "DELETE", f"/v1/scopes/{unique}/streams/gone")
+    assert status == 200, answer
+    recorded_by[CONTROLLER] += list(calls)
+
+    tables = {mine.metadata_table: "metadata", mine.segments_table: "segments"}
+    missing = {handler: _missing(handler, made, tables) for handler, made in recorded_by.items()}
+    assert missing == {CONTROLLER: [], APPEND: [], READ: []}, f"roles lack what their functions call: {missing}"
