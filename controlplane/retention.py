@@ -67,6 +67,7 @@ from rillet.cli_format import human_bytes, human_duration, human_size, rounded_d
 from rillet.errors import InvalidArgument, NotFound, RilletError, StreamNotFound, WriteConflict
 from rillet.models import (
     AcknowledgedCut,
+    ConsumptionLimits,
     RetentionDecision,
     RetentionPolicy,
     RetentionStatus,
@@ -142,6 +143,19 @@ class Decision:
     cut: list[SegmentPosition] | None = None
     subscribers: list[SubscriberStatus] = field(default_factory=list)
     consumption: bool = False  # the stream's policy is consumption-based
+    limits: ConsumptionLimits | None = None  # its subscriber timeout and fallback, for the operator's metrics
+
+
+def fallback_due_in_ms(limits: ConsumptionLimits, subscribers: list[SubscriberStatus]) -> int | None:
+    """How long until a cycle stops honouring the subscribers (0 or less: it already does; None: there is
+    no subscriber, the time/size policy applies at once): when every subscriber has been silent for
+    longer than the timeout and, with a fallback, the latest acknowledgement is the fallback old (the
+    time/size policy applies), or without one, the timeout passed (only the maximum still applies).
+    Read-only: the rule ``_choose`` applies, stated for the operator."""
+    if not subscribers:
+        return None
+    latest = min(s.silent_for_ms for s in subscribers)
+    return max(limits.subscriber_timeout_ms + 1, limits.fallback_after_ms or 0) - latest
 
 
 def _as_read(model: type, record: SubscriberRecord | RetentionRecord):
@@ -507,7 +521,7 @@ class RetentionTasks:
             return plain
 
         limits = policy.consumption
-        decision.consumption = True
+        decision.consumption, decision.limits = True, limits
         active, statuses = [], []
         for sub in self.subscribers(scope, stream):
             cut = _positions(sub.cut)

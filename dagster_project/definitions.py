@@ -15,6 +15,7 @@ from dagster_project.maintenance import (
     tiering_sensor,
     workflow_sweeper_sensor,
 )
+from dagster_project.observability import run_failure_reporter
 from dagster_project.reader_groups import expire_reader_leases_job, reader_lease_sensor
 from dagster_project.resources import RilletDeployment
 from dagster_project.retention import retention_job, retention_schedule, stream_retention
@@ -27,7 +28,7 @@ defs = Definitions(
     jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job, retention_job, scale_stream_job,
           expire_reader_leases_job],
     sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor, autoscale_sensor, watermark_sensor,
-             reader_lease_sensor],
+             reader_lease_sensor, run_failure_reporter],
     resources={"rillet": RilletDeployment.from_env()},
     executor=in_process_executor,
 )

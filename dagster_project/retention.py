@@ -36,6 +36,7 @@ from pydantic import Field
 from controlplane.models import StreamRecord
 from controlplane.retention import Decision
 from controlplane.streams import RETENTION_BUCKETS
+from dagster_project.observability import emit_retention_metrics
 from dagster_project.resources import RilletDeployment
 from rillet.cli_format import human_bytes, rounded_duration
 
@@ -78,6 +79,7 @@ def stream_retention(context: AssetExecutionContext, config: RetentionRun, rille
     orphaned = [d.stream for d in decisions if d.consumption and not any(s.active for s in d.subscribers)]
     for d in decisions:
         context.log.info("%s: %s (%s)", d.stream, d.outcome, d.reason)
+    emit_retention_metrics(decisions)
     released = sum(d.size_bytes - d.retained_bytes for d in decisions)
     return MaterializeResult(
         metadata={

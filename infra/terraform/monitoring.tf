@@ -393,6 +393,80 @@ resource "aws_budgets_budget" "monthly" {
   }
 }
 
+# -- what the Dagster code location reports (dagster_project/observability.py) ------------------------
+
+# Its sensor and the retention job write one JSON line per event to stdout (the Dagster log group): a
+# structured log line that is also an EMF document (namespace Rillet, dimension service). The awslogs
+# driver does not mark lines as EMF, so these filters publish the metrics the alarms and the dashboard
+# read. Dimensions stay bounded: stream by the streams with consumption-based retention, group by their
+# subscribers.
+locals {
+  dagster_line_metrics = {
+    RunsFailed              = { event = "run_failed", dimensions = { service = "$.service" } }
+    FallbackImminent        = { event = "retention_stream", dimensions = { service = "$.service" } }
+    NoActiveSubscriber      = { event = "retention_stream", dimensions = { service = "$.service", stream = "$.stream" } }
+    NoSubscriber            = { event = "retention_stream", dimensions = { service = "$.service", stream = "$.stream" } }
+    UnconsumedBytes         = { event = "retention_stream", dimensions = { service = "$.service", stream = "$.stream" } }
+    SubscriberLagBytes      = { event = "retention_subscriber", dimensions = { service = "$.service", stream = "$.stream", group = "$.group" } }
+    SubscriberSilentSeconds = { event = "retention_subscriber", dimensions = { service = "$.service", stream = "$.stream", group = "$.group" } }
+  }
+}
+
+resource "aws_cloudwatch_log_metric_filter" "dagster_lines" {
+  for_each       = local.dagster_line_metrics
+  name           = "${local.dagster_name}-${each.key}"
+  log_group_name = aws_cloudwatch_log_group.dagster.name
+  pattern        = "{ $.event = \"${each.value.event}\" }"
+
+  metric_transformation {
+    name       = each.key
+    namespace  = "Rillet"
+    value      = "$.${each.key}"
+    dimensions = each.value.dimensions
+  }
+}
+
+# The run-failure sensor reports every failed run (a maintenance job, retention, an export) once.
+resource "aws_cloudwatch_metric_alarm" "dagster_run_failures" {
+  alarm_name          = "${local.dagster_name}-run-failures"
+  alarm_description   = "A Dagster run failed: its line (event run_failed) in the Dagster log group names the job, the run and the error."
+  namespace           = "Rillet"
+  metric_name         = "RunsFailed"
+  dimensions          = { service = "dagster" }
+  statistic           = "Sum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+
+  depends_on = [aws_cloudwatch_log_metric_filter.dagster_lines]
+}
+
+# A consumption-based stream whose subscribers are all silent and will be ignored within a quarter of
+# the subscriber timeout (then the fallback time/size policy, or without one only the maximum, applies
+# and data they have not read may be truncated). One datapoint per retention run (every 30 minutes by
+# default): an hour's period keeps the alarm on between two runs.
+resource "aws_cloudwatch_metric_alarm" "retention_fallback_imminent" {
+  alarm_name          = "${local.dagster_name}-retention-fallback-imminent"
+  alarm_description   = "A consumption-based stream's subscribers are silent and its fallback applies soon: its line (event retention_stream, FallbackImminent 1) names the stream."
+  namespace           = "Rillet"
+  metric_name         = "FallbackImminent"
+  dimensions          = { service = "retention" }
+  statistic           = "Maximum"
+  period              = 3600
+  evaluation_periods  = 1
+  threshold           = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+
+  depends_on = [aws_cloudwatch_log_metric_filter.dagster_lines]
+}
+
 # -- dashboard ----------------------------------------------------------------------------------------
 
 resource "aws_cloudwatch_dashboard" "rillet" {
@@ -464,6 +538,32 @@ resource "aws_cloudwatch_dashboard" "rillet" {
           metrics = [
             ["AWS/EMRServerless", "SuccessJobs", "ApplicationId", aws_emrserverless_application.spark.id],
             ["AWS/EMRServerless", "FailedJobs", "ApplicationId", aws_emrserverless_application.spark.id],
+          ]
+        }
+      },
+      {
+        type = "metric", x = 0, y = 18, width = 12, height = 6
+        properties = {
+          title  = "Consumption-based retention: unconsumed bytes per stream, failed runs"
+          region = local.region
+          period = 1800
+          metrics = [
+            [{ expression = "SEARCH('{Rillet,service,stream} service=\"retention\" MetricName=\"UnconsumedBytes\"', 'Maximum', 1800)", id = "unconsumed" }],
+            ["Rillet", "FallbackImminent", "service", "retention", { stat = "Maximum", yAxis = "right" }],
+            ["Rillet", "RunsFailed", "service", "dagster", { stat = "Sum", yAxis = "right" }],
+          ]
+        }
+      },
+      {
+        type = "metric", x = 12, y = 18, width = 12, height = 6
+        properties = {
+          title  = "Subscribers: lag (bytes), silent for (seconds), streams without an active subscriber"
+          region = local.region
+          period = 1800
+          metrics = [
+            [{ expression = "SEARCH('{Rillet,service,stream,group} service=\"retention\" MetricName=\"SubscriberLagBytes\"', 'Maximum', 1800)", id = "lag" }],
+            [{ expression = "SEARCH('{Rillet,service,stream,group} service=\"retention\" MetricName=\"SubscriberSilentSeconds\"', 'Maximum', 1800)", id = "silent", yAxis = "right" }],
+            [{ expression = "SEARCH('{Rillet,service,stream} service=\"retention\" MetricName=\"NoActiveSubscriber\"', 'Maximum', 1800)", id = "orphaned", yAxis = "right" }],
           ]
         }
       },

@@ -20,7 +20,7 @@ def test_definitions_load_with_every_job_and_sensor():
     assert {j.name for j in repository.get_all_jobs()} >= {"sweep_workflows_job", "tier_segments_job"}
     assert {s.name for s in repository.sensor_defs} == {"workflow_sweeper_sensor", "tiering_sensor",
                                                          "txn_timeout_sensor", "autoscale_sensor", "watermark_sensor",
-                                                         "reader_lease_sensor"}
+                                                         "reader_lease_sensor", "run_failure_reporter"}
     assert {s.name for s in repository.schedule_defs} == {"retention_schedule"}
 
 

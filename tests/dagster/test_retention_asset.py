@@ -208,3 +208,43 @@ def test_one_run_over_several_buckets_is_one_materialization_in_human_units(isol
     finally:
         for stream in buckets:
             _drop(controller, unique, stream)
+
+
+def test_the_run_reports_consumption_metrics_per_stream_and_subscriber(isolated, unique, capsys):
+    """Each run writes, per consumption-based stream, its unconsumed bytes and whether its subscribers'
+    fallback is near, and per subscriber its lag and silence, as EMF lines (dagster_project/observability.py)."""
+    import json
+
+    mine, resource = isolated
+    controller = Controller.for_deployment(mine)
+    minute = 60_000
+    bucket = _stream(controller, unique, "s", RetentionPolicy.by_size(0).with_consumption(subscriber_timeout=10 * minute))
+    _append(controller, unique, "s", 0, 2)
+    group = f"{unique}/g"
+    controller.retention.add_subscriber(unique, "s", group, 0, controller.streams.head(unique, "s"))
+    (sub,) = controller.retention.subscribers(unique, "s")
+    sub.update(actions=[SubscriberRecord.updated_ms.set(int(time.time() * 1000) - 8 * minute)])
+
+    def lines() -> dict[str, dict]:
+        capsys.readouterr()
+        assert materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource}).success
+        mine = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        return {line["event"]: line for line in mine if line.get("stream") == f"{unique}/s"}
+
+    try:
+        # silent 8 of 10 minutes: still honoured (nothing truncated), the fallback within a quarter of the timeout
+        seen = lines()
+        stream, subscriber = seen["retention_stream"], seen["retention_subscriber"]
+        assert (stream["UnconsumedBytes"], stream["NoSubscriber"], stream["NoActiveSubscriber"]) == (200, 0, 0)
+        assert stream["FallbackImminent"] == 1 and 0 < stream["fallback_due_in_s"] <= 150
+        assert (subscriber["group"], subscriber["SubscriberLagBytes"], subscriber["active"]) == (group, 200, True)
+        assert 8 * 60 <= subscriber["SubscriberSilentSeconds"] < 10 * 60
+        assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 0}
+
+        # it acknowledges the first event: the stream is truncated behind it, nothing is near the fallback
+        controller.retention.update_truncation_cut(unique, "s", group, 0, {0: 100})
+        seen = lines()
+        assert (seen["retention_stream"]["UnconsumedBytes"], seen["retention_stream"]["FallbackImminent"]) == (100, 0)
+        assert seen["retention_subscriber"]["SubscriberLagBytes"] == 100
+    finally:
+        _drop(controller, unique, "s")

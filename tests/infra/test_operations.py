@@ -31,6 +31,8 @@ WATCHED = {
     "database storage": ("AWS/RDS", "FreeStorageSpace"),
     "database CPU credits": ("AWS/RDS", "CPUCreditBalance"),
     "Spark job failures": ("AWS/EMRServerless", "FailedJobs"),
+    "failed Dagster runs": ("Rillet", "RunsFailed"),
+    "subscribers silent, retention fallback due": ("Rillet", "FallbackImminent"),
 }
 
 
@@ -80,7 +82,7 @@ def _json_filter_matches(pattern: str, event: dict) -> bool:
 
 
 def test_the_daemon_error_metric_is_fed_from_its_log(tf):
-    (metric_filter,) = tf.of_type("aws_cloudwatch_log_metric_filter").values()
+    metric_filter = tf.of_type("aws_cloudwatch_log_metric_filter")["dagster_daemon_errors"]
     assert ("aws_cloudwatch_log_group", "dagster") in refs(metric_filter.get("log_group_name"))
     transformation = blocks(metric_filter, "metric_transformation")[0]
     assert (transformation["namespace"], transformation["name"]) == WATCHED["daemon failing ticks"]
@@ -95,6 +97,44 @@ def test_the_daemon_error_metric_is_fed_from_its_log(tf):
                            timeout=120).stdout.splitlines()
     events = [json.loads(line) for line in lines if line.startswith("{")]
     assert [_json_filter_matches(metric_filter["pattern"], e) for e in events] == [True, False, False], events
+
+
+def test_the_dagster_line_metrics_are_fed_from_the_lines_the_code_writes(tf, capsys):
+    """Each filter on the Dagster log group matches the lines of its event and reads a number and
+    every dimension from them: the lines the sensor and the retention job really write."""
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    from controlplane.retention import Decision, SubscriberStatus
+    from dagster_project.observability import emit, emit_retention_metrics
+    from rillet.models import ConsumptionLimits
+
+    minute = 60_000
+    silent = [SubscriberStatus("s/readers", False, 4096, 9 * minute)]
+    emit("dagster", {"RunsFailed": (1, MetricUnit.Count)}, {"job": "retention_job"}, level="error",
+         event="run_failed", run_id="r1", message="boom")
+    emit_retention_metrics([Decision("s/a", "kept", "no active subscriber", consumption=True, subscribers=silent,
+                                     limits=ConsumptionLimits(subscriber_timeout_ms=10 * minute)),
+                            Decision("s/plain", "truncated", "time")])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["event"] for line in lines] == ["run_failed", "retention_stream", "retention_subscriber"]
+    filters = tf.of_type("aws_cloudwatch_log_metric_filter")["dagster_lines"]
+    metrics = tf.locals["dagster_line_metrics"]
+    assert "local.dagster_line_metrics" in _text(filters["for_each"])
+    assert ("aws_cloudwatch_log_group", "dagster") in refs(filters.get("log_group_name"))
+    transformation = blocks(filters, "metric_transformation")[0]
+    assert transformation["namespace"] == "Rillet" and "${each.key}" in transformation["value"]
+    for name, spec in metrics.items():
+        pattern = filters["pattern"].replace("${each.value.event}", spec["event"])
+        matched = [line for line in lines if _json_filter_matches(pattern, line)]
+        assert matched, f"no line feeds {name}"
+        for line in matched:
+            assert isinstance(line.get(name), (int, float)), (name, line)
+            assert all(line.get(selector.removeprefix("$.")) for selector in spec["dimensions"].values()), line
+    assert lines[1]["FallbackImminent"] == 1, "silent 9 of 10 minutes: the fallback is within a quarter"
+    for alarm in ("dagster_run_failures", "retention_fallback_imminent"):
+        alarm = tf.of_type("aws_cloudwatch_metric_alarm")[alarm]
+        service = alarm["dimensions"]["service"]
+        assert any(line["service"] == service and alarm["metric_name"] in line for line in lines), alarm
 
 
 def test_the_daemon_alarm_fires_when_no_task_runs(tf):
