@@ -109,9 +109,9 @@ resource "aws_lambda_function" "append" {
   ]
 }
 
-# Read API: binary byte ranges of segments, long-polling up to 20 s at the tail (MAX_WAIT_MS), so the
-# timeout leaves 10 s for the read itself. Its responses are up to a megabyte of event bytes: the tracer
-# keeps them out of the X-Ray trace.
+# Read API: where a segment's bytes are (presigned S3 GETs, inline bytes), byte ranges and tail checks;
+# no request waits for data (a read at the tail answers at once), so the timeout only bounds a slow
+# read of up to 4 MiB. Its responses can hold event bytes: the tracer keeps them out of the X-Ray trace.
 resource "aws_lambda_function" "read" {
   #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
   #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
