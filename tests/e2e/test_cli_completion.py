@@ -38,7 +38,7 @@ def test_bash_completion_offers_commands_actions_and_options():
     assert {"grant", "standalone", "completion"} <= set(complete(script, "rillet", ""))
     assert complete(script, "rillet", "--endpoint", "http://x", "stream", "s") == ["seal", "segments", "scale"]
     assert complete(script, "rillet", "--json", "stream", "scale", "a/b", "--m") == ["--merge"]
-    assert complete(script, "rillet", "rg", "") == ["list", "create", "describe", "delete", "reset"]
+    assert complete(script, "rillet", "rg", "") == ["list", "lag", "create", "describe", "delete", "reset"]
     assert complete(script, "rillet", "stream", "tail", "a/b", "--f") == ["--follow", "--from"]
     assert complete(script, "rillet", "stream", "read", "a/b", "--from") == ["--from", "--from-time"]
 
@@ -53,6 +53,6 @@ def test_bash_completion_skips_the_value_of_as():
     script = bash_script(build_parser())
     assert complete(script, "rillet", "--as", ALICE, "stream", "s") == ["seal", "segments", "scale"]
     assert complete(script, "rillet", "--endpoint", "http://x", "--as", ALICE, "rg", "") == [
-        "list", "create", "describe", "delete", "reset"]
+        "list", "lag", "create", "describe", "delete", "reset"]
     assert complete(script, "rillet", "--a", ALICE, "--e", "http://x", "stream", "scale", "a/b", "--m") == ["--merge"]
     assert complete(script, "rillet", "--as", ALICE, "standalone", "--no") == ["--no-dagster"]
