@@ -145,11 +145,9 @@ class _Run:
 
     def writer(self, w: int) -> None:
         s = self.settings
-        # Even writers use the default (a 250 ms budget), odd ones lowest_latency() (one request per round
-        # trip: the most requests per event, so the most faults injected per run). Both must hold every
-        # guarantee; the budget changes when blocks leave, not what the writer promises.
-        make = rillet.EventWriterConfig if w % 2 == 0 else rillet.EventWriterConfig.lowest_latency
-        config = make(retry_timeout_s=s.writer_retry_timeout_s)
+        # The former default (one request per round trip): the most requests per event, so the most
+        # faults injected per run; the budget changes when blocks leave, not what the writer guarantees.
+        config = rillet.EventWriterConfig.lowest_latency(retry_timeout_s=s.writer_retry_timeout_s)
         writer = self.retrying("create writer", lambda: self.factory.create_event_writer(STREAM, SER, config))
         futures: list[Future] = []
         for i in range(s.events_per_writer):

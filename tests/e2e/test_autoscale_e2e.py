@@ -45,7 +45,9 @@ except ModuleNotFoundError:  # tests/ is a package
 
 SER = UTF8StringSerializer()
 WINDOWS_S = (1.0, 2.0, 3.0, 4.0)
-COOLDOWN_MS, MUTE_MS = 2_000, 7_000
+# The mute must outlast the split job (seconds on a busy machine) plus the longest window after the
+# trickle that follows it, so that the halves get cold within it: 12 s (7 s flaked when the job took 5 s).
+COOLDOWN_MS, MUTE_MS = 2_000, 12_000
 SETTINGS = AutoScaleSettings(windows_ms=tuple(int(w * 1000) for w in WINDOWS_S), cooldown_ms=COOLDOWN_MS,
                              mute_ms=MUTE_MS)
 TARGET = 10  # events/s per segment: hot above 50 on the 1 s window, cold below 10 (and 5 on the 4 s one)
