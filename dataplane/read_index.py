@@ -121,12 +121,11 @@ MAX_LOCATE_PARTS = 256
 class ReadIndex(SegmentJournal):
     """Reads, plans, locations and tail checks of a segment."""
 
-    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE) -> ReadResult:
-        """Read up to ``max_bytes`` from ``offset``; at the tail, answer empty at once (waiting is the
-        reader's: tail checks, see ``tails``, so no invocation is held while nothing arrives)."""
+    def _readable(self, segment: str, offset: int, max_bytes: int, cap: int) -> tuple:
+        """The head record and the end of the range a read or locate from ``offset`` answers (at most
+        ``cap`` bytes), after the checks both make: typed errors below the start or past the length."""
         if offset < 0 or max_bytes < 1:
             raise InvalidArgument("offset must be >= 0 and max_bytes >= 1")
-        max_bytes = min(max_bytes, MAX_READ_SIZE)
         meta = self._meta(segment)
         if offset < meta.start:
             raise Truncated(f"offset {offset} of {segment} is below its start offset {meta.start}",
@@ -134,7 +133,12 @@ class ReadIndex(SegmentJournal):
         if offset > meta.length:
             raise InvalidArgument(f"offset {offset} is beyond the length {meta.length} of {segment}",
                                   length=meta.length)
-        end = min(meta.length, offset + max_bytes)
+        return meta, min(meta.length, offset + min(max_bytes, cap))
+
+    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE) -> ReadResult:
+        """Read up to ``max_bytes`` from ``offset``; at the tail, answer empty at once (waiting is the
+        reader's: tail checks, see ``tails``, so no invocation is held while nothing arrives)."""
+        meta, end = self._readable(segment, offset, max_bytes, MAX_READ_SIZE)
         try:
             data = self._read_range(segment, offset, end, self._may_have_chunks(meta, offset), meta) if end > offset else b""
         except (_IndexGap, _ObjectUnreadable) as gone:
@@ -172,17 +176,7 @@ class ReadIndex(SegmentJournal):
         so a reader fetches each object once, whole, and the next answer starts at the next object;
         adjacent ranges of one object are one location. It also ends before ``max_inline`` inline bytes
         or ``max_parts`` locations are exceeded (always at least one location)."""
-        if offset < 0 or max_bytes < 1:
-            raise InvalidArgument("offset must be >= 0 and max_bytes >= 1")
-        max_bytes = min(max_bytes, MAX_LOCATE_BYTES)
-        meta = self._meta(segment)
-        if offset < meta.start:
-            raise Truncated(f"offset {offset} of {segment} is below its start offset {meta.start}",
-                            start_offset=meta.start)
-        if offset > meta.length:
-            raise InvalidArgument(f"offset {offset} is beyond the length {meta.length} of {segment}",
-                                  length=meta.length)
-        end = min(meta.length, offset + max_bytes)
+        meta, end = self._readable(segment, offset, max_bytes, MAX_LOCATE_BYTES)
         locations: list[Location] = []
         if end > offset:
             try:
