@@ -110,9 +110,10 @@ class _Run:
                 self.notes.append(f"{name} died: {e!r}")
         return threading.Thread(target=run, name=name, daemon=True)
 
-    def retrying(self, what: str, call, done_on: tuple[type[BaseException], ...] = ()):
+    def retrying(self, what: str, call, done_on: tuple[type[BaseException], ...] = (), after_stop: bool = False):
         """Repeat ``call`` until it answers (the application's own retry around the SDK's); an error in
-        ``done_on`` means an earlier attempt whose answer was lost already did it."""
+        ``done_on`` means an earlier attempt whose answer was lost already did it. Once the run is
+        stopping, only calls ``after_stop`` (a reader leaving at the end) go on retrying."""
         while True:
             try:
                 return call()
@@ -121,7 +122,7 @@ class _Run:
             except rillet.RilletError as e:
                 with self.lock:
                     self.client_errors[f"{what}: {_kind(e)}"] += 1
-                if time.monotonic() > self.deadline or self.stop.is_set():
+                if time.monotonic() > self.deadline or (self.stop.is_set() and not after_stop):
                     raise
                 time.sleep(0.3)
 

@@ -14,7 +14,7 @@ Per attempt, one draw picks at most one fault:
 * ``reset``: the connection is closed before the request is sent, not applied;
 * ``answer_lost``: the request is sent and applied, then the caller sees a read timeout;
 * ``crash`` (mutating requests only): the invocation dies before the request is sent, or after it was
-  applied (even odds). :class:`InjectedCrash` is a ``BaseException`` so that no ``except Exception``
+  applied (in turn in each process, after first). :class:`InjectedCrash` is a ``BaseException`` so that no ``except Exception``
   in the handler catches it; the gateway answers 502 as a Function URL does for a crashed function.
 
 Every injected fault is appended to ``<record_dir>/<function>-<pid>.faults`` (one kind per line), so
@@ -104,6 +104,7 @@ class FaultInjector:
         # on how the handlers' threads and the worker processes interleave.
         self.random = random.Random(f"{config.seed}/{config.function}/{os.getpid()}")
         self.lock = threading.Lock()
+        self.crashes = 0  # crashes alternate after/before, so that any two in a process show both kinds
         self.http = URLLib3Session(timeout=30)
         self.record = (Path(config.record_dir) / f"{config.function}-{os.getpid()}.faults"
                        if config.record_dir else None)
@@ -116,14 +117,16 @@ class FaultInjector:
     def draw(self, operation: str) -> str | None:
         r = self.config.rates
         with self.lock:
-            u, coin = self.random.random(), self.random.random()
+            u = self.random.random()
         for kind, rate in (("throttle", r.throttle), ("server_error", r.server_error), ("reset", r.reset),
                            ("answer_lost", r.answer_lost)):
             if u < rate:
                 return kind
             u -= rate
         if operation in MUTATING and u < r.crash:
-            return "crash_before" if coin < 0.5 else "crash_after"
+            with self.lock:
+                self.crashes += 1
+                return "crash_after" if self.crashes % 2 else "crash_before"
         return None
 
     def before_send(self, request, event_name: str, **_) -> AWSResponse | None:

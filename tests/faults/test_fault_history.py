@@ -137,6 +137,9 @@ def test_an_unknown_outcome_may_be_missing_and_a_known_failure_must_be():
 
 # -- the whole history -------------------------------------------------------------------------------
 
+# Crashes at 5% rather than the issue's 3%: a run this small makes a few hundred mutating attempts, and at
+# 3% it could end with no crash of one kind (a CI run once saw 2 crashes, both before the request).
+SMALL_RATES = "dataclasses.replace(f.ISSUE_RATES, crash=0.05)"
 SMALL = {"writers": 3, "events_per_writer": 60, "keys_per_writer": 3, "scales": 2, "seed": 7,
          "writer_retry_timeout_s": 10.0, "deadline_s": 150.0}
 
@@ -145,7 +148,8 @@ def _run_history() -> tuple[dict, str]:
     """The small run in its own interpreter (it binds the models to its stack, as ``python -m`` would):
     the result as JSON, and the printed figures for the failure messages."""
     code = ("import dataclasses, json; from bench import fault_history as f; "
-            f"r = f.run(f.Settings(**{SMALL!r})); print(f.report(r)); print(json.dumps(dataclasses.asdict(r)))")
+            f"r = f.run(f.Settings(**{SMALL!r}, rates={SMALL_RATES})); print(f.report(r)); "
+            "print(json.dumps(dataclasses.asdict(r)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=False,
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
