@@ -173,7 +173,7 @@ class WatermarkTasks:
         events, _ = unframe(self.streams.segments.read(segment, offset).data)
         if not events:
             raise WriteConflict(f"watermark {number} could not be read back")
-        stored = json.loads(events[0][1])
+        stored = json.loads(events[0].payload)
         return Watermark(int(stored["lower_ms"]), int(stored["upper_ms"]), _positions(stored["cut"]))
 
     def last(self, scope: str, stream: str, record: StreamRecord | None = None) -> Watermark | None:

@@ -135,7 +135,7 @@ def event_block(tag: str, size: int) -> bytes:
 def parse_events(data: bytes) -> list[tuple[int, bytes]]:
     events, consumed = unframe(data)
     assert consumed == len(data), f"{len(data) - consumed} trailing bytes are not a whole frame"
-    return events
+    return [(e.position, e.payload) for e in events]
 
 
 @dataclass

@@ -41,5 +41,5 @@ class BatchClient:
             events = reader.read_events()
             if not events and reader.last_read is not None and reader.last_read.next_offset >= reader.last_read.length:
                 return  # at the segment's tail (the slice was computed while it was still growing)
-            for offset, payload in events:
-                yield offset, serializer.deserialize(payload)
+            for e in events:
+                yield e.position, serializer.deserialize(e.payload)

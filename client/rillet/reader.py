@@ -35,8 +35,13 @@ class EventPointer:
 
 @dataclass(frozen=True)
 class EventRead(Generic[T]):
+    """An event, where it is, and what its writer kept with it (``EventWriterConfig.store_key_and_time``;
+    None for events written without)."""
+
     event: T
     pointer: EventPointer
+    routing_key: str | None = None
+    timestamp_ms: int | None = None
 
 
 class StreamReader(Generic[T]):
@@ -109,9 +114,10 @@ class StreamReader(Generic[T]):
             sid = ids[(self._next + i) % len(ids)]
             segment, reader = self._readers[sid]
             events = reader.read_events()
-            for offset, payload in events:
-                pointer = EventPointer(self.scope, self.stream, sid, offset, len(payload) + 4)
-                self._buffered.append(EventRead(self.serializer.deserialize(payload), pointer))
+            for e in events:
+                pointer = EventPointer(self.scope, self.stream, sid, e.position, e.length)
+                self._buffered.append(EventRead(self.serializer.deserialize(e.payload), pointer, e.routing_key,
+                                                e.timestamp_ms))
             if reader.finished:
                 self._complete(segment)
                 return True

@@ -103,12 +103,15 @@ class Position:
 
 @dataclass(frozen=True)
 class GroupEventRead(Generic[T]):
-    """An event (or a checkpoint marker) returned by a group reader."""
+    """An event (or a checkpoint marker) returned by a group reader, with what its writer kept
+    (``EventWriterConfig.store_key_and_time``; None for events written without)."""
 
     event: T | None
     pointer: EventPointer | None
     position: Position
     checkpoint_name: str | None = None
+    routing_key: str | None = None
+    timestamp_ms: int | None = None
 
     @property
     def is_checkpoint(self) -> bool:
@@ -235,7 +238,7 @@ class _Held:
     assigned: api.AssignedSegment
     reader: SegmentEventReader
     delivered: int  # offset after the last event returned to the application
-    events: deque = field(default_factory=deque)
+    events: deque = field(default_factory=deque)  # Frames read and not yet returned (at most one read's worth)
     waiting: bool = False  # at its tail: read again only once a tail check shows news
 
     @property
@@ -420,12 +423,13 @@ class EventStreamReader(Generic[T]):
             held = self._held[keys[(self._next + i) % len(keys)]]
             if held.events:
                 self._next = (self._next + i + 1) % len(keys)
-                offset, payload = held.events.popleft()
-                held.delivered = offset + 4 + len(payload)
+                e = held.events.popleft()
+                held.delivered = e.position + e.length
                 scope, stream = split_scoped_name(held.assigned.stream)
-                pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, offset, len(payload) + 4)
+                pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, e.position, e.length)
                 self._complete_if_done(held)
-                return GroupEventRead(self.serializer.deserialize(payload), pointer, self.get_position())
+                return GroupEventRead(self.serializer.deserialize(e.payload), pointer, self.get_position(),
+                                      routing_key=e.routing_key, timestamp_ms=e.timestamp_ms)
         return None
 
     def _fetch(self) -> bool:

@@ -23,7 +23,7 @@ import urllib3
 
 from rillet import api
 from rillet.errors import ServiceUnavailable
-from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_READ_SIZE, unframe
+from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_READ_SIZE, Frame, body_size, unframe
 from rillet.transport import Transport
 
 # How much one locations request covers: four of the writer's 4 MiB blocks (the server ends an answer
@@ -226,8 +226,8 @@ class SegmentEventReader:
         return (not tail.found or tail.sealed or tail.length > self._located
                 or tail.start_offset > self._located)
 
-    def read_events(self, wait_ms: int = 0) -> list[tuple[int, bytes]]:
-        """The next whole events as (offset, bytes); empty at the tail after waiting up to ``wait_ms``
+    def read_events(self, wait_ms: int = 0) -> list[Frame]:
+        """The next whole events (positioned in the segment); empty at the tail after waiting up to ``wait_ms``
         (tail checks backing off, see ``TailBackoff``: no request waits on the server)."""
         deadline = time.monotonic() + wait_ms / 1000
         backoff = TailBackoff(delay_s=TailBackoff.first_s)
@@ -252,8 +252,8 @@ class SegmentEventReader:
         """Ask where the next bytes are; False if there are none yet (at the tail, or at the end)."""
         want = self.read_size
         if len(self._buffer) >= HEADER_SIZE:  # a partial event: locate at least the rest of it
-            (size,) = FRAME_HEADER.unpack_from(self._buffer, 0)
-            want = max(want, HEADER_SIZE + size - len(self._buffer))
+            (word,) = FRAME_HEADER.unpack_from(self._buffer, 0)
+            want = max(want, HEADER_SIZE + body_size(word) - len(self._buffer))
         if self.end_offset is not None:
             want = min(want, self.end_offset - self._located)
         if want <= 0:
@@ -266,7 +266,7 @@ class SegmentEventReader:
         self._located = answer.next_offset
         return bool(answer.locations)
 
-    def _next_events(self) -> list[tuple[int, bytes]]:
+    def _next_events(self) -> list[Frame]:
         """Take the next fetched location's bytes and return the whole events they complete."""
         while self._locations and len(self._fetches) < self.prefetch:
             location = self._locations.popleft()
@@ -282,8 +282,7 @@ class SegmentEventReader:
             return []
         self._stale_at = None
         self._buffer += data
-        frames, consumed = unframe(self._buffer)
-        events = [(self.offset + pos, payload) for pos, payload in frames]
+        events, consumed = unframe(self._buffer, self.offset)
         del self._buffer[:consumed]
         self.offset += consumed
         return events

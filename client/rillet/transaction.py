@@ -67,9 +67,9 @@ class Transaction(Generic[T]):
         self._closed: TxnState | None = None
         self._write_failure: BaseException | None = None  # the first write of this object that failed
 
-    def write_event(self, event: T, routing_key: str | None = None) -> Future:
+    def write_event(self, event: T, routing_key: str | None = None, timestamp_ms: int | None = None) -> Future:
         self._check_open()
-        future = self._writer.write_event(event, routing_key)
+        future = self._writer.write_event(event, routing_key, timestamp_ms)
         future.add_done_callback(self._note_failure)
         return future
 

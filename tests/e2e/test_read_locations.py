@@ -43,7 +43,7 @@ def test_catch_up_reads_fetch_each_object_once_and_inline_bytes_come_in_the_answ
     reader = SegmentEventReader(connection.segments, unique, "s", segment)
     got = []
     while batch := reader.read_events():
-        got += [payload for _, payload in batch]
+        got += [e.payload for e in batch]
     assert got == [*events, b"tiny-1", b"tiny-2"]
     counts, _ = stack.requests.snapshot()
     assert counts[("s3", "GetObject")] == 5  # one GET per object holding the bytes, none by the function

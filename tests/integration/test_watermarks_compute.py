@@ -80,7 +80,7 @@ class Setup:
         data = self.c.segments.read(segment_name(self.scope, mark_stream_name("s"), 0), 0).data
         events, consumed = unframe(data)
         assert consumed == len(data)
-        return [json.loads(payload) for _, payload in events]
+        return [json.loads(e.payload) for e in events]
 
 
 def _offsets(watermark: Watermark) -> dict[int, int]:

@@ -13,7 +13,7 @@ def test_columns_hold_exactly_the_whole_frames_and_leave_a_partial_one():
     positions, events, consumed = _events(buffer, pa.binary())
     frames, expected_consumed = unframe(buffer)
     assert consumed == expected_consumed == len(buffer) - 7
-    assert positions.tolist() == [pos for pos, _ in frames]
+    assert positions.tolist() == [f.position for f in frames]
     assert events.to_pylist() == payloads
 
 
@@ -50,5 +50,5 @@ def test_runs_of_equal_sizes_are_cut_at_a_different_size_and_at_a_partial_frame(
     positions, events, consumed = _events(buffer, pa.binary())
     frames, expected_consumed = unframe(buffer)
     assert consumed == expected_consumed == len(buffer) - 30
-    assert positions.tolist() == [pos for pos, _ in frames]
+    assert positions.tolist() == [f.position for f in frames]
     assert events.to_pylist() == payloads

@@ -60,7 +60,7 @@ class FakeSegments:
     def append(self, scope, stream, segment, writer_id, first_event, event_count, block, expected_offset=None,
                raw=False, after=None, block_age_ms=None):
         call = {"segment": segment, "writer": writer_id, "first": first_event, "count": event_count,
-                "events": [p.decode() for _, p in unframe(block)[0]], "age_ms": block_age_ms}
+                "events": [e.payload.decode() for e in unframe(block)[0]], "age_ms": block_age_ms}
         with self.lock:
             self.calls.append(call)
         self.fault(call, False)
