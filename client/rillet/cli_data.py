@@ -1,7 +1,10 @@
 """``rillet stream write|read|tail``: events in and out of a stream from a shell.
 
-Events are text, one per line (UTF-8). ``read`` and ``tail`` print one event per line, or with
-``--json`` one JSON object per line (segment, offset, event), so their output pipes into other tools.
+Events are text, one per line (UTF-8). ``write`` keeps each event's routing key and time with it
+(``EventWriterConfig.store_key_and_time``; ``--no-key-and-time`` writes bare events, as the SDK's
+default writer does). ``read`` and ``tail`` print one event per line, or with ``--json`` one JSON object
+per line (segment, offset, event, routing key and time, null where the writer kept none), so their
+output pipes into other tools.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from rillet.names import split_scoped_name
 from rillet.reader import EventRead, StreamReader
 from rillet.serializers import BytesSerializer
 from rillet.stream_cut import StreamCut
-from rillet.writer import EventStreamWriter
+from rillet.writer import EventStreamWriter, EventWriterConfig
 
 UNCONFIRMED_EVENTS = 10_000  # events written but not yet known durable, before ``write`` waits for the oldest
 FOLLOW_POLL_MS = 2_000  # how long one read waits at the tail while following (the server long-polls)
@@ -148,7 +151,8 @@ def stream_write(args: argparse.Namespace) -> None:
     progress = Progress("wrote")
     unconfirmed: deque[Future] = deque()  # at most UNCONFIRMED_EVENTS, so memory stays flat for any input
     try:
-        with EventStreamWriter(connection, scope, stream, BytesSerializer()) as writer:
+        config = EventWriterConfig(store_key_and_time=args.key_and_time)
+        with EventStreamWriter(connection, scope, stream, BytesSerializer(), config) as writer:
             for event, key in _events_to_write(args):
                 payload = event.encode("utf-8")
                 unconfirmed.append(writer.write_event(payload, routing_key=key))
@@ -171,8 +175,8 @@ def _print(args: argparse.Namespace, data: object, text: str) -> None:
 def _print_event(args: argparse.Namespace, read: EventRead[bytes]) -> None:
     text = read.event.decode("utf-8", errors="backslashreplace")
     if args.json:
-        print(json.dumps({"segment_id": read.pointer.segment_id, "offset": read.pointer.offset, "event": text}),
-              flush=True)
+        print(json.dumps({"segment_id": read.pointer.segment_id, "offset": read.pointer.offset, "event": text,
+                          "routing_key": read.routing_key, "timestamp_ms": read.timestamp_ms}), flush=True)
     else:
         print(text, flush=True)
 
@@ -237,6 +241,8 @@ def register(actions: argparse._SubParsersAction) -> None:
     keys = p.add_mutually_exclusive_group()
     keys.add_argument("--key", help="routing key of every event (default: none, spread over segments)")
     keys.add_argument("--key-field", help="events are JSON objects; route each by this field's value")
+    p.add_argument("--no-key-and-time", dest="key_and_time", action="store_false",
+                   help="write bare events (default: each keeps its routing key and time, shown by read --json)")
     p.set_defaults(func=stream_write)
 
     p = actions.add_parser("read", help="print events between two cuts (head to tail by default)")

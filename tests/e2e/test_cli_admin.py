@@ -29,7 +29,7 @@ def test_reader_group_create_describe_reset_delete(capsys, url, stream, unique):
     group = f"{unique}/g"
     assert run(capsys, url, "rg", "create", group, "--stream", stream, "--subscriber", "manual") == (
         0, f"reader group {group} created\n", "")
-    run(capsys, url, "stream", "write", stream, "hello", "world")  # 2 x (5 + 4) bytes unread
+    run(capsys, url, "stream", "write", stream, "hello", "world", "--no-key-and-time")  # 2 x (5 + 4) bytes unread
 
     code, out, err = run(capsys, url, "rg", "describe", group)
     assert (code, err) == (0, "")
@@ -119,7 +119,7 @@ def test_transaction_info_bad_input(capsys, url, stream, unique):
 
 
 def test_retention_in_human_terms(capsys, url, stream, unique):
-    run(capsys, url, "stream", "write", stream, "abc")
+    run(capsys, url, "stream", "write", stream, "abc", "--no-key-and-time")  # 4 + 3 bytes
     code, out, err = run(capsys, url, "retention", "status", stream)
     assert (code, err) == (0, "")
     assert out.splitlines()[:3] == [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 
 import pytest
 
@@ -36,6 +37,7 @@ def stream(capsys, url, unique):
 
 
 def test_write_from_arguments_and_stdin_then_read_head_to_tail(capsys, url, stream, monkeypatch):
+    written_from = time.time() * 1000 - 1
     assert run(capsys, url, "stream", "write", stream, "a1", "a2", "--key", "a") == (
         0, f"wrote 2 events (4 B) to {stream}\n", "")
     lines = "".join(json.dumps({"user": u, "n": n}) + "\n" for n, u in enumerate("xyxyx"))
@@ -52,10 +54,20 @@ def test_write_from_arguments_and_stdin_then_read_head_to_tail(capsys, url, stre
     by_user = [json.loads(e)["n"] for e in events if e.startswith("{") and json.loads(e)["user"] == "x"]
     assert by_user == [0, 2, 4]
 
-    code, out, _ = run(capsys, url, "--json", "stream", "read", stream, "--max-events", "3")
+    code, out, _ = run(capsys, url, "--json", "stream", "read", stream)
     records = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and len(records) == 3
-    assert all(set(r) == {"segment_id", "offset", "event"} for r in records)
+    assert code == 0 and len(records) == 7
+    assert all(set(r) == {"segment_id", "offset", "event", "routing_key", "timestamp_ms"} for r in records)
+    keys = {r["event"]: r["routing_key"] for r in records}
+    assert keys["a1"] == keys["a2"] == "a"
+    assert [keys[line] for line in lines.splitlines()] == list("xyxyx")
+    assert all(written_from <= r["timestamp_ms"] <= time.time() * 1000 for r in records)
+
+    bare = stream + "-bare"
+    run(capsys, url, "stream", "create", bare, "--scaling", "fixed:1")
+    run(capsys, url, "stream", "write", bare, "b1", "--key", "b", "--no-key-and-time")
+    code, out, _ = run(capsys, url, "--json", "stream", "read", bare, "--max-events", "1")
+    assert json.loads(out) == {"segment_id": 0, "offset": 0, "event": "b1", "routing_key": None, "timestamp_ms": None}
 
 
 def test_read_between_cuts_stops_at_the_end_cut(capsys, url, stream):

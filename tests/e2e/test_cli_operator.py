@@ -68,9 +68,9 @@ def test_txn_list_shows_unfinished_transactions_with_deadlines(capsys, url, stre
 def test_rg_describe_shows_reader_positions_lag_and_the_acknowledged_cut(capsys, url, stream, unique):
     scope, name = stream.split("/")
     manager = StreamManager(url)
-    run(capsys, url, "stream", "write", stream, "hello", "--key", "k")  # 9 bytes with the event header
+    run(capsys, url, "stream", "write", stream, "hello", "--key", "k", "--no-key-and-time")  # 9 B framed
     middle = manager.get_tail(scope, name)
-    run(capsys, url, "stream", "write", stream, "world", "--key", "k")
+    run(capsys, url, "stream", "write", stream, "world", "--key", "k", "--no-key-and-time")
     groups = ReaderGroupManager(scope, url)
     groups.create_reader_group("g", group_config(
         [stream], group_refresh_time_ms=0, retention_type=StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT))
@@ -111,7 +111,7 @@ def test_retention_status_shows_the_last_decision_and_subscriber_lag(capsys, sta
     code, out, _ = run(capsys, url, "retention", "status", stream)
     assert "\ndecision   none yet (no retention cycle has run)\n" in out
     run(capsys, url, "rg", "create", f"{unique}/sub", "--stream", stream, "--subscriber", "manual")
-    run(capsys, url, "stream", "write", stream, "hello", "world")  # 18 bytes the subscriber has not acknowledged
+    run(capsys, url, "stream", "write", stream, "hello", "world", "--no-key-and-time")  # 18 bytes not acknowledged
     with bound_to(stack) as controller:
         decision = controller.retention.cycle(unique, "s")
     assert decision.outcome == "kept"

@@ -50,7 +50,7 @@ def test_split_and_merge_drawn_as_epochs(capsys, url, stream):
 
 
 def test_cuts_and_truncation(capsys, url, stream):
-    run(capsys, url, "stream", "write", stream, "one", "two", "--key", "k")
+    run(capsys, url, "stream", "write", stream, "one", "two", "--key", "k", "--no-key-and-time")  # 2 x (4 + 3) B
     code, tail, err = run(capsys, url, "stream", "cut", stream, "tail")
     assert (code, err) == (0, "") and tail.startswith(f"{stream}|")
     tail = tail.strip()
@@ -68,7 +68,7 @@ def test_cuts_and_truncation(capsys, url, stream):
     later = later.strip()
     code, out, err = run(capsys, url, "--json", "stream", "truncate", stream, "--cut", later)
     assert (code, err) == (0, "")
-    assert json.loads(out) == {"stream": stream, "truncated_at": later, "released_bytes": 9}  # "three" + header
+    assert json.loads(out) == {"stream": stream, "truncated_at": later, "released_bytes": 21}  # 9 B framed + 12 kept
     assert run(capsys, url, "stream", "read", stream) == (0, "", "")
 
 
