@@ -4,9 +4,11 @@ transactional batch and streaming writes.
 Reading
     ``spark.read.format("rillet").option("endpoint", url).option("stream", "scope/stream").load()``
     gives one row per event: ``stream``, ``segment_id``, ``offset`` (of the event's frame, so
-    ``(stream, segment_id, offset)`` locates it) and ``event`` (bytes, or a string with
-    ``encoding=utf-8``); ``streams`` (a comma-separated list) reads several streams in one source, and
-    ``stream`` says which one a row came from. The driver asks the controller for the segment ranges
+    ``(stream, segment_id, offset)`` locates it), ``event`` (bytes, or a string with
+    ``encoding=utf-8``), and the ``routing_key`` and ``timestamp`` its writer kept with it
+    (``EventWriterConfig.store_key_and_time``; null for events written without); ``streams`` (a
+    comma-separated list) reads several streams in one source, and ``stream`` says which one a row
+    came from. The driver asks the controller for the segment ranges
     between two stream cuts (``start_cut``/``end_cut`` in text form; head and tail by default) and, for
     each range, its *read plan*: which bytes are S3 object ranges and which are small appends still
     inline in the index. Ranges larger than ``max_partition_bytes`` are split at plan-part boundaries,
@@ -23,8 +25,9 @@ Streaming reads
     ``commit(end)`` publishes each committed cut, so retention can truncate behind it.
 
 Writing
-    Every task writes its rows (column ``event``, optional ``routing_key``) into a transaction of its
-    own and returns its id; the driver's commit commits them all, abort aborts them all (a failed task
+    Every task writes its rows (column ``event``, optional ``routing_key`` and ``timestamp``) into a
+    transaction of its own, keeping each event's key and time unless ``store_key_and_time=false``, and
+    returns its id; the driver's commit commits them all, abort aborts them all (a failed task
     aborts its own), so a failed job leaves nothing visible. Streaming writes commit a batch's
     transactions through a sink record (``sink_id``, by default derived from the query's checkpoint
     location), exactly once per batch id; a batch id older than the sink's last is an error.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -56,6 +60,10 @@ except ImportError:  # Spark 4.0 and 4.1
 DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
 DEFAULT_LEASE_MS = 120_000
 
+
+# A read's columns: Kafka's source has the key and the timestamp too (null for frames that kept neither).
+COLUMNS = {"stream": "string", "segment_id": "long", "offset": "long", "event": None, "routing_key": "string",
+           "timestamp": "timestamp"}
 
 # What Spark itself adds to a source's or sink's options.
 _SPARK_OPTIONS = {"checkpointlocation", "path"}
@@ -83,6 +91,8 @@ class _Options:
     lease_ms: int = DEFAULT_LEASE_MS
     event_column: str = "event"
     routing_key_column: str = "routing_key"
+    timestamp_column: str = "timestamp"
+    store_key_and_time: bool = True
 
     @classmethod
     def parse(cls, options: dict, write: bool = False) -> _Options:
@@ -119,9 +129,7 @@ class _Options:
         starts = [name for name in ("start_cut", "starting_position", "starting_timestamp_ms") if get(name)]
         if len(starts) > 1:
             raise ValueError(f"options {' and '.join(starts)} both say where to start: give one")
-        fail_on_data_loss = (get("fail_on_data_loss") or "true").lower()
-        if fail_on_data_loss not in ("true", "false"):
-            raise ValueError('option "fail_on_data_loss" is "true" or "false"')
+        fail_on_data_loss = _boolean(get, "fail_on_data_loss")
         if get("end_cut") and get("ending_timestamp_ms"):
             raise ValueError("options end_cut and ending_timestamp_ms both say where to end: give one")
         parsed = cls(endpoint=endpoint, streams=streams, encoding=encoding,
@@ -130,14 +138,16 @@ class _Options:
                      ending_timestamp_ms=_integer(get, "ending_timestamp_ms"),
                      max_bytes_per_trigger=_integer(get, "max_bytes_per_trigger", minimum=1),
                      max_events_per_trigger=_integer(get, "max_events_per_trigger", minimum=1),
-                     fail_on_data_loss=fail_on_data_loss == "true",
+                     fail_on_data_loss=fail_on_data_loss,
                      min_partitions=_integer(get, "min_partitions", minimum=1),
                      max_partition_bytes=_integer(get, "max_partition_bytes", minimum=1) or DEFAULT_PARTITION_BYTES,
                      s3_endpoint=get("s3_endpoint"), subscriber=get("subscriber"),
                      sink_id=get("sink_id"), checkpoint_location=get("checkpointlocation"),
                      lease_ms=_integer(get, "lease_ms", minimum=1) or DEFAULT_LEASE_MS,
                      event_column=get("event_column") or "event",
-                     routing_key_column=get("routing_key_column") or "routing_key")
+                     routing_key_column=get("routing_key_column") or "routing_key",
+                     timestamp_column=get("timestamp_column") or "timestamp",
+                     store_key_and_time=_boolean(get, "store_key_and_time"))
         parsed._given_cuts("start_cut")  # a cut naming no stream of the source is an error before any read
         parsed._given_cuts("end_cut")
         return parsed
@@ -203,6 +213,13 @@ class _Options:
             return StreamCut.of(scope, stream, connection.controller.cut_at_time(scope, stream,
                                                                                  self.ending_timestamp_ms))
         return None
+
+
+def _boolean(get, name: str) -> bool:
+    value = (get(name) or "true").lower()
+    if value not in ("true", "false"):
+        raise ValueError(f'option "{name}" is "true" or "false", not {get(name)!r}')
+    return value == "true"
 
 
 def _integer(get, name: str, minimum: int = 0) -> int | None:
@@ -313,79 +330,188 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
             buffer += body["Body"].read()
         else:
             buffer += _fetch(connection, partition.scope, partition.stream, partition.segment_id, offset, length)
-        positions, events, consumed = _events(buffer, event_type)
-        if len(events):
+        try:
+            unframed = _events(buffer, event_type, position)
+        except ValueError as e:
+            raise ValueError(f"segment {partition.segment_id} of {name}: {e}") from None
+        if len(unframed.events):
             yield pa.RecordBatch.from_arrays(
-                [pa.array([name] * len(events), pa.string()),
-                 pa.array(np.full(len(events), partition.segment_id, np.int64)),
-                 pa.array(positions + position),
-                 events],
-                names=["stream", "segment_id", "offset", "event"])
-        del buffer[:consumed]
-        position += consumed
+                [pa.array([name] * len(unframed.events), pa.string()),
+                 pa.array(np.full(len(unframed.events), partition.segment_id, np.int64)),
+                 pa.array(unframed.positions),
+                 unframed.events, unframed.routing_keys, unframed.timestamps],
+                names=list(COLUMNS))
+        del buffer[:unframed.consumed]
+        position += unframed.consumed
     if buffer:
         raise ValueError(f"segment {partition.segment_id}: {len(buffer)} bytes after {position} are not a whole event")
 
 
-def _events(buffer: bytearray, event_type):
-    """The whole frames at the front of ``buffer``: their positions (int64), their payloads as one Arrow
-    array, and the bytes they take. The payloads are cut out of the buffer in one numpy pass and handed
-    to Arrow as its value buffer, without a Python object per event (small events were read at a fifth
-    of binaryFile's speed through per-event bytes); see ``_frames`` for the headers."""
+class _Unframed(NamedTuple):
+    """The whole frames at the front of a buffer as Arrow columns, and how many bytes they take."""
+
+    positions: object  # int64 numpy array: each frame's segment offset
+    events: object  # the payloads (binary or string)
+    routing_keys: object  # string, null where the frame kept none
+    timestamps: object  # timestamp[us, UTC], null where the frame kept none
+    consumed: int
+
+
+MAX_TIMESTAMP_MS = (2**63 - 1) // 1000  # a later kept time does not fit Spark's microseconds
+
+
+def _events(buffer: bytearray, event_type, base: int = 0) -> _Unframed:
+    """The whole frames at the front of ``buffer`` (which starts at segment offset ``base``). The payloads
+    are cut out of the buffer in one numpy pass and handed to Arrow as its value buffer, without a Python
+    object per event (small events were read at a fifth of binaryFile's speed through per-event bytes);
+    see ``_frames`` for the headers. Frames that kept their key and time (``framing.KEPT``) have them
+    parsed with numpy too (``_kept``); a buffer of plain frames, the common case, gets null columns."""
     import numpy as np
     import pyarrow as pa
 
-    from rillet.framing import HEADER_SIZE
+    from rillet.framing import HEADER_SIZE, KEPT
 
-    positions, sizes, pos = _frames(buffer)
+    positions, words, pos = _frames(buffer, base)
+    count = len(positions)
+    sizes = words & ~KEPT
+    kept = words & KEPT != 0
     data = np.frombuffer(buffer, np.uint8, count=pos)
+    time_type = pa.timestamp("us", tz="UTC")  # Spark's TimestampType in Arrow
+    if kept.any():
+        prefixes, routing_keys, timestamps = _kept(data, positions, sizes, kept, base, time_type)
+    else:
+        prefixes = None
+        routing_keys, timestamps = pa.nulls(count, pa.string()), pa.nulls(count, time_type)
     keep = np.ones(pos, bool)
-    keep[(positions[:, None] + np.arange(HEADER_SIZE)).ravel()] = False
-    offsets = np.zeros(len(sizes) + 1, np.int64)
+    if prefixes is None:
+        keep[(positions[:, None] + np.arange(HEADER_SIZE)).ravel()] = False
+    else:  # the header and what the frame kept
+        keep[_spans(positions, HEADER_SIZE + prefixes)] = False
+        sizes = sizes - prefixes
+    offsets = np.zeros(count + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     large = pa.large_string() if event_type == pa.string() else pa.large_binary()
-    events = pa.Array.from_buffers(large, len(sizes), [None, pa.py_buffer(offsets), pa.py_buffer(data[keep])])
+    events = pa.Array.from_buffers(large, count, [None, pa.py_buffer(offsets), pa.py_buffer(data[keep])])
     if event_type == pa.string():
         events.validate(full=True)  # invalid UTF-8 fails the task, as decoding did
-    return positions, events.cast(event_type), pos
+    return _Unframed(positions + base, events.cast(event_type), routing_keys, timestamps, pos)
 
 
-def _frames(buffer: bytearray):
-    """The positions and sizes (int64 arrays) of the whole frames at the front of ``buffer``, and where
-    they end. Headers are walked one by one in Python, except that when two frames in a row have the
-    same size the following run of that size is found at once with numpy (fixed-size records, the
-    common case for small events, cost no Python step per event)."""
+def _spans(starts, lengths):
+    """The indices of the spans ``[start, start + length)``, concatenated (int64)."""
     import numpy as np
 
-    from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_EVENT_SIZE
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)
 
-    weights = np.array([1 << 24, 1 << 16, 1 << 8, 1], np.int64)  # the header is a big-endian uint32
-    chunks: list[tuple] = []  # (positions, sizes) in order: lists walked one by one, or numpy runs
-    starts, sizes = [], []
-    pos, total, previous, unpack = 0, len(buffer), -1, FRAME_HEADER.unpack_from
+
+def _kept(data, positions, sizes, kept, base: int, time_type):
+    """What kept frames keep before their payloads (``framing.read_body``, for all frames at once): the
+    length of that prefix per frame (0 for plain frames), the routing keys and the timestamps."""
+    import numpy as np
+    import pyarrow as pa
+
+    from rillet.framing import HAS_KEY, HAS_TIME, HEADER_SIZE
+
+    def refuse(bad, why: str):
+        if bad.any():
+            raise ValueError(f"corrupt frame at {base + int(positions[np.argmax(bad)])}: {why}")
+
+    body = positions + HEADER_SIZE
+    refuse(kept & (sizes < 1), "a kept frame without its flags byte")
+    flags = np.zeros(len(positions), np.uint8)
+    flags[kept] = data[body[kept]]
+    has_time = kept & (flags & HAS_TIME != 0)
+    has_key = kept & (flags & HAS_KEY != 0)
+    prefixes = kept.astype(np.int64) + 8 * has_time
+    refuse(sizes < prefixes + 2 * has_key, "its kept key and time run past the frame")
+    key_sizes = np.zeros(len(positions), np.int64)
+    at = body[has_key] + prefixes[has_key]
+    key_sizes[has_key] = data[at].astype(np.int64) << 8 | data[at + 1]
+    key_starts = body + prefixes + 2
+    prefixes += has_key * (2 + key_sizes)
+    refuse(sizes < prefixes, "its kept key runs past the frame")
+
+    key_bytes = data[_spans(key_starts[has_key], key_sizes[has_key])]
+    key_offsets = np.zeros(len(positions) + 1, np.int32)
+    np.cumsum(key_sizes, out=key_offsets[1:])
+    routing_keys = pa.Array.from_buffers(pa.string(), len(positions), [
+        pa.py_buffer(np.packbits(has_key, bitorder="little")), pa.py_buffer(key_offsets), pa.py_buffer(key_bytes)])
+    try:
+        routing_keys.validate(full=True)
+    except pa.ArrowInvalid:
+        for i in np.flatnonzero(has_key):  # name the first frame whose key is not UTF-8
+            try:
+                bytes(data[key_starts[i]:key_starts[i] + key_sizes[i]]).decode()
+            except UnicodeDecodeError:
+                raise ValueError(f"corrupt frame at {base + int(positions[i])}: its kept routing key is not "
+                                 "UTF-8") from None
+        raise
+
+    millis = np.zeros(len(positions), np.int64)
+    times = data[(body[has_time] + 1)[:, None] + np.arange(8)]
+    millis[has_time] = times.view(">u8").ravel().astype(np.int64)  # past 2**63: negative, refused
+    refuse(has_time & ((millis < 0) | (millis > MAX_TIMESTAMP_MS)), "its kept time is beyond Spark's timestamps")
+    timestamps = pa.array(millis * 1000, time_type, mask=~has_time)
+    return prefixes, routing_keys, timestamps
+
+
+SAME_BEFORE_RUN = 16
+
+
+def _frames(buffer: bytearray, base: int = 0):
+    """The positions and length words (int64 arrays) of the whole frames at the front of ``buffer``, and
+    where they end. Headers are walked one by one in Python, except that once ``SAME_BEFORE_RUN`` frames
+    in a row have the same length word the following run of that word is found with numpy (``_run``:
+    fixed-size records, the common case for small events, cost no Python step per event; a numpy look
+    costs as much as a few dozen Python steps, so short runs stay in Python)."""
+    import numpy as np
+
+    from rillet.framing import FRAME_HEADER, HEADER_SIZE, KEPT, MAX_BODY_SIZE, MAX_EVENT_SIZE
+
+    chunks: list[tuple] = []  # (positions, words) in order: lists walked one by one, or numpy runs
+    starts, words = [], []
+    pos, total, previous, same, unpack = 0, len(buffer), -1, 0, FRAME_HEADER.unpack_from
     while total - pos >= HEADER_SIZE:
-        (size,) = unpack(buffer, pos)
-        if size > MAX_EVENT_SIZE:
-            raise ValueError(f"corrupt frame at {pos}: length {size} exceeds the maximum event size")
+        (word,) = unpack(buffer, pos)
+        size = word & ~KEPT
+        if size > (MAX_BODY_SIZE if word & KEPT else MAX_EVENT_SIZE):
+            raise ValueError(f"corrupt frame at {base + pos}: length {size} exceeds the maximum event size")
         stride = HEADER_SIZE + size
         if pos + stride > total:
             break
-        if size != previous:
+        if word != previous or same < SAME_BEFORE_RUN:
             starts.append(pos)
-            sizes.append(size)
-            pos, previous = pos + stride, size
+            words.append(word)
+            same = same + 1 if word == previous else 1
+            pos, previous = pos + stride, word
             continue
-        count = (total - pos) // stride  # frames of this size that would fit from here
-        heads = np.frombuffer(buffer, np.uint8, count=count * stride, offset=pos).reshape(count, stride)
-        differ = np.flatnonzero(heads[:, :HEADER_SIZE].astype(np.int64) @ weights != size)
-        run = int(differ[0]) if len(differ) else count
-        chunks += [(starts, sizes), (pos + stride * np.arange(run, dtype=np.int64), np.full(run, size, np.int64))]
-        starts, sizes = [], []
-        pos, previous = pos + run * stride, -1
-    chunks.append((starts, sizes))
+        run = _run(buffer, pos, stride, word, (total - pos) // stride)
+        chunks += [(starts, words), (pos + stride * np.arange(run, dtype=np.int64), np.full(run, word, np.int64))]
+        starts, words = [], []
+        pos, previous, same = pos + run * stride, -1, 0
+    chunks.append((starts, words))
     positions = np.concatenate([np.asarray(p, np.int64) for p, _ in chunks])
-    lengths = np.concatenate([np.asarray(z, np.int64) for _, z in chunks])
-    return positions, lengths, pos
+    length_words = np.concatenate([np.asarray(w, np.int64) for _, w in chunks])
+    return positions, length_words, pos
+
+
+def _run(buffer: bytearray, pos: int, stride: int, word: int, fit: int) -> int:
+    """How many of the ``fit`` frames of ``stride`` bytes from ``pos`` have length word ``word``: their
+    headers are a strided view of the buffer (no copy), looked at in windows that double while they
+    match, so a short run costs a short look (a look at everything up to the buffer's end made
+    alternating sizes quadratic)."""
+    import numpy as np
+
+    run, window = 0, 64
+    while run < fit:
+        count = min(window, fit - run)
+        heads = np.ndarray((count,), ">u4", buffer, pos + run * stride, (stride,))
+        differ = np.flatnonzero(heads != word)
+        if len(differ):
+            return run + int(differ[0])
+        run, window = run + count, window * 2
+    return run
 
 
 class _Reader(DataSourceReader):
@@ -627,7 +753,7 @@ COUNT_WINDOW_BYTES = 256 * 1024
 
 def _after_events(connection, piece: _Piece, count: int) -> int:
     """The offset after the first ``count`` whole events of ``piece`` (its end when it holds fewer)."""
-    from rillet.framing import FRAME_HEADER, HEADER_SIZE
+    from rillet.framing import FRAME_HEADER, HEADER_SIZE, body_size
 
     position, counted = piece.start, 0
     while counted < count and position < piece.end:
@@ -635,7 +761,7 @@ def _after_events(connection, piece: _Piece, count: int) -> int:
                         min(COUNT_WINDOW_BYTES, piece.end - position))
         at = 0
         while counted < count and at + HEADER_SIZE <= len(window):
-            at += HEADER_SIZE + FRAME_HEADER.unpack_from(window, at)[0]
+            at += HEADER_SIZE + body_size(FRAME_HEADER.unpack_from(window, at)[0])
             counted += 1
         if at == 0:
             raise ValueError(f"segment {piece.segment_id} of {piece.scope}/{piece.stream}: no whole frame header "
@@ -651,11 +777,9 @@ class TransactionMessage(WriterCommitMessage):
 
 
 def _write(options: _Options, rows: Iterator) -> TransactionMessage:
-    from rillet.serializers import BytesSerializer
-    from rillet.transaction import TransactionalEventStreamWriter
-
-    writer = TransactionalEventStreamWriter(options.connection(), *options.target, BytesSerializer())
-    txn = writer.begin(options.lease_ms)
+    """One task's rows into a transaction of its own. With ``store_key_and_time`` (the default) each
+    event keeps its routing key and its time: the row's timestamp column when it holds one, else now."""
+    txn = _transactions(options).begin(options.lease_ms)
     futures = []
     try:
         for row in rows:
@@ -664,7 +788,9 @@ def _write(options: _Options, rows: Iterator) -> TransactionMessage:
             if isinstance(event, str):
                 event = event.encode()
             key = fields.get(options.routing_key_column)
-            futures.append(txn.write_event(bytes(event), None if key is None else str(key)))
+            timestamp = fields.get(options.timestamp_column) if options.store_key_and_time else None
+            futures.append(txn.write_event(bytes(event), None if key is None else str(key),
+                                           None if timestamp is None else _epoch_ms(timestamp)))
         txn.flush()
         for future in futures:
             future.result()  # an event that failed to reach the transaction fails the task
@@ -674,11 +800,22 @@ def _write(options: _Options, rows: Iterator) -> TransactionMessage:
     return TransactionMessage(txn.txn_id, len(futures))
 
 
+def _epoch_ms(timestamp) -> int:
+    """A timestamp column's value as milliseconds since the epoch, exactly (no float). PySpark hands a
+    TimestampType value to the writer as a naive datetime in the worker's local time zone."""
+    import datetime
+
+    aware = timestamp if timestamp.tzinfo is not None else timestamp.astimezone()
+    return (aware - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
+
+
 def _transactions(options: _Options):
     from rillet.serializers import BytesSerializer
     from rillet.transaction import TransactionalEventStreamWriter
+    from rillet.writer import EventWriterConfig
 
-    return TransactionalEventStreamWriter(options.connection(), *options.target, BytesSerializer())
+    return TransactionalEventStreamWriter(options.connection(), *options.target, BytesSerializer(),
+                                          EventWriterConfig(store_key_and_time=options.store_key_and_time))
 
 
 def _abort_all(options: _Options, messages: list) -> None:
@@ -753,7 +890,7 @@ class RilletDataSource(DataSource):
 
     def schema(self) -> str:
         event = "string" if _Options.parse(self.options).text else "binary"
-        return f"stream string, segment_id long, offset long, event {event}"
+        return ", ".join(f"{name} {kind or event}" for name, kind in COLUMNS.items())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _Reader(_Options.parse(self.options))
@@ -762,7 +899,21 @@ class RilletDataSource(DataSource):
         return _StreamReader(_Options.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return _Writer(_Options.parse(self.options, write=True))
+        return _Writer(_write_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _StreamWriter(_Options.parse(self.options, write=True))
+        return _StreamWriter(_write_options(self.options, schema))
+
+
+def _write_options(options: dict, schema: StructType) -> _Options:
+    """A write's options, with its timestamp column checked before any task runs: a Spark timestamp (a
+    TimestampNTZ has no time zone to say which instant it is)."""
+    from pyspark.sql.types import TimestampType
+
+    parsed = _Options.parse(options, write=True)
+    if parsed.store_key_and_time and parsed.timestamp_column in schema.fieldNames():
+        kind = schema[parsed.timestamp_column].dataType
+        if not isinstance(kind, TimestampType):
+            raise ValueError(f'the column "{parsed.timestamp_column}" (option "timestamp_column") is the events\' '
+                             f"time: a timestamp, not {kind.simpleString()} (cast it, or name another column)")
+    return parsed
