@@ -1,4 +1,4 @@
-"""Generate the OpenAPI documents of the three APIs from the handlers' code (``make openapi``).
+"""Generate the OpenAPI documents of the four APIs from the handlers' code (``make openapi``).
 
 The documents are checked in under docs/openapi/; tests/unit/test_openapi_drift.py fails when the
 code and the checked-in documents differ.
@@ -25,6 +25,8 @@ APIS = {
                "Binary blocks of length-prefixed events appended to segments, de-duplicated per writer."),
     "read": ("lambdas.read.handler", "Rillet read API",
              "Binary byte ranges of segments, with a bounded long poll at the tail."),
+    "tails": ("lambdas.tails.handler", "Rillet tails API",
+              "Tail checks of waiting readers, in a small function of their own (the read API serves them too)."),
 }
 OUT_DIR = Path(__file__).resolve().parent.parent / "docs" / "openapi"
 
@@ -149,9 +151,10 @@ def render(name: str) -> str:
 API_DOC = OUT_DIR.parent / "api.md"
 API_INTRO = """# Rillet APIs
 
-Three HTTPS APIs, each a Lambda Function URL on AWS (AWS_IAM auth: requests are SigV4-signed for
+Four HTTPS APIs, each a Lambda Function URL on AWS (AWS_IAM auth: requests are SigV4-signed for
 the `lambda` service; the SDK does it from the standard credential chain) and a loopback port in
-standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names the other two.
+standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names the other three
+(`tails_url` is absent from deployments older than the tails API: then the read API serves tail checks).
 
 * **Control API** (JSON): scopes, streams, segments, scaling, truncation, reader groups.
 * **Append API** (binary): `POST /v1/segments/{scope}/{stream}/{segment}` with a body of
@@ -173,7 +176,9 @@ standalone. The SDK needs only the controller's URL: `GET /v1/endpoints` names t
   and 256 locations. `GET /v1/segments/{scope}/{stream}/tails?segments=1,2,3` (at most 100 ids) answers
   each segment's start, length and sealed flag from an eventually consistent read (it may lag a commit by
   a moment, never run ahead of one): the check a reader waiting at the tail makes, for all its segments
-  in one request, backing off while nothing changes. `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=`
+  in one request, backing off while nothing changes. The SDK sends it to the **Tails API**, a function
+  of its own at 128 MB that serves only this route (same answer, same READ check): a reader idling all
+  day sends about 45,000 of them. `GET /v1/segments/{scope}/{stream}/{segment}?offset=&max_bytes=`
   answers the bytes themselves (binary, at most 4 MiB + 4), with `x-rillet-offset`, `x-rillet-next-offset`,
   `x-rillet-start-offset`, `x-rillet-length`, `x-rillet-sealed` and `x-rillet-end-of-segment` headers;
   at the tail it answers empty at once (no request waits on the server: wait with tail checks).
@@ -211,7 +216,7 @@ Errors are JSON `{"code": ..., "message": ..., "details": {...}}` with a stable 
   segment listing) carries OpenAPI `links` from its 200 answer to those operations, so a reader (and a
   stateful fuzzer) can follow create scope -> create stream -> segments, transactions and reader
   groups, and create scope -> create key-value table -> its entries.
-  tests/e2e/test_api_fuzz.py runs schemathesis over all three documents against the standalone stack
+  tests/e2e/test_api_fuzz.py runs schemathesis over the control, append and read documents against the standalone stack
   (every phase, links followed, a fixed seed): no input gets a 5xx or a dropped connection.
 * **Authorization** ([authorization.md](authorization.md)). Once a deployment has any grant, every
   route needs a permission of the caller's IAM identity (the SigV4 signer, as the Function URL reports

@@ -19,6 +19,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--controller-port", type=int, default=defaults.controller_port)
     parser.add_argument("--append-port", type=int, default=defaults.append_port)
     parser.add_argument("--read-port", type=int, default=defaults.read_port)
+    parser.add_argument("--tails-port", type=int, default=defaults.tails_port)
     parser.add_argument("--moto-port", type=int, default=defaults.moto_port)
     parser.add_argument("--dagster-port", type=int, default=defaults.dagster_port)
     parser.add_argument("--no-dagster", action="store_true", help="do not start Dagster")
@@ -33,8 +34,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     config = StackConfig(host=args.host, moto_port=args.moto_port, controller_port=args.controller_port,
-                         append_port=args.append_port, read_port=args.read_port, dagster_port=args.dagster_port,
-                         with_dagster=not args.no_dagster, log_dir=args.log_dir,
+                         append_port=args.append_port, read_port=args.read_port, tails_port=args.tails_port,
+                         dagster_port=args.dagster_port, with_dagster=not args.no_dagster, log_dir=args.log_dir,
                          simulate_identities=args.simulate_identities)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -50,9 +51,10 @@ Rillet standalone is up:
   controller API  {stack.controller_url}      (rillet --endpoint {stack.controller_url} ...)
   append API      {stack.functions['append'].url}
   read API        {stack.functions['read'].url}
+  tails API       {stack.functions['tails'].url}      (tail checks of waiting readers)
   DynamoDB + S3   {stack.moto.url}      (moto; AWS_ENDPOINT_URL={stack.moto.url})
   Dagster UI      {stack.dagster_url or 'not started'}
-  logs, metrics   {os.path.abspath(args.log_dir)}/<controller|append|read|dagster>.log
+  logs, metrics   {os.path.abspath(args.log_dir)}/<controller|append|read|tails|dagster>.log
                   (this terminal shows only warnings and errors)
 Press Ctrl-C to stop.""", flush=True)
         stop.wait()

@@ -70,7 +70,7 @@ class FaultRates:
 class FaultConfig:
     rates: FaultRates = field(default_factory=FaultRates)
     seed: int = 0
-    functions: tuple[str, ...] = ("append", "read", "controller")
+    functions: tuple[str, ...] = ("append", "read", "tails", "controller")
     max_attempts: int = 2  # botocore attempts per call (its defaults, 3 to 5, would hide most faults)
     record_dir: str | None = None
     function: str = ""  # set by the stack for each function's workers

@@ -2,7 +2,7 @@
 
 * moto server with DynamoDB and S3 (data lives in memory and is gone when the stack stops),
 * the tables and bucket, created from the same models the Terraform mirrors,
-* the controller_api, append and read handlers behind their own Function-URL-like ports,
+* the controller_api, append, read and tails handlers behind their own Function-URL-like ports,
 * Dagster (webserver and daemon) loading ``dagster_project`` against the same endpoints.
 
 With a log directory (``rillet standalone`` uses ``.rillet/logs``), the functions' output (powertools
@@ -36,6 +36,9 @@ from standalone.logs import LOG_FILE_ENV, tee_process_output
 from standalone.moto_server import MotoServer, RequestMeter
 from standalone.resources import create_resources
 
+# The functions' memory where it is not the default 512 MB, as infra/terraform/lambda.tf sets it (the
+# invocation meter bills GB-seconds with it).
+FUNCTION_MEMORY_MB = {"tails": 128}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "standalone", "AWS_SECRET_ACCESS_KEY": "standalone"}
 # Runs queue and at most two run at once: each is a process, and a laptop has a few cores.
 DAGSTER_INSTANCE = """\
@@ -54,9 +57,10 @@ class StackConfig:
     controller_port: int = 9090
     append_port: int = 9091
     read_port: int = 9092
+    tails_port: int = 9093
     dagster_port: int = 3000
     with_dagster: bool = True
-    workers: dict[str, int] = field(default_factory=lambda: {"controller": 2, "append": 3, "read": 3})
+    workers: dict[str, int] = field(default_factory=lambda: {"controller": 2, "append": 3, "read": 3, "tails": 2})
     # Standalone runs the background jobs more often than a deployment would.
     sensor_intervals_s: dict[str, int] = field(default_factory=lambda: {
         "sweeper": 15, "tiering": 30, "txn_timeout": 10, "autoscale": 15, "watermark": 10})
@@ -75,7 +79,7 @@ class StackConfig:
     @classmethod
     def ephemeral(cls, with_dagster: bool = False, faults: FaultConfig | None = None, **env: str) -> StackConfig:
         """Free ports everywhere: for tests and benchmarks that run beside a developer's stack."""
-        config = cls(moto_port=0, controller_port=0, append_port=0, read_port=0, dagster_port=0,
+        config = cls(moto_port=0, controller_port=0, append_port=0, read_port=0, tails_port=0, dagster_port=0,
                      with_dagster=with_dagster, faults=faults)
         config.env.update(env)
         return config
@@ -116,14 +120,14 @@ class Stack:
         env = {**FAKE_CREDENTIALS, **self.deployment.to_env(), "POWERTOOLS_TRACE_DISABLED": "true",
                "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **grants, **cfg.env}
         try:
-            for name, handler, port in (("append", "lambdas.append.handler.handler", cfg.append_port),
-                                        ("read", "lambdas.read.handler.handler", cfg.read_port)):
+            for name, port in (("append", cfg.append_port), ("read", cfg.read_port), ("tails", cfg.tails_port)):
+                spec = FunctionSpec(name, f"lambdas.{name}.handler.handler",
+                                    FUNCTION_MEMORY_MB.get(name, FunctionSpec.memory_mb), workers=cfg.workers[name])
                 with _port_in_use(f"{name} API", f"--{name}-port", port):
-                    self.functions[name] = FunctionUrl(FunctionSpec(name, handler, workers=cfg.workers[name]),
-                                                       self._function_env(name, env), self.invocations, cfg.host,
-                                                       port, cfg.simulate_identities)
+                    self.functions[name] = FunctionUrl(spec, self._function_env(name, env), self.invocations,
+                                                       cfg.host, port, cfg.simulate_identities)
             env = {**env, "RILLET_APPEND_URL": self.functions["append"].url,
-                   "RILLET_READ_URL": self.functions["read"].url}
+                   "RILLET_READ_URL": self.functions["read"].url, "RILLET_TAILS_URL": self.functions["tails"].url}
             with _port_in_use("controller API", "--controller-port", cfg.controller_port):
                 self.functions["controller"] = FunctionUrl(
                     FunctionSpec("controller", "lambdas.controller_api.handler.handler",

@@ -143,10 +143,21 @@ class Successors(_Body):
 
 
 class Endpoints(_Body):
-    """Where the data path is served (Function URLs on AWS)."""
+    """Where the data path is served (Function URLs on AWS). Fields may be added: a client ignores the
+    ones it does not know, so a newer deployment's answer still parses."""
+
+    model_config = ConfigDict(extra="ignore")
 
     append_url: str
     read_url: str
+    tails_url: str | None = Field(default=None, description=(
+        "Where waiting readers send tail checks (a small function of its own); absent from deployments "
+        "older than it, whose read API serves them."))
+
+    @property
+    def tail_check_url(self) -> str:
+        """Where to send tail checks: the tails API, or the read API of a deployment without one."""
+        return self.tails_url or self.read_url
 
 
 class AppendAck(_Body):

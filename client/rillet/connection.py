@@ -12,7 +12,7 @@ from rillet.transport import Transport
 class Connection:
     """Holds the pooled HTTP transports; factories, writers and readers share one.
 
-    Only the controller's URL is configured; the append and read URLs are discovered from it
+    Only the controller's URL is configured; the append, read and tails URLs are discovered from it
     (``GET /v1/endpoints``), so one URL is all a client needs.
     """
 
@@ -24,5 +24,7 @@ class Connection:
     @cached_property
     def segments(self) -> SegmentClient:
         endpoints = self.controller.endpoints
-        return SegmentClient(Transport(endpoints.append_url, pool_size=32, **self._options),
-                             Transport(endpoints.read_url, pool_size=32, **self._options))
+        read = Transport(endpoints.read_url, pool_size=32, **self._options)
+        tails = read if endpoints.tail_check_url == endpoints.read_url else Transport(
+            endpoints.tail_check_url, pool_size=8, **self._options)
+        return SegmentClient(Transport(endpoints.append_url, pool_size=32, **self._options), read, tails)

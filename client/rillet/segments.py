@@ -77,11 +77,13 @@ class SegmentRead:
 
 
 class SegmentClient:
-    """Append, read and describe segments through the append and read APIs."""
+    """Append, read and describe segments through the append and read APIs; tail checks go to the
+    tails API (``tails``: by default the read API, as a deployment without a tails function serves them)."""
 
-    def __init__(self, append: Transport, read: Transport) -> None:
+    def __init__(self, append: Transport, read: Transport, tails: Transport | None = None) -> None:
         self.append_transport = append
         self.read_transport = read
+        self.tails_transport = tails or read
         self._objects = urllib3.PoolManager(maxsize=FETCH_THREADS, retries=False)  # presigned S3 GETs
         self._fetcher: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -122,7 +124,7 @@ class SegmentClient:
         ids = list(segment_ids)
         for i in range(0, len(ids), api.MAX_TAIL_SEGMENTS):
             chunk = ids[i:i + api.MAX_TAIL_SEGMENTS]
-            data = self.read_transport.json("GET", _path(scope, stream, "tails"),
+            data = self.tails_transport.json("GET", _path(scope, stream, "tails"),
                                             params={"segments": ",".join(str(s) for s in chunk)})
             tails += api.SegmentTails.model_validate(data).tails
         return tails

@@ -86,9 +86,11 @@ Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 Token = Annotated[str | None, Query(max_length=2048, description="next_token of the previous page.")]
 
 
-@app.get("/v1/endpoints", summary="Where the append and read APIs are served")
+@app.get("/v1/endpoints", summary="Where the append, read and tails APIs are served")
 def get_endpoints() -> Endpoints:
-    return Endpoints(append_url=os.environ["RILLET_APPEND_URL"], read_url=os.environ["RILLET_READ_URL"])
+    # RILLET_TAILS_URL unset (a deployment without the tails function): readers check tails at the read API.
+    return Endpoints(append_url=os.environ["RILLET_APPEND_URL"], read_url=os.environ["RILLET_READ_URL"],
+                     tails_url=os.environ.get("RILLET_TAILS_URL") or None)
 
 
 @app.post("/v1/scopes", summary="Create a scope")

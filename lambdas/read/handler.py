@@ -1,5 +1,5 @@
 """Read API: where a segment's bytes are (presigned S3 GETs, inline bytes), binary byte ranges, and a
-tail check of many segments in one request.
+tail check of many segments in one request (also served, at less memory, by the tails function).
 
 A reader fetches the bytes in S3 objects itself, with URLs this function presigns only after the
 caller's READ grant on the stream was checked (lambdas/authorization.py, as for every route); each URL
@@ -22,6 +22,7 @@ from botocore.config import Config
 from dataplane import models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import MAX_LOCATE_BYTES, SegmentStore
+from lambdas import tail_check
 from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
 from rillet.api import (
@@ -30,8 +31,6 @@ from rillet.api import (
     ReadLocations,
     ReadPlan,
     SegmentStatus,
-    SegmentTail,
-    SegmentTails,
 )
 from rillet.framing import MAX_READ_SIZE
 from rillet.names import segment_name
@@ -50,20 +49,9 @@ presigner = boto3.session.Session().client(
 # Presign once while the function initializes (no request is made): botocore loads the S3 model and the
 # signer on first use, which would otherwise add a few hundred milliseconds to an instance's first read.
 presigner.generate_presigned_url("get_object", Params={"Bucket": deployment.bucket, "Key": "warm-up"}, ExpiresIn=1)
-SegmentList = Annotated[str, Query(
-    pattern=rf"^[0-9]{{1,20}}(,[0-9]{{1,20}}){{0,{api.MAX_TAIL_SEGMENTS - 1}}}$",
-    description=f"Segment ids, comma-separated, at most {api.MAX_TAIL_SEGMENTS}.")]
-
-
-# Before the read route, whose <segment> would otherwise match "tails".
-@app.get("/v1/segments/<scope>/<stream>/tails",
-         summary="Start, length and sealed flag of many segments of a stream in one request "
-                 "(eventually consistent: may lag a commit by a moment)")
-def tails(scope: ScopeName, stream: StreamName, segments: SegmentList) -> SegmentTails:
-    ids = [int(s) for s in segments.split(",")]
-    found = store.tails([segment_name(scope, stream, i) for i in ids])
-    return SegmentTails(tails=[SegmentTail(segment_id=i, found=t.found, start_offset=t.start_offset, length=t.length,
-                                           sealed=t.sealed) for i, t in zip(ids, found, strict=True)])
+# Also here, for clients that learned only the read URL (a controller older than the tails function);
+# included before the read route, whose <segment> would otherwise match "tails".
+app.include_router(tail_check.router)
 
 
 @app.get("/v1/segments/<scope>/<stream>/<segment>", summary="Read bytes of a segment from an offset",
