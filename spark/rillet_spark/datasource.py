@@ -336,7 +336,7 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
             raise ValueError(f"segment {partition.segment_id} of {name}: {e}") from None
         if len(unframed.events):
             yield pa.RecordBatch.from_arrays(
-                [pa.array([name] * len(unframed.events), pa.string()),
+                [pa.repeat(pa.scalar(name, pa.string()), len(unframed.events)),  # no list of n names
                  pa.array(np.full(len(unframed.events), partition.segment_id, np.int64)),
                  pa.array(unframed.positions),
                  unframed.events, unframed.routing_keys, unframed.timestamps],
