@@ -37,14 +37,15 @@ def test_the_paced_data_path_stays_under_a_cent_per_gigabyte():
     A block holds what gathers while the budget (1.2 s) less the writer's smoothed round trip runs, so
     its size follows the rate reached and the round trip, which a loaded machine lowers and lengthens.
     What does not depend on the machine is asserted: at most one block per hold (the budget less the
-    round trip the writer measured, at least a quarter second: with no budget left a block waits for the
-    one in flight), plus the closing flush; and the cost of a GB sent in blocks of 1 MB (the block the
-    cost profile sends at 1 MB/s), from the requests each block made here."""
+    longest smoothed round trip the writer had, at least a quarter second: with no budget left a block
+    waits for the one in flight), plus the first two blocks (before a round trip is measured there is no
+    hold: the first leaves at once, the second when the first is answered) and the closing flush; and the cost of a GB sent in blocks of 1 MB (the block the cost
+    profile sends at 1 MB/s), from the requests each block made here."""
     result = _run("data_path", "data_path.run(total_mb=4, rate_mb_s=1.0)")
     write, read = result["write"], result["read"]
     puts_per_mb = write["per_mb"]["s3_put"]
-    hold_s = max(0.25, write["budget_s"] - write["round_trip_s"])
-    assert 0 < puts_per_mb * 4 <= write["seconds"] / hold_s + 1, (puts_per_mb, write)
+    hold_s = max(0.25, write["budget_s"] - write["longest_round_trip_s"])
+    assert 0 < puts_per_mb * 4 <= write["seconds"] / hold_s + 3, (puts_per_mb, write)
     # Everything but Lambda's billed duration follows from request counts; the duration is measured
     # time, which a loaded machine inflates, so it gets the rest of the budget rather than an assertion.
     dollars = write["dollars_per_gb"]
