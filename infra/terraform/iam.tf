@@ -34,6 +34,12 @@ resource "aws_iam_role" "read" {
   assume_role_policy = data.aws_iam_policy_document.lambda_assume.json
 }
 
+resource "aws_iam_role" "tails" {
+  name               = "${local.function_names.tails}-${local.region}"
+  description        = "Execution role of the Rillet tails API function"
+  assume_role_policy = data.aws_iam_policy_document.lambda_assume.json
+}
+
 resource "aws_iam_role_policy" "controller_api" {
   name   = "rillet-controller-api"
   role   = aws_iam_role.controller_api.id
@@ -50,6 +56,12 @@ resource "aws_iam_role_policy" "read" {
   name   = "rillet-read"
   role   = aws_iam_role.read.id
   policy = data.aws_iam_policy_document.read.json
+}
+
+resource "aws_iam_role_policy" "tails" {
+  name   = "rillet-tails"
+  role   = aws_iam_role.tails.id
+  policy = data.aws_iam_policy_document.tails.json
 }
 
 # The controller runs the scope and stream workflows (controlplane/streams.py, store.py): conditional
@@ -234,7 +246,43 @@ data "aws_iam_policy_document" "read" {
   }
 }
 
-# What a client (the SDK, the CLI, Spark readers) needs to call the three Function URLs; attach it to
+# A tail check (dataplane/read_index.py tails): one eventually consistent BatchGetItem of head records,
+# after the same grant reads as every function's authorization. No S3 access at all.
+data "aws_iam_policy_document" "tails" {
+  statement {
+    sid       = "SegmentsTable"
+    actions   = ["dynamodb:BatchGetItem"]
+    resources = [aws_dynamodb_table.segments.arn]
+  }
+
+  # Authorization (controlplane/grants.py): the deployment's grant count and the caller's grants, read
+  # only, and only those items (by their partition keys); only the controller writes grants.
+  statement {
+    sid       = "ReadGrants"
+    actions   = ["dynamodb:GetItem", "dynamodb:Query"]
+    resources = [aws_dynamodb_table.metadata.arn]
+
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["grants", "grant#*"]
+    }
+  }
+
+  statement {
+    sid       = "Logs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.tails.arn}:*"]
+  }
+
+  statement {
+    sid       = "XRay"
+    actions   = ["xray:PutTelemetryRecords", "xray:PutTraceSegments"]
+    resources = ["*"]
+  }
+}
+
+# What a client (the SDK, the CLI, Spark readers) needs to call the four Function URLs; attach it to
 # the users or roles that use Rillet. Since October 2025 a Function URL call needs
 # lambda:InvokeFunction as well as lambda:InvokeFunctionUrl; the conditions keep both to URL calls.
 data "aws_iam_policy_document" "client" {
@@ -245,6 +293,7 @@ data "aws_iam_policy_document" "client" {
       aws_lambda_function.controller_api.arn,
       aws_lambda_function.append.arn,
       aws_lambda_function.read.arn,
+      aws_lambda_function.tails.arn,
     ]
 
     condition {
@@ -261,6 +310,7 @@ data "aws_iam_policy_document" "client" {
       aws_lambda_function.controller_api.arn,
       aws_lambda_function.append.arn,
       aws_lambda_function.read.arn,
+      aws_lambda_function.tails.arn,
     ]
 
     condition {
@@ -273,6 +323,6 @@ data "aws_iam_policy_document" "client" {
 
 resource "aws_iam_policy" "client" {
   name        = "${var.name_prefix}-client-${local.region}"
-  description = "Call the Rillet control, append and read APIs (Function URLs with AWS_IAM auth)"
+  description = "Call the Rillet control, append, read and tails APIs (Function URLs with AWS_IAM auth)"
   policy      = data.aws_iam_policy_document.client.json
 }

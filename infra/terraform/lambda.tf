@@ -1,5 +1,5 @@
-# The three functions share one code artifact (infra/build_lambda.py) and differ in handler, role and
-# environment. Each is reached through a Function URL with AWS_IAM auth: clients sign requests with
+# The four functions share one code artifact (infra/build_lambda.py) and differ in handler, role,
+# memory and environment. Each is reached through a Function URL with AWS_IAM auth: clients sign requests with
 # SigV4 (service "lambda") and need the policy in aws_iam_policy.client.
 #
 # Log groups are declared (not left to Lambda to create) so that they have a retention period; the
@@ -23,6 +23,13 @@ resource "aws_cloudwatch_log_group" "read" {
   #checkov:skip=CKV_AWS_158:the logs carry request metadata, no stream payloads; CloudWatch's own encryption is enough and a CMK costs $1 a month
   #checkov:skip=CKV_AWS_338:retention is the operator's choice (var.log_retention_days); a year of logs of every append would cost more than the data
   name              = "/aws/lambda/${local.function_names.read}"
+  retention_in_days = var.log_retention_days
+}
+
+resource "aws_cloudwatch_log_group" "tails" {
+  #checkov:skip=CKV_AWS_158:the logs carry request metadata, no stream payloads; CloudWatch's own encryption is enough and a CMK costs $1 a month
+  #checkov:skip=CKV_AWS_338:retention is the operator's choice (var.log_retention_days); a year of logs of every append would cost more than the data
+  name              = "/aws/lambda/${local.function_names.tails}"
   retention_in_days = var.log_retention_days
 }
 
@@ -52,6 +59,7 @@ resource "aws_lambda_function" "controller_api" {
       RILLET_BUCKET                = aws_s3_bucket.segments.bucket
       RILLET_APPEND_URL            = aws_lambda_function_url.append.function_url
       RILLET_READ_URL              = aws_lambda_function_url.read.function_url
+      RILLET_TAILS_URL             = aws_lambda_function_url.tails.function_url
       POWERTOOLS_SERVICE_NAME      = "controller"
       POWERTOOLS_METRICS_NAMESPACE = "Rillet"
       POWERTOOLS_LOG_LEVEL         = var.log_level
@@ -152,6 +160,50 @@ resource "aws_lambda_function" "read" {
   ]
 }
 
+# Tails API: the tail checks of waiting readers, and nothing else. A reader idle at the tail sends one
+# every 1.9 s all day, each a single eventually consistent BatchGetItem; at the read function's 512 MB
+# their duration alone would push an idle reader over $0.0125 a day (docs/benchmarks.md, read path).
+# The handler imports no S3 client or presigner; its instances peak well under var.tails_memory_mb
+# (docs/operations.md), and the tails-memory alarm (monitoring.tf) says when that changes.
+resource "aws_lambda_function" "tails" {
+  #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
+  #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
+  #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
+  #checkov:skip=CKV_AWS_173:the variables are table and bucket names and URLs, no secrets; Lambda encrypts them at rest with its AWS managed key
+  function_name    = local.function_names.tails
+  description      = "Rillet tails API: tail checks of waiting readers"
+  role             = aws_iam_role.tails.arn
+  handler          = "lambdas.tails.handler.handler"
+  runtime          = "python3.11"
+  architectures    = [var.lambda_architecture]
+  filename         = local.lambda_zip
+  source_code_hash = filebase64sha256(local.lambda_zip)
+  memory_size      = var.tails_memory_mb
+  timeout          = 10 # one BatchGetItem, with botocore's retries
+
+  reserved_concurrent_executions = var.reserved_concurrency.tails
+
+  environment {
+    variables = {
+      RILLET_METADATA_TABLE        = aws_dynamodb_table.metadata.name
+      RILLET_SEGMENTS_TABLE        = aws_dynamodb_table.segments.name
+      RILLET_BUCKET                = aws_s3_bucket.segments.bucket
+      POWERTOOLS_SERVICE_NAME      = "tails"
+      POWERTOOLS_METRICS_NAMESPACE = "Rillet"
+      POWERTOOLS_LOG_LEVEL         = var.log_level
+    }
+  }
+
+  tracing_config {
+    mode = "Active"
+  }
+
+  depends_on = [
+    aws_cloudwatch_log_group.tails,
+    aws_iam_role_policy.tails,
+  ]
+}
+
 resource "aws_lambda_function_url" "controller_api" {
   function_name      = aws_lambda_function.controller_api.function_name
   authorization_type = "AWS_IAM"
@@ -166,6 +218,12 @@ resource "aws_lambda_function_url" "append" {
 
 resource "aws_lambda_function_url" "read" {
   function_name      = aws_lambda_function.read.function_name
+  authorization_type = "AWS_IAM"
+  invoke_mode        = "BUFFERED"
+}
+
+resource "aws_lambda_function_url" "tails" {
+  function_name      = aws_lambda_function.tails.function_name
   authorization_type = "AWS_IAM"
   invoke_mode        = "BUFFERED"
 }

@@ -18,5 +18,6 @@ locals {
     controller_api = "${var.name_prefix}-controller-api"
     append         = "${var.name_prefix}-append"
     read           = "${var.name_prefix}-read"
+    tails          = "${var.name_prefix}-tails"
   }
 }

@@ -2,9 +2,9 @@
 # SNS topic (alarm_emails subscribe to it), a dashboard of the functions and the metrics they emit, and
 # an optional monthly budget. docs/operations.md says what each alarm means and what to do.
 #
-# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 14
-# one-metric alarms and 4 metric-math alarms of 20 metrics, $3.40 a month, plus the dashboard ($3; free
-# for the first three in an account) and the log metric filter's one custom metric ($0.30).
+# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 18
+# one-metric alarms and 4 metric-math alarms of 20 metrics, $3.80 a month, plus the dashboard ($3; free
+# for the first three in an account) and the log metric filters' two custom metrics ($0.60).
 
 locals {
   alarm_actions = [aws_sns_topic.alarms.arn]
@@ -87,7 +87,7 @@ resource "aws_cloudwatch_metric_alarm" "function_errors" {
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
 
-  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read]
+  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read, aws_lambda_function.tails]
 }
 
 resource "aws_cloudwatch_metric_alarm" "function_throttles" {
@@ -107,7 +107,7 @@ resource "aws_cloudwatch_metric_alarm" "function_throttles" {
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
 
-  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read]
+  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read, aws_lambda_function.tails]
 }
 
 resource "aws_cloudwatch_metric_alarm" "function_url_5xx" {
@@ -127,7 +127,7 @@ resource "aws_cloudwatch_metric_alarm" "function_url_5xx" {
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
 
-  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read]
+  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read, aws_lambda_function.tails]
 }
 
 resource "aws_cloudwatch_metric_alarm" "function_concurrency" {
@@ -147,6 +147,39 @@ resource "aws_cloudwatch_metric_alarm" "function_concurrency" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
+}
+
+# The tails function runs with little memory (var.tails_memory_mb) to keep idle readers cheap: its peak
+# memory, from the REPORT line Lambda logs after each invocation (text log format), warns before an
+# instance runs out (an out-of-memory kill shows only as a function error).
+resource "aws_cloudwatch_log_metric_filter" "tails_memory" {
+  name           = "${local.function_names.tails}-max-memory-used"
+  log_group_name = aws_cloudwatch_log_group.tails.name
+  pattern        = "[type=REPORT, request_id_label, request_id, duration_label, duration, duration_unit, billed_label, billed_duration_label, billed_duration, billed_unit, memory_label, size_label, memory_size, memory_unit, max_label, max_memory_label, used_label, max_memory_used, ...]"
+
+  metric_transformation {
+    name      = "TailsMaxMemoryUsedMB"
+    namespace = "Rillet"
+    value     = "$max_memory_used"
+    unit      = "Megabytes"
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "tails_memory" {
+  alarm_name          = "${local.function_names.tails}-memory"
+  alarm_description   = "A tails function instance used 90 % of its ${var.tails_memory_mb} MB: raise tails_memory_mb before instances run out (docs/operations.md)."
+  namespace           = "Rillet"
+  metric_name         = "TailsMaxMemoryUsedMB"
+  statistic           = "Maximum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = floor(var.tails_memory_mb * 0.9)
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+
+  depends_on = [aws_cloudwatch_log_metric_filter.tails_memory]
 }
 
 # -- tables -------------------------------------------------------------------------------------------

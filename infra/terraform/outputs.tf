@@ -13,6 +13,11 @@ output "read_url" {
   value       = aws_lambda_function_url.read.function_url
 }
 
+output "tails_url" {
+  description = "Function URL of the tails API, where readers send tail checks (clients learn it from /v1/endpoints)."
+  value       = aws_lambda_function_url.tails.function_url
+}
+
 output "metadata_table_name" {
   description = "Stream metadata table (RILLET_METADATA_TABLE)."
   value       = aws_dynamodb_table.metadata.name
@@ -29,7 +34,7 @@ output "bucket_name" {
 }
 
 output "client_policy_arn" {
-  description = "IAM policy that lets a user or role call the three Function URLs."
+  description = "IAM policy that lets a user or role call the four Function URLs."
   value       = aws_iam_policy.client.arn
 }
 

@@ -57,13 +57,24 @@ variable "lambda_zip" {
 }
 
 variable "lambda_architecture" {
-  description = "Instruction set of the three functions; build the zip for the same one (build_lambda.py --arch)."
+  description = "Instruction set of the four functions; build the zip for the same one (build_lambda.py --arch)."
   type        = string
   default     = "arm64"
 
   validation {
     condition     = contains(["arm64", "x86_64"], var.lambda_architecture)
     error_message = "lambda_architecture must be arm64 or x86_64."
+  }
+}
+
+variable "tails_memory_mb" {
+  description = "Memory of the tails function (tail checks only). 128 MB is what keeps an idle reader at about $0.012 a day; raise it if the tails-memory alarm fires (docs/operations.md)."
+  type        = number
+  default     = 128
+
+  validation {
+    condition     = var.tails_memory_mb >= 128 && var.tails_memory_mb <= 10240 && floor(var.tails_memory_mb) == var.tails_memory_mb
+    error_message = "tails_memory_mb is a whole number of MB from 128 to 10240 (Lambda's range)."
   }
 }
 
@@ -114,6 +125,7 @@ variable "reserved_concurrency" {
     controller_api = optional(number)
     append         = optional(number)
     read           = optional(number)
+    tails          = optional(number)
   })
   default = {}
 

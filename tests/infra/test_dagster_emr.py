@@ -234,7 +234,7 @@ def test_the_ui_is_private(tf):
         "the documented way into the UI is an SSM port forward through ECS Exec")
 
 
-@pytest.mark.parametrize("function", ["controller_api", "append", "read"])
+@pytest.mark.parametrize("function", ["controller_api", "append", "read", "tails"])
 def test_functions_can_reserve_concurrency(tf, function):
     """Each function's reservation is an input (unreserved by default: test_first_apply.py)."""
     fn = tf.of_type("aws_lambda_function")[function]

@@ -1,7 +1,7 @@
 """Every AWS call the Lambda functions make is granted to the function's own role (issue 28).
 
 The read function's tails route once made a BatchGetItem its role lacked, and nothing caught it before
-AWS did. Here the real handlers of the three functions run in-process on Function URL events (as in
+AWS did. Here the real handlers of the four functions run in-process on Function URL events (as in
 tests/lambda_events.py) against tables of their own on the moto server, signed by an admin so the grant
 reads happen too, while every botocore call is recorded (test_job_calls.recorded). Each call becomes the
 IAM action and resource kind AWS authorizes it on (test_job_calls._needed) and must be granted by the
@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import lambda_events
 import pytest
 from lambda_events import handler_modules, invoke
+from tails_handler import tails_module
 from test_job_calls import (
     _needed,
     recorded,  # noqa: F401 - the fixture, requested by name below
@@ -31,6 +32,7 @@ from test_terraform import (
     APPEND,
     CONTROLLER,
     READ,
+    TAILS,
     TF_DIR,
     _classify,
     as_list,
@@ -129,10 +131,11 @@ def _read_bytes(module, target: str) -> bytes:
 
 @pytest.fixture
 def functions(isolated_deployment, deployment, monkeypatch):
-    """The three handler modules on tables of their own (the admin grant made here must not turn on
+    """The four handler modules on tables of their own (the admin grant made here must not turn on
     authorization for other tests), every request signed by ADMIN; the session's binding is restored."""
     mine = isolated_deployment("function-calls")
     modules = handler_modules(mine, monkeypatch)
+    modules["tails"] = tails_module(mine)
     bind_all(mine)
     monkeypatch.setattr(lambda_events, "build_event", partial(build_event, identity=ADMIN))
     yield mine, modules
@@ -202,6 +205,13 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     recorded_by[READ] = list(calls)
     calls.clear()
 
+    # The tails function: its one route.
+    _fresh_authorizer(monkeypatch)
+    assert get(modules["tails"], f"/v1/segments/{unique}/s/tails?segments=0,1")["tails"][0]["length"] == length
+    assert any(op == "BatchGetItem" for _, op, _ in calls), "the tail check made no BatchGetItem"
+    recorded_by[TAILS] = list(calls)
+    calls.clear()
+
     # The controller again: what changes segments and their objects.
     _fresh_authorizer(monkeypatch)
     post(controller, f"{stream}/truncate", {"positions": [{"segment_id": 0, "offset": length}]})
@@ -215,4 +225,4 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
 
     tables = {mine.metadata_table: "metadata", mine.segments_table: "segments"}
     missing = {handler: _missing(handler, made, tables) for handler, made in recorded_by.items()}
-    assert missing == {CONTROLLER: [], APPEND: [], READ: []}, f"roles lack what their functions call: {missing}"
+    assert missing == {CONTROLLER: [], APPEND: [], READ: [], TAILS: []}, f"roles lack what their functions call: {missing}"

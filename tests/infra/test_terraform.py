@@ -59,6 +59,8 @@ TABLES = {
 CONTROLLER = "lambdas.controller_api.handler.handler"
 APPEND = "lambdas.append.handler.handler"
 READ = "lambdas.read.handler.handler"
+TAILS = "lambdas.tails.handler.handler"
+FUNCTIONS = [CONTROLLER, APPEND, READ, TAILS]
 
 # Environment every function needs: variable -> the resource its value must come from. Deployment.from_env
 # falls back to defaults when these are unset, which would silently point at the wrong table or bucket.
@@ -68,7 +70,7 @@ COMMON_ENV = {
     "RILLET_BUCKET": ("aws_s3_bucket", "segments"),
 }
 # The controller tells clients where the data API is (GET /v1/endpoints): variable -> whose URL.
-CONTROLLER_URL_ENV = {"RILLET_APPEND_URL": APPEND, "RILLET_READ_URL": READ}
+CONTROLLER_URL_ENV = {"RILLET_APPEND_URL": APPEND, "RILLET_READ_URL": READ, "RILLET_TAILS_URL": TAILS}
 # Set only in standalone: on AWS it would send every request to a moto server that is not there.
 FORBIDDEN_ENV = {"RILLET_AWS_ENDPOINT"}
 
@@ -99,7 +101,7 @@ _CONTROLLER_SEGMENTS = {
     "dynamodb:Query",
     "dynamodb:UpdateItem",
 }
-# The append and read functions authorize requests: they read the grant items of the metadata table
+# The append, read and tails functions authorize requests: they read the grant items of the metadata table
 # (partition keys "grants" and "grant#<principal>", controlplane/grant_models.py) and nothing else there.
 GRANT_READS = {"dynamodb:GetItem", "dynamodb:Query"}
 GRANT_PARTITIONS = ["grants", "grant#*"]
@@ -132,6 +134,13 @@ EXPECTED_GRANTS = {
         # AccessDenied rather than 404; the read path re-reads the head record on either and answers
         # Truncated when the range was truncated, so both are handled.
         "bucket": {"s3:ListBucket"},
+        "logs": LOGS,
+        "any": XRAY,
+    },
+    TAILS: {
+        # The tail check alone: one BatchGetItem of head records; no S3 at all.
+        "segments": {"dynamodb:BatchGetItem"},
+        "metadata": GRANT_READS,
         "logs": LOGS,
         "any": XRAY,
     },
@@ -532,8 +541,23 @@ def test_bucket_is_private_encrypted_and_unversioned(tf):
 # -- Lambda ------------------------------------------------------------------------------------------
 
 
-def test_the_three_functions_are_declared(tf):
-    assert set(functions(tf)) == {CONTROLLER, APPEND, READ}
+def test_the_four_functions_are_declared(tf):
+    assert set(functions(tf)) == set(FUNCTIONS)
+
+
+def test_function_memory_is_what_the_cost_model_and_standalone_bill(tf):
+    """bench/cost.py prices each function's duration at its memory, and standalone meters it so: the
+    tails function at var.tails_memory_mb, the others at 512 MB."""
+    from bench.cost import FUNCTION_MEMORY_MB, TAILS_MEMORY_MB
+    from standalone.stack import FUNCTION_MEMORY_MB as STANDALONE_MEMORY_MB
+
+    for handler in FUNCTIONS:
+        name, fn = function(tf, handler)
+        if handler == TAILS:
+            assert _text(fn.get("memory_size")) == "${var.tails_memory_mb}", name
+        else:
+            assert fn.get("memory_size") == FUNCTION_MEMORY_MB, name
+    assert tf.variables["tails_memory_mb"].get("default") == TAILS_MEMORY_MB == STANDALONE_MEMORY_MB["tails"]
 
 
 def _handler_problems(handler: str, sources: dict[str, str]) -> list[str]:
@@ -556,7 +580,7 @@ def _handler_problems(handler: str, sources: dict[str, str]) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_handler_resolves_to_a_function(tf, build, handler):
     function(tf, handler)
     problems = _handler_problems(handler, build.SOURCES)
@@ -569,7 +593,7 @@ def test_handler_check_detects_a_missing_function(build):
     assert _handler_problems("elsewhere.handler.handler", build.SOURCES)
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_function_runtime_and_artifact_match_the_build(tf, build, handler):
     name, fn = function(tf, handler)
     where = f"aws_lambda_function.{name}"
@@ -592,7 +616,7 @@ def test_terraform_defaults_match_the_build_script(tf, build):
         f"var.lambda_zip defaults to {zip_default}, build_lambda.py writes build/lambda.zip")
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_function_url_uses_iam_auth(tf, handler):
     name, _ = function(tf, handler)
     url_name, url = function_url(tf, name)
@@ -607,7 +631,7 @@ def test_no_public_invoke_permission(tf):
         assert permission.get("principal") != "*", f"aws_lambda_permission.{name} makes a function public"
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_function_has_its_log_group_with_retention(tf, handler):
     name, fn = function(tf, handler)
     expected = "/aws/lambda/" + _text(fn.get("function_name"))
@@ -678,7 +702,7 @@ def _classify(resource: str) -> str:
     return f"{rtype}.{name}"
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_role_permissions_are_the_reviewed_ones(tf, handler):
     name, fn = function(tf, handler)
     role = role_of(tf, name, fn)
@@ -702,7 +726,7 @@ def test_role_permissions_are_the_reviewed_ones(tf, handler):
                              + "\n".join(differences))
 
 
-@pytest.mark.parametrize("handler", [APPEND, READ])
+@pytest.mark.parametrize("handler", [APPEND, READ, TAILS])
 def test_data_functions_read_only_the_grant_items_of_the_metadata_table(tf, handler):
     """Authorization reads grants in every function; outside the controller, no other metadata item."""
     name, fn = function(tf, handler)
@@ -728,7 +752,7 @@ def _unbounded_listing(document: dict) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_bucket_listing_is_limited_to_the_deployments_prefix(tf, handler):
     """A role may list only the deployment's objects (segments/...), never the whole bucket."""
     name, fn = function(tf, handler)
@@ -815,7 +839,7 @@ def _hard_env_reads(handler: str, sources: dict[str, str]) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("handler", [CONTROLLER, APPEND, READ])
+@pytest.mark.parametrize("handler", FUNCTIONS)
 def test_function_environment_is_what_the_code_reads(tf, build, handler):
     name, fn = function(tf, handler)
     where = f"aws_lambda_function.{name}"
@@ -842,6 +866,7 @@ def test_outputs(tf):
         "controller_api_url": ("aws_lambda_function_url", function_url(tf, function(tf, CONTROLLER)[0])[0]),
         "append_url": ("aws_lambda_function_url", function_url(tf, function(tf, APPEND)[0])[0]),
         "read_url": ("aws_lambda_function_url", function_url(tf, function(tf, READ)[0])[0]),
+        "tails_url": ("aws_lambda_function_url", function_url(tf, function(tf, TAILS)[0])[0]),
         "metadata_table_name": ("aws_dynamodb_table", "metadata"),
         "segments_table_name": ("aws_dynamodb_table", "segments"),
         "bucket_name": ("aws_s3_bucket", "segments"),
@@ -948,7 +973,7 @@ def test_zip_holds_everything_the_handlers_import(build):
     providers = importlib.metadata.packages_distributions()
     bundled = _distribution_closure(build.RUNTIME_REQUIREMENTS)
     problems = []
-    for handler in (CONTROLLER, APPEND, READ):
+    for handler in FUNCTIONS:
         modules, third_party = first_party_closure(handler.rpartition(".")[0], build.SOURCES)
         for top in sorted(third_party):
             dists = {re.sub(r"[-_.]+", "-", d).lower() for d in providers.get(top, [])}
