@@ -1,6 +1,8 @@
 """Read N MB of events through the rillet data source (once as 64-byte events, once as 64 KiB events)
 and the same number of bytes as plain S3 objects with Spark's binaryFile source, on the same moto
-server, in the same Spark session; print each and its ratio to binaryFile.
+server, in the same Spark session; print each and its ratio to binaryFile, and the time the same query
+takes over an empty stream (what a query costs before any byte: planning in Spark's Python planner,
+the controller's cuts and plans, task launch), which weighs on small reads.
 
 binaryFile reads S3 through Hadoop's s3a connector, which pyspark does not ship. The benchmark
 fetches hadoop-aws and the AWS SDK bundle from PyPI (the sagemaker-pyspark package carries them)
@@ -64,6 +66,7 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> d
         scope = "bench" + uuid.uuid4().hex[:8]
         manager = rillet.StreamManager(stack.controller_url)
         manager.create_scope(scope)
+        manager.create_stream(scope, "empty")
         factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
         for size in event_sizes:
             manager.create_stream(scope, f"e{size}")
@@ -97,6 +100,8 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> d
                                             .option("max_partition_bytes", str(4 * MB)).load(), "event",
                                             total_mb * MB // size * size)
                        for size in event_sizes}
+            sources["rillet, empty stream"] = (spark.read.format("rillet").option("endpoint", stack.controller_url)
+                                               .option("stream", f"{scope}/empty").load(), "event", None)
             sources["binaryFile"] = (spark.read.format("binaryFile").load(f"s3a://{stack.deployment.bucket}/raw/{scope}/"),
                                      "content", total_mb * MB)
             timings = {}
@@ -108,9 +113,10 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> d
                 assert size == expected, (name, size, expected)
         finally:
             spark.stop()
+    empty_s = timings.pop("rillet, empty stream")
     raw_s = timings["binaryFile"]
     return {"total_mb": total_mb, "mb_s": {name: total_mb / t for name, t in timings.items()},
-            "ratio": {name: raw_s / t for name, t in timings.items() if name != "binaryFile"}}
+            "ratio": {name: raw_s / t for name, t in timings.items() if name != "binaryFile"}, "empty_s": empty_s}
 
 
 def report(result: dict) -> str:
@@ -118,6 +124,7 @@ def report(result: dict) -> str:
     lines += [f"  {name:<18} {rate:7.1f} MB/s" + (f"   {result['ratio'][name]:.2f} of binaryFile"
                                                    if name in result["ratio"] else "")
               for name, rate in result["mb_s"].items()]
+    lines.append(f"  rillet, the same query over an empty stream: {result['empty_s']:.2f} s")
     return "\n".join(lines)
 
 
