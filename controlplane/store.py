@@ -316,8 +316,16 @@ class MetadataStore:
         return list(SegmentRecord.query(stream_pk(scope, stream), SegmentRecord.sk.startswith("segment#"),
                                         consistent_read=True))
 
-    def update_segment(self, record: SegmentRecord, actions: list) -> None:
-        record.update(actions=actions)
+    def update_segment(self, record: SegmentRecord, actions: list) -> bool:
+        """Update the segment record as ``record`` was read; False if that item is gone or is another
+        incarnation's (its stream deleted, perhaps created again). Never creates the item."""
+        try:
+            record.update(actions=actions, condition=SegmentRecord.created_ms == record.created_ms)
+        except UpdateError as e:
+            if failed_condition(e):
+                return False
+            raise
+        return True
 
     def delete_stream_partition(self, scope: str, stream: str, still: Callable[[], bool]) -> bool:
         """Delete every item of the stream's partition, 25 at a time (one BatchWriteItem), each batch only

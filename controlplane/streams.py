@@ -252,12 +252,16 @@ class StreamTasks:
         if not self._in_flight(record):
             return
         self.transactions.commit_for_seal(record)  # keeps ``record`` up to date
-        if record.created_ms != incarnation or not self._in_flight(record):
+        if record.created_ms != incarnation:
+            return
+        epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
+        sealing = self._before_check(record, [int(sid) for sid, _, _ in epoch.segments])
+        if not self._in_flight(record):
             return
         self.transactions.abort_open(record.scope, record.stream)
-        epoch = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
-        for sid, _, _ in epoch.segments:
-            self._seal_segment(record, int(sid), record.current_epoch)
+        for segment, segment_incarnation in sealing:
+            if not self._seal_segment(record, segment, record.current_epoch, segment_incarnation):
+                return  # the stream was deleted and created again since the check
         self._finish(record, StreamState.SEALED)
 
     def delete_stream(self, scope: str, stream: str, incarnation: int | None = None) -> None:
@@ -340,13 +344,38 @@ class StreamTasks:
         except StreamNotFound:
             pass
 
-    def _seal_segment(self, record: StreamRecord, sid: int, epoch: int) -> int:
-        size = self.segments.seal(segment_name(record.scope, record.stream, sid))
-        (segment,) = self.store.get_segments(record.scope, record.stream, [sid])
+    def _before_check(self, record: StreamRecord, sids: list[int]) -> list[tuple[SegmentRecord, int | None]]:
+        """The segments' records and incarnations (their head's ``created_ms``; None once deleted), read
+        before a finisher checks that its workflow is still in flight (``_in_flight``). Acting on them
+        conditioned on what was read touches this stream's segments only, even if the name is deleted
+        and created again between the check and the action (the reads before it were then of this
+        stream, as the check passed after them)."""
+        records = self.store.get_segments(record.scope, record.stream, sids)
+        incarnations = []
+        for sid in sids:
+            try:
+                incarnations.append(int(self.segments.info(segment_name(record.scope, record.stream, sid)).created_ms))
+            except SegmentNotFound:
+                incarnations.append(None)
+        return list(zip(records, incarnations, strict=True))
+
+    def _seal_segment(self, record: StreamRecord, segment: SegmentRecord | int, epoch: int,
+                      incarnation: int | None = None) -> bool:
+        """Seal a segment and record its final size. Given the segment's record and incarnation as read
+        before the workflow's in-flight check (``_before_check``), only that incarnation: False if the
+        name holds another one by now (nothing done)."""
+        if isinstance(segment, int):
+            (segment,) = self.store.get_segments(record.scope, record.stream, [segment])
+        try:
+            size = self.segments.seal(segment_name(record.scope, record.stream, segment.segment_id), incarnation)
+        except SegmentNotFound:
+            if incarnation is None:
+                raise
+            return False
         if segment.sealed_size is None:
-            self.store.update_segment(segment, [SegmentRecord.sealed_size.set(size),
-                                                SegmentRecord.sealed_epoch.set(epoch)])
-        return size
+            return self.store.update_segment(segment, [SegmentRecord.sealed_size.set(size),
+                                                       SegmentRecord.sealed_epoch.set(epoch)])
+        return True
 
     def _begin(self, record: StreamRecord, state: StreamState, workflow: dict, *actions) -> None:
         """Step one of a workflow: leave ACTIVE for ``state`` and record what is to be done."""
@@ -441,10 +470,12 @@ class StreamTasks:
         kept = [s for s in previous.segments if int(s[0]) not in sealed]
         segments = sorted(kept + [[n.segment_id, n.low, n.high] for n in new], key=lambda s: s[1])
         self.store.put_epoch(record.scope, record.stream, epoch, created, segments)
+        sealing = self._before_check(record, [int(sid) for sid in wf["seal"]])
         if not self._in_flight(record):
             return
-        for sid in wf["seal"]:
-            self._seal_segment(record, sid, epoch)
+        for segment, incarnation in sealing:
+            if not self._seal_segment(record, segment, epoch, incarnation):
+                return  # the stream was deleted and created again since the check
         self._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
 
     def _finished_scale(self, scope: str, stream: str, seal: list[int],
@@ -495,16 +526,25 @@ class StreamTasks:
         self.finish_truncate_stream(record)
 
     def finish_truncate_stream(self, record: StreamRecord) -> None:
+        """Truncate the head's segments at the head and delete the segments before it, each only as the
+        incarnation read before the in-flight check (``_before_check``): a finisher resuming after the
+        stream was deleted and created again leaves the new stream's segments alone."""
         head = self.head(record.scope, record.stream, record)
         cut = [p.segment for p in head]
+        before = [s.segment_id for s in self.store.list_segments(record.scope, record.stream)
+                  if segment_is_before(_range(s), cut)]
+        offsets = {p.segment.segment_id: p.offset for p in head}
+        segments = self._before_check(record, [*offsets, *before])
         if not self._in_flight(record):
             return
-        for position in head:
-            self.segments.truncate(segment_name(record.scope, record.stream, position.segment.segment_id),
-                                   position.offset)
-        for segment in self.store.list_segments(record.scope, record.stream):
-            if segment_is_before(_range(segment), cut):
-                self.segments.delete(segment_name(record.scope, record.stream, segment.segment_id))
+        for segment, incarnation in segments:
+            name = segment_name(record.scope, record.stream, segment.segment_id)
+            if incarnation is None:
+                continue  # deleted by an earlier attempt
+            if segment.segment_id in offsets:
+                self.segments.truncate(name, offsets[segment.segment_id], incarnation)
+            else:
+                self.segments.delete(name, incarnation)
         self._finish(record, StreamState.ACTIVE)
 
     def resolve_cut(self, scope: str, stream: str, offsets: dict[int, int]) -> list[SegmentPosition]:

@@ -109,14 +109,17 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
                                       + ("" if incarnation is None else f" as incarnation {incarnation}")) from e
             raise
 
-    def truncate(self, segment: str, offset: int) -> None:
+    def truncate(self, segment: str, offset: int, incarnation: int | None = None) -> None:
         """Make ``offset`` the segment's start; later reads below it fail with Truncated.
 
         Only moves forward and never past the tail. Bytes below the new start are released right
         away; a crash part-way leaves index entries below the start that the next truncation or
-        tiering pass releases (see ``_release_below``).
+        tiering pass releases (see ``_release_below``). With ``incarnation``, only that incarnation:
+        nothing happens to a name created again.
         """
         meta = self._meta(segment)
+        if incarnation is not None and int(meta.created_ms) != incarnation:
+            return  # deleted and created again: the new incarnation is not this truncation's
         if offset < meta.start:
             return  # already truncated further: truncation only moves forward
         if offset > meta.length:

@@ -168,6 +168,68 @@ def test_a_stale_delete_finisher_leaves_the_new_streams_segment_alone(controller
     assert segment_events(c.segments, name) == [b"new"], "the stale finisher deleted the new stream's segment"
 
 
+def test_a_stale_truncate_finisher_leaves_the_new_streams_segment_alone(controller: Controller, unique: str,
+                                                                        monkeypatch):
+    """Finisher A of a truncation checked that it is still in flight and is about to truncate segment 0;
+    meanwhile finisher B completes it, the stream is sealed, deleted and created again, and a writer
+    appends to the new segment 0. A must not truncate the new segment (here: inside its event)."""
+    c = controller
+    c.streams.create_scope(unique)
+    c.streams.create_stream(unique, STREAM, config())
+    name = segment_name(unique, STREAM, 0)
+    c.segments.append(name, "w", 0, 2, frame(b"old") + frame(b"older"))
+    real = c.segments.truncate
+
+    def then_the_name_is_created_again(segment: str, offset: int, *incarnation: int) -> None:
+        monkeypatch.setattr(c.segments, "truncate", real)
+        c.streams.finish_truncate_stream(c.store.get_stream(unique, STREAM))  # finisher B
+        c.streams.seal_stream(unique, STREAM)
+        c.streams.delete_stream(unique, STREAM)
+        c.streams.create_stream(unique, STREAM, config())
+        c.segments.append(name, "w2", 0, 1, frame(b"a new event longer than the cut"))
+        real(segment, offset, *incarnation)
+
+    monkeypatch.setattr(c.segments, "truncate", then_the_name_is_created_again)
+    c.streams.truncate_stream(unique, STREAM, {0: 7})  # finisher A: the first event goes
+
+    assert c.segments.info(name).start_offset == 0, "the stale finisher truncated the new stream's segment"
+    assert segment_events(c.segments, name) == [b"a new event longer than the cut"]
+
+
+def test_a_stale_seal_finisher_leaves_the_new_streams_segment_open(controller: Controller, unique: str,
+                                                                   monkeypatch):
+    """Finisher A of a seal checked that it is still in flight and is about to seal segment 0; meanwhile
+    finisher B completes the seal, the stream is deleted and created again and a writer appends to it.
+    A must neither seal the new segment 0 nor record a final size on its segment record."""
+    c = controller
+    c.streams.create_scope(unique)
+    c.streams.create_stream(unique, STREAM, config())
+    name = segment_name(unique, STREAM, 0)
+    c.segments.append(name, "w", 0, 1, frame(b"old"))
+    real = c.segments.seal
+    finisher_a_sealed = []
+
+    def then_the_name_is_created_again(segment: str, *incarnation: int) -> int:
+        monkeypatch.setattr(c.segments, "seal", real)
+        c.streams.finish_seal_stream(c.store.get_stream(unique, STREAM))  # finisher B
+        c.streams.delete_stream(unique, STREAM)
+        c.streams.create_stream(unique, STREAM, config())
+        c.segments.append(name, "w2", 0, 1, frame(b"new"))
+        finisher_a_sealed.append(segment)
+        return real(segment, *incarnation)
+
+    monkeypatch.setattr(c.segments, "seal", then_the_name_is_created_again)
+    c.streams.seal_stream(unique, STREAM)  # finisher A
+
+    assert finisher_a_sealed == [name]
+    assert c.segments.info(name).sealed is False, "the stale finisher sealed the new stream's segment"
+    (record,) = c.store.get_segments(unique, STREAM, [0])
+    assert record.sealed_size is None
+    assert c.store.get_stream(unique, STREAM).state == StreamState.ACTIVE.value
+    c.segments.append(name, "w2", 1, 1, frame(b"newer"))
+    assert segment_events(c.segments, name) == [b"new", b"newer"]
+
+
 def test_a_record_read_from_an_old_incarnation_changes_nothing_in_the_new_one(controller: Controller, unique: str):
     """A stream's version starts again when its name is created again: a finisher holding the old
     incarnation's record at the very version the new one has reached must be refused, not applied."""
