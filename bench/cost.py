@@ -40,18 +40,37 @@ PRICES = {
 #   empty_read - a read at the tail that found nothing: the head record GetItem alone
 #   plan  - head record GetItem, an index Query (no S3 request)
 #   locations - head record GetItem, an index Query, presigning a URL per object (local HMACs)
-#   tails - one BatchGetItem of the head records (eventually consistent), no S3 request
 #   info  - head record GetItem
-FUNCTION_MS = {"append": {"append": 40}, "read": {"read": 30, "empty_read": 5, "plan": 10, "locations": 10, "tails": 5, "info": 5}}
-FUNCTION_MEMORY_MB = 512  # every function's memory (infra/terraform/lambda.tf)
+#   tails - one BatchGetItem of the head records (eventually consistent), no S3 request: served by the
+#           tails function (the SDK sends tail checks there; the read function serves them only for
+#           clients of a deployment without it)
+FUNCTION_MS = {"append": {"append": 40}, "read": {"read": 30, "empty_read": 5, "plan": 10, "locations": 10, "info": 5},
+               "tails": {"tails": 5}}
+FUNCTION_MEMORY_MB = 512  # the controller's, append's and read's memory (infra/terraform/lambda.tf)
+TAILS_MEMORY_MB = 128  # the tails function's (infra/terraform/lambda.tf)
+MEMORY_MB = {"tails": TAILS_MEMORY_MB}  # functions whose memory is not FUNCTION_MEMORY_MB
+SERVED_BY = {"tails": "tails"}  # request kinds a client sends to a function of their own
+# Lambda gives a function CPU in proportion to its memory (one vCPU at 1,769 MB). FUNCTION_MS assumes a
+# warm instance's short burst runs at full speed; where it ran at the memory's share instead, a tail
+# check's CPU time (one core, measured by bench/tails_memory.py) would stretch to ``cpu_share_ms``.
+VCPU_MB = 1769
+TAIL_CHECK_CPU_MS = 1.9
 S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects", "CreateBucket"}
 
 
 def function_gb_seconds(function: str, requests_by_kind: dict[str, int]) -> float:
-    """Modeled GB-seconds of ``function`` serving these requests (``FUNCTION_MS``)."""
-    model = FUNCTION_MS[function]
-    ms = sum(model[kind] * n for kind, n in requests_by_kind.items())
-    return ms / 1000 * FUNCTION_MEMORY_MB / 1024
+    """Modeled GB-seconds of serving these requests of ``function``'s client (``FUNCTION_MS``): each kind at
+    the memory of the function that serves it, so a read path's tail checks bill at the tails function's."""
+    seconds_mb = 0.0
+    for kind, n in requests_by_kind.items():
+        server = SERVED_BY.get(kind, function)
+        seconds_mb += FUNCTION_MS[server][kind] / 1000 * n * MEMORY_MB.get(server, FUNCTION_MEMORY_MB)
+    return seconds_mb / 1024
+
+
+def cpu_share_ms(cpu_ms: float, memory_mb: int) -> float:
+    """How long ``cpu_ms`` of one core's work takes at ``memory_mb``'s share of a vCPU."""
+    return cpu_ms * VCPU_MB / min(memory_mb, VCPU_MB)
 
 
 def _value_size(value: dict) -> int:
@@ -184,12 +203,16 @@ def usage(records: list[RequestRecord], lambda_requests: int = 0, lambda_gb_seco
 
 
 class RequestCounter:
-    """Counts the read API requests of one SegmentClient (client side) by kind, for ``FUNCTION_MS``."""
+    """Counts the read path's requests of one SegmentClient (client side) by kind, for ``FUNCTION_MS``:
+    those to the read API, and the tail checks it sends to the tails API."""
 
     def __init__(self, segments) -> None:
         self.kinds: Counter = Counter()
         self._lock = threading.Lock()
-        transport = segments.read_transport
+        for transport in {id(t): t for t in (segments.read_transport, segments.tails_transport)}.values():
+            self._count(transport)
+
+    def _count(self, transport) -> None:
         original = transport.request
 
         def request(method, path, **kwargs):

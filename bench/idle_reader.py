@@ -3,11 +3,14 @@
 Starts a standalone stack, creates an empty stream of 1 segment and one of 4, and leaves a
 ``StreamReader`` at the tail of each for ``--seconds`` (calling ``read_next_event(timeout_ms=1000)``
 in a loop, as an application does), metering from ``--settle-s`` on, once its checks have backed off. Every request the reader sends is counted by kind (tail checks,
-reads, plans, object GETs); the DynamoDB requests the read function makes are metered by the moto
-server and priced with bench/cost.py. Function duration is *modeled* per request
-(``cost.FUNCTION_MS``: a constant per request kind, plus, for a long-poll read that came back empty,
-the wait it asked for, which holds the function on AWS too), not taken from the emulation's wall time.
-The window's cost is scaled to a day.
+reads, plans, object GETs); the DynamoDB requests the read and tails functions make are metered by
+the moto server and priced with bench/cost.py. Function duration is *modeled* per request
+(``cost.FUNCTION_MS``: a constant per request kind, billed at the memory of the function that serves
+it: tail checks at the tails function's 128 MB), not taken from the emulation's wall time. The
+window's cost is scaled to a day.
+
+The stack runs one tails worker, as Lambda serves a lone reader's checks from one warm instance (each
+instance keeps its own grant cache, and reads the grant count once per cache period).
 
 Then it measures the wake-up latency (the read function's workers warmed first: a worker's first
 request of a route pays its imports, in standalone up to a second): after the reader has idled
@@ -27,7 +30,17 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import rillet
-from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
+from bench.cost import (
+    FUNCTION_MS,
+    PRICES,
+    TAIL_CHECK_CPU_MS,
+    TAILS_MEMORY_MB,
+    RequestCounter,
+    cpu_share_ms,
+    function_gb_seconds,
+    usage,
+)
+from rillet.segments import TailBackoff
 from standalone.stack import Stack, StackConfig
 
 DAY_S = 86_400
@@ -37,6 +50,8 @@ def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float, s
     reader = factory.create_stream_reader(stream, rillet.BytesSerializer())
     counter = RequestCounter(factory.connection.segments)
     reader.read_next_event(timeout_ms=int(settle_s * 1000))  # reach the tail, and the slowest cadence, before metering
+    while reader._backoff.delay_s < reader._backoff.max_s:  # a slow start (a loaded machine) is still ramping up
+        reader.read_next_event(timeout_ms=500)
     stack.requests.reset()
     stack.invocations.reset()
     counter.reset()
@@ -54,7 +69,9 @@ def _idle_cost(stack: Stack, factory, scope: str, stream: str, seconds: float, s
             "dynamodb_by_operation": {op: n for (svc, op), n in u.requests.items() if svc == "dynamodb"},
             "function_requests_per_s": invocations / elapsed, "dynamodb_requests_per_s": ddb / elapsed,
             "read_units_per_s": u.read_units / elapsed,
-            "wall_gb_seconds": stack.invocations.gb_seconds.get("read", 0.0), "modeled_gb_seconds": u.lambda_gb_seconds,
+            "invocations_by_function": dict(stack.invocations.invocations),
+            "wall_gb_seconds": sum(stack.invocations.gb_seconds.get(f, 0.0) for f in ("read", "tails")),
+            "modeled_gb_seconds": u.lambda_gb_seconds,
             "dollars_per_day": per_day}
 
 
@@ -91,7 +108,11 @@ def _wake_latency(factory, stream: str, idle_s: float, probes: int) -> list[floa
 
 
 def run(seconds: float = 20, idle_s: float = 10, probes: int = 3, settle_s: float = 5) -> dict:
-    with Stack(StackConfig.ephemeral()) as stack:
+    config = StackConfig.ephemeral()
+    # One tails worker: Lambda serves a lone reader's checks, one at a time, from one warm instance, and
+    # each instance reads the grant count once per cache period (two workers would read it twice).
+    config.workers = {**config.workers, "tails": 1}
+    with Stack(config) as stack:
         stack.requests.keep_records = True
         scope = "idle" + uuid.uuid4().hex[:8]
         manager = rillet.StreamManager(stack.controller_url)
@@ -107,17 +128,24 @@ def run(seconds: float = 20, idle_s: float = 10, probes: int = 3, settle_s: floa
     return {"idle": results, "wake_latency_s": latencies, "idle_s": idle_s}
 
 
+def tail_check_dollars(memory_mb: int, ms: float) -> float:
+    """One tail check of one segment: a request, ``ms`` at ``memory_mb``, half a read unit."""
+    return (PRICES["lambda_request"] + ms / 1000 * memory_mb / 1024 * PRICES["lambda_gb_second"]
+            + PRICES["dynamodb_read_request_unit"] / 2)
+
+
 def report(r: dict) -> str:
     lines = [("idle StreamReader at the tail of an empty stream (function duration modeled per request, "
-             "bench/cost.py FUNCTION_MS):")]
+             f"bench/cost.py FUNCTION_MS; tail checks at the tails function's {TAILS_MEMORY_MB} MB):")]
     for x in r["idle"]:
         d = x["dollars_per_day"]
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(x["requests_by_kind"].items()))
         lines += [
             f"  {x['segments']} segment(s), {x['seconds']:.0f} s: {x['function_requests_per_s']:.2f} function requests/s "
             f"({kinds}), {x['dynamodb_requests_per_s']:.2f} DynamoDB requests/s, {x['read_units_per_s']:.2f} read units/s; DynamoDB "
-            + ", ".join(f"{op} {n}" for op, n in sorted(x["dynamodb_by_operation"].items())),
-            (f"    modeled $/day: total ${d['total']:.4f} (function requests ${d['lambda_requests']:.4f}, "
+            + ", ".join(f"{op} {n}" for op, n in sorted(x["dynamodb_by_operation"].items()))
+            + "; invocations " + ", ".join(f"{f} {n}" for f, n in sorted(x["invocations_by_function"].items())),
+            (f"    modeled $/day: total ${d['total']:.5f} (function requests ${d['lambda_requests']:.4f}, "
             f"duration ${d['lambda_duration']:.4f}, DynamoDB reads ${d['dynamodb_reads']:.4f}, S3 ${d['s3_get'] + d['s3_put']:.4f});"
             f" GB-s modeled {x['modeled_gb_seconds']:.3f} vs emulation wall {x['wall_gb_seconds']:.3f}"),
         ]
@@ -125,6 +153,15 @@ def report(r: dict) -> str:
         lat = r["wake_latency_s"]
         lines.append(f"  first event after {r['idle_s']:.0f} s idle reaches the reader in: "
                      + ", ".join(f"{x:.2f} s" for x in lat) + f" (max {max(lat):.2f} s, median {statistics.median(lat):.2f} s)")
+    per_day = DAY_S / TailBackoff.max_s
+    model_ms = FUNCTION_MS["tails"]["tails"]
+    lines.append(f"  a day of tail checks of 1 segment, one per {TailBackoff.max_s} s (before grant-cache reads): "
+                 + "; ".join(f"{mb} MB ${tail_check_dollars(mb, model_ms) * per_day:.5f}" for mb in (TAILS_MEMORY_MB, 512))
+                 + f" ({model_ms} ms each, bench/cost.py FUNCTION_MS)")
+    throttled = {mb: model_ms - TAIL_CHECK_CPU_MS + cpu_share_ms(TAIL_CHECK_CPU_MS, mb) for mb in (TAILS_MEMORY_MB, 512)}
+    lines.append(f"    if the check's CPU ({TAIL_CHECK_CPU_MS} ms of a core) ran at the memory's share of a vCPU: "
+                 + "; ".join(f"{mb} MB {ms:.1f} ms ${tail_check_dollars(mb, ms) * per_day:.5f}"
+                             for mb, ms in throttled.items()))
     lines.append(f"  Kinesis on-demand idles at ${PRICES['kinesis_on_demand_stream_hour'] * 24:.2f}/day per stream")
     return "\n".join(lines)
 

@@ -230,6 +230,10 @@ class FunctionUrl:
         self.thread.start()
         return self
 
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (benchmarks read their memory from /proc)."""
+        return list(self.pool._processes or {})
+
     def stop(self) -> None:
         if self.thread.is_alive():  # shutdown() waits for serve_forever, forever if it never ran
             self.server.shutdown()
