@@ -17,8 +17,11 @@ from lambda_events import handler_modules
 from tails_handler import tails_module
 
 import lambdas.authorization
+from controlplane.grants import GrantStore
+from dataplane.deployment import Deployment
 from rillet import api
 from rillet.framing import frame
+from rillet.grants import Grant
 from standalone.gateway import build_event
 from standalone.resources import bind_all
 
@@ -41,7 +44,9 @@ def _call(module, method: str, target: str, identity: str | None, body: bytes = 
 @pytest.fixture
 def functions(isolated_deployment, deployment, monkeypatch, unique):
     """The handlers on tables of their own, a stream of 3 segments with 14 bytes in segment 1, and a
-    fresh grant cache per call (each function instance has its own; in one process they would share)."""
+    fresh grant cache per call (each function instance has its own; in one process they would share).
+    Grants are written to the store directly: the controller's grant router keeps the deployment of
+    its first import."""
     mine = isolated_deployment("tails-function")
     modules = handler_modules(mine, monkeypatch)
     modules["tails"] = tails_module(mine)
@@ -84,12 +89,10 @@ def test_the_tails_function_answers_as_the_read_functions_tail_check(functions, 
 
 
 def test_the_tails_function_needs_read_on_the_stream_as_the_read_function_does(functions, unique, monkeypatch):
-    controller = functions["controller_api"]
+    store = GrantStore(Deployment.from_env())  # the deployment the handlers were imported for
 
     def grant(principal: str, resource: str, permission: str) -> None:
-        monkeypatch.setattr(lambdas.authorization, "_authorizer", None)
-        body = json.dumps({"principal": principal, "resource": resource, "permission": permission}).encode()
-        assert _call(controller, "POST", "/v1/grants", ADMIN, body)[0] == 200
+        assert store.add(Grant(principal=principal, resource=resource, permission=permission))
 
     grant(ADMIN, "prn::*", "READ_UPDATE")  # authorization is on from here
     grant(READER, f"prn::/scope:{unique}/stream:other", "READ")
