@@ -55,6 +55,51 @@ def s3a_jars() -> list[str]:
     return s3a_jars()
 
 
+def _write_events(manager, factory, scope: str, size: int, total_mb: int) -> None:
+    manager.create_stream(scope, f"e{size}")
+    payload = os.urandom(size)
+    with factory.create_event_writer(f"e{size}", rillet.BytesSerializer(),
+                                     rillet.EventWriterConfig.cost_optimized()) as writer:
+        for _ in range(total_mb * MB // size):
+            writer.write_event(payload, routing_key="k")
+
+
+def profile(total_mb: int = 8, size: int = 64) -> str:
+    """Where the source's executor side spends a read of ``size``-byte events, outside Spark: its
+    ``read()`` of every partition under cProfile (the second of two passes), split into read-API
+    fetches of inline bytes, S3 GETs, unframing and the rest (Arrow batches, clients)."""
+    import cProfile
+    import pstats
+
+    from rillet_spark.datasource import _Options, _read, _Reader
+
+    with Stack(StackConfig.ephemeral()) as stack:
+        scope = "bench" + uuid.uuid4().hex[:8]
+        manager = rillet.StreamManager(stack.controller_url)
+        manager.create_scope(scope)
+        _write_events(manager, rillet.EventStreamClientFactory(scope, stack.controller_url), scope, size, total_mb)
+        options = _Options.parse({"endpoint": stack.controller_url, "stream": f"{scope}/e{size}",
+                                  "s3_endpoint": stack.moto.url, "max_partition_bytes": str(4 * MB)})
+        partitions = _Reader(options).partitions()
+        for _ in range(2):
+            profiler = cProfile.Profile()
+            started = time.perf_counter()
+            profiler.enable()
+            batches = [batch.num_rows for partition in partitions for batch in _read(options, partition)]
+            profiler.disable()
+            total_s = time.perf_counter() - started
+    spent = {name: 0.0 for name in ("_fetch", "_make_api_call", "_events")}
+    for (_, _, function), (_, _, _, cumulative, _) in pstats.Stats(profiler).stats.items():
+        if function in spent:
+            spent[function] += cumulative
+    parts = [len(partition.parts) for partition in partitions]
+    return (f"executor-side read of {total_mb} MB of {size}-byte events ({sum(batches)} events, {len(partitions)} "
+            f"partitions, {sum(parts)} plan parts, {len(batches)} record batches): {total_s * 1000:.0f} ms; "
+            f"read-API fetches {spent['_fetch'] * 1000:.0f} ms, S3 GETs {spent['_make_api_call'] * 1000:.0f} ms, "
+            f"unframing {spent['_events'] * 1000:.0f} ms, the rest "
+            f"{(total_s - sum(spent.values())) * 1000:.0f} ms")
+
+
 def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> dict:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -69,12 +114,7 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> d
         manager.create_stream(scope, "empty")
         factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
         for size in event_sizes:
-            manager.create_stream(scope, f"e{size}")
-            payload = os.urandom(size)
-            with factory.create_event_writer(f"e{size}", rillet.BytesSerializer(),
-                                             rillet.EventWriterConfig.cost_optimized()) as writer:
-                for _ in range(total_mb * MB // size):
-                    writer.write_event(payload, routing_key="k")
+            _write_events(manager, factory, scope, size, total_mb)
         s3 = boto3.client("s3", endpoint_url=stack.moto.url, region_name="us-east-1")
         block = os.urandom(MB)
         for i in range(total_mb):
@@ -131,8 +171,9 @@ def report(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=16)
+    parser.add_argument("--profile", action="store_true", help="profile the source's read() outside Spark instead")
     args = parser.parse_args()
-    print(report(run(args.mb)))
+    print(profile(args.mb) if args.profile else report(run(args.mb)))
 
 
 if __name__ == "__main__":
