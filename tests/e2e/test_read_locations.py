@@ -103,9 +103,9 @@ def test_an_idle_reader_sends_only_tail_checks_backing_off_and_wakes_on_data(sta
     reader = factory.create_stream_reader("s", rillet.BytesSerializer())
     reader._backoff = TailBackoff(first_s=0.05, max_s=0.4)
     sent = []
-    transport = reader.connection.segments.read_transport
-    original = transport.request
-    transport.request = lambda method, path, **kw: sent.append(path) or original(method, path, **kw)
+    for transport in (reader.connection.segments.read_transport, reader.connection.segments.tails_transport):
+        original = transport.request
+        transport.request = lambda method, path, original=original, **kw: sent.append(path) or original(method, path, **kw)
     assert reader.read_next_event(timeout_ms=0) is None  # every segment read once: at the tail
     sent.clear()
     started = time.monotonic()

@@ -21,9 +21,9 @@ def test_an_idle_group_reader_sends_only_backing_off_tail_checks_and_wakes_on_da
     reader = factory.create_reader("r1", "g", rillet.BytesSerializer())
     reader._tail_backoff = TailBackoff(first_s=0.05, max_s=0.4)
     reads, syncs = [], []
-    segments = reader.connection.segments.read_transport
-    read_request = segments.request
-    segments.request = lambda method, path, **kw: reads.append(path) or read_request(method, path, **kw)
+    for segments in (reader.connection.segments.read_transport, reader.connection.segments.tails_transport):
+        read_request = segments.request
+        segments.request = lambda method, path, original=read_request, **kw: reads.append(path) or original(method, path, **kw)
     controller = reader.group._transport
     controller_request = controller.request
     controller.request = lambda method, path, **kw: syncs.append(path) or controller_request(method, path, **kw)
