@@ -50,7 +50,7 @@ class Settings:
     keys_per_writer: int = 5
     scales: int = 2
     rates: FaultRates = ISSUE_RATES
-    functions: tuple[str, ...] = ("append", "read", "controller")
+    functions: tuple[str, ...] = ("append", "read", "tails", "controller")
     seed: int = 7
     max_attempts: int = 2  # botocore attempts per AWS call in the handlers (see standalone/faults.py)
     writer_retry_timeout_s: float = 60.0  # EventWriterConfig.retry_timeout_s
