@@ -301,9 +301,9 @@ def run_idle_reader(seconds: float = 60, warmup_s: float = 25, segments: int = 4
     """One reader of a group on an empty ``segments``-segment stream, left at the tail for ``seconds``
     after ``warmup_s`` (its sync cadence and tail checks backed off by then), calling
     ``read_next_event(timeout_ms=1000)`` in a loop as an application does. Its controller requests
-    (syncs) and read requests (tail checks) are counted, the DynamoDB requests both functions make are
-    metered by moto and priced with bench/cost.py, function duration is modeled per request
-    (cost.FUNCTION_MS for the read function, SYNC_FUNCTION_MS for the controller), scaled to a day."""
+    (syncs), read requests and tail checks (to the tails function) are counted, the DynamoDB requests the
+    functions make are metered by moto and priced with bench/cost.py, function duration is modeled per request
+    (cost.FUNCTION_MS at each function's memory, SYNC_FUNCTION_MS for the controller), scaled to a day."""
     import threading
     import time
     import uuid
@@ -336,8 +336,14 @@ def run_idle_reader(seconds: float = 60, warmup_s: float = 25, segments: int = 4
 
             transport.request = request
 
-        counting(reader.connection.segments.read_transport,
-                 lambda path: next((k for k in ("tails", "locations", "plan", "info") if path.endswith("/" + k)), "read"))
+        segments_client = reader.connection.segments
+
+        def read_kind(path: str) -> str:
+            return next((k for k in ("tails", "locations", "plan", "info") if path.endswith("/" + k)), "read")
+
+        # Tail checks go to the tails function's transport (the read one when the deployment has none).
+        for transport in {id(t): t for t in (segments_client.read_transport, segments_client.tails_transport)}.values():
+            counting(transport, read_kind)
         counting(reader.group._transport, lambda path: "sync" if path.endswith("/sync") else "controller")
         started = time.monotonic()
         while time.monotonic() - started < warmup_s:
