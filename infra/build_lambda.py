@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build ``build/lambda.zip``, the one code artifact of the three Rillet Lambda functions.
+"""Build ``build/lambda.zip``, the one code artifact of the four Rillet Lambda functions.
 
 The zip holds, at its root (which is what Lambda puts on ``sys.path``):
 
