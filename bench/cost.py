@@ -22,6 +22,9 @@ PRICES = {
     "s3_get": 0.0004 / 1_000,  # GET and all other requests
     "lambda_request": 0.20 / 1_000_000,
     "lambda_gb_second": 0.0000133334,  # arm64
+    "xray_trace_recorded": 5.00 / 1_000_000,
+    "cloudwatch_logs_ingested_gb": 0.50,
+    "s3_standard_gb_month": 0.023,
     # Kinesis Data Streams, for comparison only (aws.amazon.com/kinesis/data-streams/pricing,
     # us-east-1, as listed in 2025). On-demand: ingest per GB (each record rounded up to 1 KiB) plus
     # an hourly charge per stream. Provisioned: per shard-hour (1 MB/s or 1,000 records/s of ingest
@@ -55,6 +58,27 @@ SERVED_BY = {"tails": "tails"}  # request kinds a client sends to a function of 
 # check's CPU time (one core, measured by bench/tails_memory.py) would stretch to ``cpu_share_ms``.
 VCPU_MB = 1769
 TAIL_CHECK_CPU_MS = 1.9
+# What each invocation adds to CloudWatch Logs and X-Ray (infra/terraform/lambda.tf). Logs: Lambda's
+# START, END and REPORT lines, about 350 bytes with CloudWatch's 26 bytes of metadata per event (the
+# handlers log nothing per request at INFO); the tails function sends no system lines below WARN.
+# Traces: Active tracing records the first request of each second and 5 % of the rest (Lambda's
+# sampling, not configurable), so a busy function pays for 5 % of its requests at the margin, and a
+# function seeing under one request a second for all of them; the tails function is PassThrough.
+LOG_BYTES_PER_INVOCATION = {"append": 350, "read": 350, "controller": 350, "tails": 0}
+TRACED_SHARE_AT_VOLUME = {"append": 0.05, "read": 0.05, "controller": 0.05, "tails": 0.0}
+GB = 1024 ** 3
+
+
+def observability_dollars(function: str, invocations: int, per_second: float | None = None) -> dict[str, float]:
+    """Logs and traces of ``invocations`` of ``function``: traces at its marginal share, or of every
+    request when it sees fewer than one a second (``per_second``), as a lone idle client's function does."""
+    traced = TRACED_SHARE_AT_VOLUME[function]
+    if traced and per_second is not None and per_second <= 1:
+        traced = 1.0
+    return {"logs": invocations * LOG_BYTES_PER_INVOCATION[function] / GB * PRICES["cloudwatch_logs_ingested_gb"],
+            "tracing": invocations * traced * PRICES["xray_trace_recorded"]}
+
+
 S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects", "CreateBucket"}
 
 

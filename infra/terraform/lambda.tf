@@ -166,6 +166,7 @@ resource "aws_lambda_function" "read" {
 # The handler imports no S3 client or presigner; its instances peak well under var.tails_memory_mb
 # (docs/operations.md), and the tails-memory alarm (monitoring.tf) says when that changes.
 resource "aws_lambda_function" "tails" {
+  #checkov:skip=CKV_AWS_50:traced when the caller asks (PassThrough): Active tracing would record nearly every check of a lone idle reader at 25 times the check's price (see tracing_config)
   #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
   #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
   #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
@@ -194,8 +195,19 @@ resource "aws_lambda_function" "tails" {
     }
   }
 
+  # Traced only when the caller asks (a sampled trace header). Active tracing samples one request a
+  # second and 5 % of the rest, and a lone idle reader's check every 1.9 s would fall in that first
+  # second every time: $5 per million traces, 25 times the check's request fee (bench/cost.py).
   tracing_config {
-    mode = "Active"
+    mode = "PassThrough"
+  }
+
+  # Lambda's own START, END and REPORT lines (about 350 bytes per invocation, at $0.50 per GB
+  # ingested) would cost about as much as the check's request fee; system lines below WARN are not
+  # sent. The handler logs a warning when an instance's memory runs high (the tails-memory alarm).
+  logging_config {
+    log_format       = "JSON"
+    system_log_level = "WARN"
   }
 
   depends_on = [

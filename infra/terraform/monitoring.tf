@@ -149,31 +149,32 @@ resource "aws_cloudwatch_metric_alarm" "function_concurrency" {
   ok_actions          = local.alarm_actions
 }
 
-# The tails function runs with little memory (var.tails_memory_mb) to keep idle readers cheap: its peak
-# memory, from the REPORT line Lambda logs after each invocation (text log format), warns before an
-# instance runs out (an out-of-memory kill shows only as a function error).
+# The tails function runs with little memory (var.tails_memory_mb) to keep idle readers cheap, and
+# without Lambda's REPORT lines (lambda.tf): its handler logs a warning, at most once a minute per
+# instance, while an instance's peak memory is at 80 % of the function's or more. The alarm fires on the
+# first such line, before an instance runs out (an out-of-memory kill shows only as a function error).
 resource "aws_cloudwatch_log_metric_filter" "tails_memory" {
   name           = "${local.function_names.tails}-max-memory-used"
   log_group_name = aws_cloudwatch_log_group.tails.name
-  pattern        = "[type=REPORT, request_id_label, request_id, duration_label, duration, duration_unit, billed_label, billed_duration_label, billed_duration, billed_unit, memory_label, size_label, memory_size, memory_unit, max_label, max_memory_label, used_label, max_memory_used, ...]"
+  pattern        = "{ $.message = \"tails instance memory high\" }"
 
   metric_transformation {
     name      = "TailsMaxMemoryUsedMB"
     namespace = "Rillet"
-    value     = "$max_memory_used"
+    value     = "$.max_memory_used_mb"
     unit      = "Megabytes"
   }
 }
 
 resource "aws_cloudwatch_metric_alarm" "tails_memory" {
   alarm_name          = "${local.function_names.tails}-memory"
-  alarm_description   = "A tails function instance used 90 % of its ${var.tails_memory_mb} MB: raise tails_memory_mb before instances run out (docs/operations.md)."
+  alarm_description   = "A tails function instance used 80 % of its ${var.tails_memory_mb} MB: raise tails_memory_mb before instances run out (docs/operations.md)."
   namespace           = "Rillet"
   metric_name         = "TailsMaxMemoryUsedMB"
   statistic           = "Maximum"
   period              = 300
   evaluation_periods  = 1
-  threshold           = floor(var.tails_memory_mb * 0.9)
+  threshold           = floor(var.tails_memory_mb * 0.8)
   comparison_operator = "GreaterThanOrEqualToThreshold"
   treat_missing_data  = "notBreaching"
   alarm_actions       = local.alarm_actions

@@ -4,6 +4,8 @@ after it, a strongly consistent read on the whole item per 4 KB."""
 
 from __future__ import annotations
 
+import pytest
+
 import sys
 from pathlib import Path
 
@@ -39,3 +41,18 @@ def test_an_overwriting_put_and_a_delete_are_charged_on_the_item_they_replace():
                     _record("PutItem", {"Item": big}), _record("DeleteItem", {"Key": key})])
     assert result.write_units == 3 + 3 + 3 + 3
 
+
+
+def test_logs_and_traces_are_priced_per_invocation_as_each_function_is_deployed():
+    """Active tracing records every request of a function seeing under one a second and 5 % at volume,
+    at $5 per million; START/END/REPORT lines cost $0.50 per GB ingested. The tails function (PassThrough,
+    no system lines below WARN) adds neither, which is what keeps an idle reader at cents a day."""
+    from bench.cost import GB, PRICES, observability_dollars
+
+    assert observability_dollars("tails", 1_000_000) == {"logs": 0.0, "tracing": 0.0}
+    busy = observability_dollars("append", 1_000_000)
+    assert busy["tracing"] == pytest.approx(0.05 * 5.00)
+    assert busy["logs"] == pytest.approx(350 * 1_000_000 / GB * PRICES["cloudwatch_logs_ingested_gb"])
+    lone = observability_dollars("read", 45_474, per_second=1 / 1.9)  # a day of one reader's checks
+    assert lone["tracing"] == pytest.approx(45_474 * 5e-6)
+    assert lone["tracing"] > 15 * 45_474 * PRICES["lambda_request"]  # more than the requests themselves

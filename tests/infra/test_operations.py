@@ -7,6 +7,7 @@ that topic and its policy lets them, the database grows by itself, ticks are pur
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -188,3 +189,31 @@ def test_the_runbook_covers_the_alarms_and_the_restore(tf):
     for needed in ("restore-table-to-point-in-time", "PITR", "versioning", "Rotation", "Quotas", "Grants",
                    "Rollback"):
         assert needed in text, f"docs/operations.md says nothing of {needed}"
+
+
+def test_the_tails_memory_metric_is_fed_by_the_handlers_own_warning(tf, monkeypatch):
+    """The tails function sends no REPORT lines (system_log_level WARN), so its memory alarm counts the
+    warning its handler logs while an instance's peak is at 80 % of the function's memory: the filter
+    matches that very line (and not an ordinary one) and reads the peak from it, at most once a minute."""
+    import resource
+
+    from lambdas.tails import handler as tails
+
+    metric_filter = tf.of_type("aws_cloudwatch_log_metric_filter")["tails_memory"]
+    assert ("aws_cloudwatch_log_group", "tails") in refs(metric_filter.get("log_group_name"))
+    transformation = blocks(metric_filter, "metric_transformation")[0]
+    assert transformation["value"] == "$.max_memory_used_mb"
+    peak_kib = {"now": 110 * 1024}
+    monkeypatch.setattr(resource, "getrusage", lambda _: type("Usage", (), {"ru_maxrss": peak_kib["now"]})())
+    monkeypatch.setattr(tails, "_memory_warned_at", float("-inf"))
+    lines = io.StringIO()  # the logger's own handler writes there (it took sys.stdout when first imported)
+    monkeypatch.setattr(tails.logger.registered_handler, "stream", lines)
+    tails.warn_if_memory_high(128)  # 110 of 128 MB: high
+    tails.warn_if_memory_high(128)  # again within the minute: no second line
+    peak_kib["now"] = 50 * 1024
+    monkeypatch.setattr(tails, "_memory_warned_at", float("-inf"))
+    tails.warn_if_memory_high(128)  # 50 of 128 MB: fine
+    tails.logger.info("an ordinary line")
+    events = [json.loads(line) for line in lines.getvalue().splitlines()]
+    assert [_json_filter_matches(metric_filter["pattern"], e) for e in events] == [True, False], events
+    assert events[0]["max_memory_used_mb"] == 110 and events[0]["memory_size_mb"] == 128
