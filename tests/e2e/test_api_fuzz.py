@@ -1,4 +1,4 @@
-"""A bounded schemathesis run over the three published OpenAPI documents against the standalone stack:
+"""A bounded schemathesis run over the four published OpenAPI documents against the standalone stack:
 no request, valid or not, is answered with a 5xx or a dropped connection.
 
 Every phase runs (the documents' examples, the coverage cases at the schema's boundaries, random
@@ -43,7 +43,7 @@ def _shortened(text: str) -> str:
 
 
 @pytest.mark.parametrize(("document", "function"), [("controller.json", "controller"), ("append.json", "append"),
-                                                    ("read.json", "read")])
+                                                    ("read.json", "read"), ("tails.json", "tails")])
 def test_no_request_is_answered_with_a_server_error_or_a_dropped_connection(stack, tmp_path, document, function):
     run = _fuzz(document, stack.functions[function].url, tmp_path)
     summary = run.stdout[run.stdout.find("SUMMARY"):] if "SUMMARY" in run.stdout else run.stdout[-3000:]
@@ -65,7 +65,7 @@ def _call(method: str, url: str, body: bytes | None = None, content_type: str = 
         connection.close()
 
 
-@pytest.mark.parametrize("function", ["controller", "append", "read"])
+@pytest.mark.parametrize("function", ["controller", "append", "read", "tails"])
 def test_a_method_the_api_does_not_declare_is_405_with_the_error_shape(stack, function):
     status, headers, body = _call("TRACE", f"{stack.functions[function].url}/v1/scopes")
     assert status == 405
