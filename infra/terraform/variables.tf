@@ -101,7 +101,7 @@ variable "writer_expiry_hours" {
 }
 
 variable "log_level" {
-  description = "POWERTOOLS_LOG_LEVEL of the three functions."
+  description = "POWERTOOLS_LOG_LEVEL of the four functions."
   type        = string
   default     = "INFO"
 
