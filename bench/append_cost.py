@@ -278,17 +278,18 @@ def report(result: dict) -> str:
     lines = ["modeled append cost and latency, 1 KiB events into one segment (request units from real "
              + "appends on moto; AWS latencies are the assumptions in LATENCY_MS)",
              f"  {'rate':<15}{'profile':<9}{'budget':>7}{'block':>9} {'requests per append':<52}{'RU r/w':>9}"
-             + f"{'$/GB':>9}{'ack p50':>9}{'p99':>8}{'+logs, traces':>15}"]
+             + f"{'$/GB':>9}{'ack p50':>9}{'p99':>8}{'+logs':>8}{'+traces if Active':>18}"]
     for r in result["rows"]:
         reqs = ", ".join(f"{k.split()[1]} {v:g}" for k, v in r["requests"].items())
         ru = f"{r['read_units']:.1f}/{r['write_units']:.1f}"
-        seen = observability_dollars("append", round(GIB / r["block_bytes"]))
+        seen = observability_dollars("append", round(GIB / r["block_bytes"]), active=True)
         lines.append(f"  {r['rate']:<15}{r['profile']:<9}{r['max_latency_ms']:>5}ms{r['block_bytes'] / 1024:>7.0f}KB "
                      + f"{reqs:<52}{ru:>9}{r['dollars_per_gib']['total']:>9.4f}"
-                     + f"{r['ack_ms']['p50']:>7.0f}ms{r['ack_ms']['p99']:>6.0f}ms{seen['logs'] + seen['tracing']:>15.4f}")
+                     + f"{r['ack_ms']['p50']:>7.0f}ms{r['ack_ms']['p99']:>6.0f}ms{seen['logs']:>8.4f}{seen['tracing']:>18.4f}")
     lines.append("  $/GB is ingest only (DynamoDB, S3 PUTs, Lambda requests and duration, tiering's share); the last "
-                 "column is what the append function's START/END/REPORT lines and Active tracing (5 % of requests at "
-                 "volume) add per GB, not in $/GB (bench/cost.py observability_dollars); keeping the data costs "
+                 "columns are what the append function's START/END/REPORT lines add per GB, and what Active tracing "
+                 "would (var.data_path_tracing; 5 % of requests at volume), not in $/GB (bench/cost.py "
+                 "observability_dollars); keeping the data costs "
                  f"${PRICES['s3_standard_gb_month']} per GB-month in S3 Standard once tiered (the index's small items "
                  "per block, in DynamoDB, are not priced here)")
     return "\n".join(lines)

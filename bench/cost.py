@@ -63,16 +63,21 @@ TAIL_CHECK_CPU_MS = 1.9
 # handlers log nothing per request at INFO); the tails function sends no system lines below WARN.
 # Traces: Active tracing records the first request of each second and 5 % of the rest (Lambda's
 # sampling, not configurable), so a busy function pays for 5 % of its requests at the margin, and a
-# function seeing under one request a second for all of them; the tails function is PassThrough.
+# function seeing under one request a second for all of them. Only the controller is Active by
+# default; the append and read functions follow var.data_path_tracing (PassThrough by default: the
+# SDK sends no trace header) and the tails function is PassThrough.
 LOG_BYTES_PER_INVOCATION = {"append": 350, "read": 350, "controller": 350, "tails": 0}
-TRACED_SHARE_AT_VOLUME = {"append": 0.05, "read": 0.05, "controller": 0.05, "tails": 0.0}
+ACTIVE_TRACED_SHARE = 0.05
+TRACED_SHARE_AT_VOLUME = {"append": 0.0, "read": 0.0, "controller": ACTIVE_TRACED_SHARE, "tails": 0.0}
 GB = 1024 ** 3
 
 
-def observability_dollars(function: str, invocations: int, per_second: float | None = None) -> dict[str, float]:
-    """Logs and traces of ``invocations`` of ``function``: traces at its marginal share, or of every
-    request when it sees fewer than one a second (``per_second``), as a lone idle client's function does."""
-    traced = TRACED_SHARE_AT_VOLUME[function]
+def observability_dollars(function: str, invocations: int, per_second: float | None = None,
+                          active: bool | None = None) -> dict[str, float]:
+    """Logs and traces of ``invocations`` of ``function`` as deployed (or with Active tracing, ``active``):
+    traces at the marginal share, or of every request when it sees fewer than one a second
+    (``per_second``), as a lone idle client's function does."""
+    traced = ACTIVE_TRACED_SHARE if active else TRACED_SHARE_AT_VOLUME[function]
     if traced and per_second is not None and per_second <= 1:
         traced = 1.0
     return {"logs": invocations * LOG_BYTES_PER_INVOCATION[function] / GB * PRICES["cloudwatch_logs_ingested_gb"],

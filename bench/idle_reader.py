@@ -163,11 +163,12 @@ def report(r: dict) -> str:
     lines.append(f"    if the check's CPU ({TAIL_CHECK_CPU_MS} ms of a core) ran at the memory's share of a vCPU: "
                  + "; ".join(f"{mb} MB {ms:.1f} ms ${tail_check_dollars(mb, ms) * per_day:.5f}"
                              for mb, ms in throttled.items()))
-    quiet, traced = observability_dollars("tails", per_day), observability_dollars("read", per_day, 1 / TailBackoff.max_s)
+    quiet = observability_dollars("tails", per_day)
+    traced = observability_dollars("read", per_day, 1 / TailBackoff.max_s, active=True)
     lines.append(f"  logs and traces of that day (bench/cost.py): ${quiet['logs'] + quiet['tracing']:.5f} as the tails "
-                 f"function is deployed (PassThrough tracing, no system log lines below WARN); with the other "
-                 f"functions' settings (Active tracing, START/END/REPORT lines) logs ${traced['logs']:.5f} and traces "
-                 f"${traced['tracing']:.4f}: a lone client's checks all fall in X-Ray's one-a-second reservoir")
+                 f"function is deployed (PassThrough tracing, no system log lines below WARN); with Active tracing "
+                 f"and START/END/REPORT lines, logs ${traced['logs']:.5f} and traces ${traced['tracing']:.4f}: a lone "
+                 "client's checks all fall in X-Ray's one-a-second reservoir")
     lines.append(f"  Kinesis on-demand idles at ${PRICES['kinesis_on_demand_stream_hour'] * 24:.2f}/day per stream")
     return "\n".join(lines)
 

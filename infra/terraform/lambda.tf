@@ -78,6 +78,7 @@ resource "aws_lambda_function" "controller_api" {
 
 # Append API: binary blocks of events, de-duplicated by writer id and event number.
 resource "aws_lambda_function" "append" {
+  #checkov:skip=CKV_AWS_50:tracing is var.data_path_tracing (PassThrough by default: Active would cost about twice the request fee per request; see tracing_config)
   #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
   #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
   #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
@@ -107,8 +108,10 @@ resource "aws_lambda_function" "append" {
     }
   }
 
+  # Active tracing records 5 % of a busy function's requests at $5 per million: about $4e-7 a request,
+  # twice its request fee (bench/cost.py). Traced when the caller asks, or Active by var.data_path_tracing.
   tracing_config {
-    mode = "Active"
+    mode = var.data_path_tracing
   }
 
   depends_on = [
@@ -121,6 +124,7 @@ resource "aws_lambda_function" "append" {
 # no request waits for data (a read at the tail answers at once), so the timeout only bounds a slow
 # read of up to 4 MiB. Its responses can hold event bytes: the tracer keeps them out of the X-Ray trace.
 resource "aws_lambda_function" "read" {
+  #checkov:skip=CKV_AWS_50:tracing is var.data_path_tracing (PassThrough by default: Active would cost about twice the request fee per request; see tracing_config)
   #checkov:skip=CKV_AWS_116:Function URLs invoke synchronously; a dead-letter queue applies only to asynchronous invocations
   #checkov:skip=CKV_AWS_117:the functions call only the DynamoDB and S3 endpoints; a VPC would add NAT gateway or endpoint costs and cold-start time for no isolation gained
   #checkov:skip=CKV_AWS_272:the zip is built from this repository by the operator who applies it (infra/build_lambda.py); code signing needs an AWS Signer profile, left to deployments that want one
@@ -150,8 +154,10 @@ resource "aws_lambda_function" "read" {
     }
   }
 
+  # Active tracing records 5 % of a busy function's requests at $5 per million: about $4e-7 a request,
+  # twice its request fee (bench/cost.py). Traced when the caller asks, or Active by var.data_path_tracing.
   tracing_config {
-    mode = "Active"
+    mode = var.data_path_tracing
   }
 
   depends_on = [

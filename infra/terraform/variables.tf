@@ -100,6 +100,17 @@ variable "writer_expiry_hours" {
   }
 }
 
+variable "data_path_tracing" {
+  description = "X-Ray tracing of the append and read functions: PassThrough (traced when the caller sends a sampled trace header) or Active (Lambda samples 1 request a second and 5 % of the rest, at $5 per million traces: about twice a request's fee at volume)."
+  type        = string
+  default     = "PassThrough"
+
+  validation {
+    condition     = contains(["Active", "PassThrough"], var.data_path_tracing)
+    error_message = "data_path_tracing must be Active or PassThrough."
+  }
+}
+
 variable "log_level" {
   description = "POWERTOOLS_LOG_LEVEL of the four functions."
   type        = string

@@ -45,14 +45,17 @@ def test_an_overwriting_put_and_a_delete_are_charged_on_the_item_they_replace():
 
 def test_logs_and_traces_are_priced_per_invocation_as_each_function_is_deployed():
     """Active tracing records every request of a function seeing under one a second and 5 % at volume,
-    at $5 per million; START/END/REPORT lines cost $0.50 per GB ingested. The tails function (PassThrough,
-    no system lines below WARN) adds neither, which is what keeps an idle reader at cents a day."""
+    at $5 per million; START/END/REPORT lines cost $0.50 per GB ingested. Only the controller is Active by
+    default; the tails function (PassThrough, no system lines below WARN) adds neither, which is what
+    keeps an idle reader at cents a day."""
     from bench.cost import GB, PRICES, observability_dollars
 
     assert observability_dollars("tails", 1_000_000) == {"logs": 0.0, "tracing": 0.0}
-    busy = observability_dollars("append", 1_000_000)
+    assert observability_dollars("append", 1_000_000)["tracing"] == 0.0  # PassThrough by default
+    assert observability_dollars("controller", 1_000_000)["tracing"] == pytest.approx(0.05 * 5.00)
+    busy = observability_dollars("append", 1_000_000, active=True)
     assert busy["tracing"] == pytest.approx(0.05 * 5.00)
     assert busy["logs"] == pytest.approx(350 * 1_000_000 / GB * PRICES["cloudwatch_logs_ingested_gb"])
-    lone = observability_dollars("read", 45_474, per_second=1 / 1.9)  # a day of one reader's checks
+    lone = observability_dollars("read", 45_474, per_second=1 / 1.9, active=True)  # a day of one reader's checks
     assert lone["tracing"] == pytest.approx(45_474 * 5e-6)
     assert lone["tracing"] > 15 * 45_474 * PRICES["lambda_request"]  # more than the requests themselves

@@ -610,6 +610,9 @@ def test_function_runtime_and_artifact_match_the_build(tf, build, handler):
         assert one_block(fn, "tracing_config", where).get("mode") == "PassThrough", f"{where}: tracing PassThrough"
         logging = one_block(fn, "logging_config", where)
         assert (logging.get("log_format"), logging.get("system_log_level")) == ("JSON", "WARN"), where
+    elif handler in (APPEND, READ):  # the data path: tracing priced out by default, Active on request
+        assert one_block(fn, "tracing_config", where).get("mode") == "${var.data_path_tracing}", where
+        assert tf.variables["data_path_tracing"].get("default") == "PassThrough"
     else:
         assert one_block(fn, "tracing_config", where).get("mode") == "Active", f"{where}: tracing mode Active"
 
