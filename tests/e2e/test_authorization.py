@@ -47,7 +47,7 @@ http = urllib3.PoolManager(retries=False, timeout=30)
 def auth_stack():
     config = StackConfig.ephemeral(RILLET_GRANTS_CACHE_S="0")
     config.simulate_identities = True
-    config.workers = {"controller": 1, "append": 1, "read": 1}
+    config.workers = {"controller": 1, "append": 1, "read": 1, "tails": 1}
     with Stack(config) as running:
         yield running
 

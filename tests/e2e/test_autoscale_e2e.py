@@ -59,7 +59,7 @@ READERS = ("r1", "r2")
 def fast_stack():
     config = StackConfig.ephemeral(RILLET_RATE_WINDOWS_S=",".join(f"{w:g}" for w in WINDOWS_S),
                                    RILLET_SCALE_COOLDOWN_MS=str(COOLDOWN_MS), RILLET_SCALE_MUTE_MS=str(MUTE_MS))
-    config.workers = {"controller": 2, "append": 2, "read": 2}
+    config.workers = {"controller": 2, "append": 2, "read": 2, "tails": 1}
     meta, data = control_models.MetadataItem.Meta, data_models.SegmentMeta.Meta
     previous = Deployment(region=meta.region, endpoint_url=meta.host, metadata_table=meta.table_name,
                           segments_table=data.table_name)

@@ -233,7 +233,7 @@ def test_aws_trouble_reaches_the_client_as_a_typed_status_with_retry_after(rates
     """A stack whose read function sees every AWS request fail (standalone/faults.py): the gateway
     carries the handler's typed answer and its Retry-After to the client, and the SDK raises the type."""
     config = StackConfig.ephemeral(faults=FaultConfig(rates=rates, functions=("read",)))
-    config.workers = {"controller": 1, "append": 1, "read": 1}
+    config.workers = {"controller": 1, "append": 1, "read": 1, "tails": 1}
     with Stack(config) as stack:
         manager = rillet.StreamManager(stack.controller_url)
         manager.create_scope("faulty")

@@ -46,7 +46,7 @@ def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
                 break
         banner = "".join(lines)
         controller = re.search(r"controller API\s+(\S+)", banner)[1]
-        assert f"{logs}/<controller|append|read|dagster>.log" in banner
+        assert f"{logs}/<controller|append|read|tails|dagster>.log" in banner
         assert _post(f"{controller}/v1/scopes", b'{"scope": ""}') == 400
         rillet.StreamManager(controller).create_scope(unique)
         rillet.StreamManager(controller).create_stream(unique, "s", rillet.StreamConfiguration())

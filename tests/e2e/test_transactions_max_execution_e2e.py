@@ -29,7 +29,7 @@ SER = UTF8StringSerializer()
 @pytest.fixture(scope="module")
 def bounded_url():
     config = StackConfig.ephemeral(RILLET_TXN_MAX_EXECUTION_MS=str(BOUND_MS))
-    config.workers = {"controller": 1, "append": 1, "read": 1}
+    config.workers = {"controller": 1, "append": 1, "read": 1, "tails": 1}
     meta, data = control_models.MetadataItem.Meta, data_models.SegmentMeta.Meta
     previous = Deployment(region=meta.region, endpoint_url=meta.host, metadata_table=meta.table_name,
                           segments_table=data.table_name)

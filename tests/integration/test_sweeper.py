@@ -76,11 +76,11 @@ def test_sweeper_finishes_an_interrupted_seal(controller, scope, monkeypatch):
     original = controller.segments.seal
     calls = []
 
-    def seal(name):
+    def seal(name, *incarnation):
         if calls:
             raise Interrupted(name)
         calls.append(name)
-        return original(name)
+        return original(name, *incarnation)
 
     monkeypatch.setattr(controller.segments, "seal", seal)
     with pytest.raises(Interrupted):
