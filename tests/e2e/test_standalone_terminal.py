@@ -36,7 +36,7 @@ def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
     logs = tmp_path / "logs"
     process = subprocess.Popen(
         [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", "0",
-         "--append-port", "0", "--read-port", "0", "--log-dir", str(logs)],
+         "--append-port", "0", "--read-port", "0", "--tails-port", "0", "--log-dir", str(logs)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = []
@@ -118,7 +118,7 @@ def test_a_port_in_use_is_one_line_naming_it_and_the_option(tmp_path):
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", str(port),
-             "--append-port", "0", "--read-port", "0", "--log-dir", str(tmp_path)],
+             "--append-port", "0", "--read-port", "0", "--tails-port", "0", "--log-dir", str(tmp_path)],
             capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1] == (f"error: PortInUse: port {port} (controller API) is already in use: stop "
