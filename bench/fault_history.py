@@ -113,7 +113,8 @@ class _Run:
     def retrying(self, what: str, call, done_on: tuple[type[BaseException], ...] = (), after_stop: bool = False):
         """Repeat ``call`` until it answers (the application's own retry around the SDK's); an error in
         ``done_on`` means an earlier attempt whose answer was lost already did it. Once the run is
-        stopping, only calls ``after_stop`` (a reader leaving at the end) go on retrying."""
+        stopping, only calls ``after_stop`` (a reader joining or leaving, which it must finish to leave the
+        group as it found it) go on retrying, until the deadline."""
         while True:
             try:
                 return call()
@@ -246,7 +247,8 @@ class _Run:
         self.leave(reader)
 
     def join(self, reader_id: str) -> rillet.EventStreamReader:
-        reader = self.retrying("join", lambda: self.factory.create_reader(reader_id, GROUP, SER))
+        reader = self.retrying("join", lambda: self.factory.create_reader(reader_id, GROUP, SER),
+                               after_stop=True)
         self.membership.append(f"{reader_id} joined at {self.progress():.0%}")
         return reader
 
@@ -254,7 +256,7 @@ class _Run:
         """reader_offline at the reader's position, repeated until it is known to have happened."""
         position = reader.get_position()
         self.retrying("leave", lambda: reader.group.reader_offline(reader.reader_id, position),
-                      done_on=(rillet.ReaderNotInReaderGroup,))
+                      done_on=(rillet.ReaderNotInReaderGroup,), after_stop=True)
         self.membership.append(f"{reader.reader_id} left at {self.progress():.0%}")
 
     def sweeper(self) -> None:
