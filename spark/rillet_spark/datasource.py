@@ -35,6 +35,9 @@ Writing
 
 from __future__ import annotations
 
+import functools
+import itertools
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -281,8 +284,12 @@ def _split_size(options: _Options, pieces: list[_Piece], max_bytes: int | None) 
 
 def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) -> list[RangePartition]:
     """One partition per piece, split at plan-part boundaries (event boundaries) so that none holds more
-    than ``max_bytes`` (a single larger part stays whole)."""
+    than ``max_bytes`` (a single larger part stays whole). Unless ``min_partitions`` asks for a count, a
+    part of less than an eighth of ``max_bytes`` stays with its neighbour even past the limit (by at most
+    that eighth), as Spark's file sources pack small files: a task of a few bytes (the writer's first,
+    small block; the tail still inline in the index) costs as much to launch as a task of megabytes."""
     connection = options.connection()
+    slack = max_bytes // 8 if max_bytes is not None and not options.min_partitions else 0
     partitions = []
     for piece in pieces:
         if not piece.size:
@@ -290,7 +297,8 @@ def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) 
         plan = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end)
         current: RangePartition | None = None
         for part in plan.parts:
-            if current is None or (max_bytes is not None and part.offset + part.length - current.start > max_bytes):
+            if current is None or (max_bytes is not None and _starts_partition(
+                    current.end - current.start, part.length, max_bytes, slack)):
                 current = RangePartition(piece.scope, piece.stream, piece.segment_id, part.offset, part.offset,
                                          plan.bucket)
                 partitions.append(current)
@@ -299,52 +307,85 @@ def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) 
     return partitions
 
 
-def _fetch(connection, scope: str, stream: str, segment_id: int, offset: int, length: int) -> bytes:
+def _starts_partition(held: int, length: int, max_bytes: int, slack: int) -> bool:
+    """Whether a part of ``length`` bytes starts a new partition after one that holds ``held`` bytes."""
+    if held + length <= max_bytes or held < slack:  # it fits, or what is held is too small to be a task
+        return False
+    return not (length < slack and held + length <= max_bytes + slack)  # a small part stays with the held
+
+
+def _fetch(segments, scope: str, stream: str, segment_id: int, offset: int, length: int) -> bytes:
     """The bytes [offset, offset + length) of a segment through the read API (which may answer less)."""
     data = bytearray()
     while len(data) < length:
-        data += connection.segments.read(scope, stream, segment_id, offset + len(data), length - len(data)).data
+        data += segments.read(scope, stream, segment_id, offset + len(data), length - len(data)).data
     return bytes(data)
+
+
+# Plan parts fetched ahead of the one being unframed and handed to Spark: the GETs overlap Spark's
+# handling of the previous batch. Bounds an executor's buffered bytes to this many parts (a part is at
+# most one writer object, 4 MiB by default) besides the current one.
+PREFETCH_PARTS = 2
+
+
+@functools.lru_cache(maxsize=4)  # one per S3 endpoint a worker process reads from: at most a few
+def _s3_client(endpoint_url: str | None):
+    """One S3 client per executor process and endpoint (Spark reuses its Python workers): building one
+    costs tens of milliseconds, as much as a GET of a few MiB. A built client is thread-safe."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint_url)
 
 
 def _read(options: _Options, partition: RangePartition) -> Iterator:
     """The events whose frames lie in the partition's range, as Arrow record batches (one per plan part):
-    far cheaper for Spark than one Python tuple per event."""
+    far cheaper for Spark than one Python tuple per event. Parts are fetched ``PREFETCH_PARTS`` ahead."""
     if not isinstance(partition, RangePartition):
         return  # no range at all: Spark then reads one empty default partition
-    import boto3
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
     import pyarrow as pa
 
     connection = options.connection()
-    s3 = None
     name = f"{partition.scope}/{partition.stream}"
+    # clients built here, not in the fetching threads (neither a boto3 session nor the connection's
+    # discovery of the read API builds them thread-safely)
+    s3 = _s3_client(options.s3_endpoint) if any(key is not None for _, _, key, _ in partition.parts) else None
+    segments = connection.segments if any(key is None for _, _, key, _ in partition.parts) else None
+
+    def part_bytes(offset: int, length: int, key: str | None, key_offset: int) -> bytes:
+        if key is None:
+            return _fetch(segments, partition.scope, partition.stream, partition.segment_id, offset, length)
+        body = s3.get_object(
+            Bucket=partition.bucket, Key=key, Range=f"bytes={key_offset}-{key_offset + length - 1}")
+        return body["Body"].read()
+
     event_type = pa.string() if options.text else pa.binary()
     buffer = bytearray()
     position = partition.start  # segment offset of buffer[0]
-    for offset, length, key, key_offset in partition.parts:
-        if key is not None:
-            if s3 is None:
-                s3 = boto3.client("s3", endpoint_url=options.s3_endpoint)
-            body = s3.get_object(Bucket=partition.bucket, Key=key, Range=f"bytes={key_offset}-{key_offset + length - 1}")
-            buffer += body["Body"].read()
-        else:
-            buffer += _fetch(connection, partition.scope, partition.stream, partition.segment_id, offset, length)
-        try:
-            unframed = _events(buffer, event_type, position)
-        except ValueError as e:
-            raise ValueError(f"segment {partition.segment_id} of {name}: {e}") from None
-        if len(unframed.events):
-            yield pa.RecordBatch.from_arrays(
-                [pa.repeat(pa.scalar(name, pa.string()), len(unframed.events)),  # no list of n names
-                 pa.array(np.full(len(unframed.events), partition.segment_id, np.int64)),
-                 pa.array(unframed.positions),
-                 unframed.events, unframed.routing_keys, unframed.timestamps],
-                names=list(COLUMNS))
-        del buffer[:unframed.consumed]
-        position += unframed.consumed
-    if buffer:
-        raise ValueError(f"segment {partition.segment_id}: {len(buffer)} bytes after {position} are not a whole event")
+    with ThreadPoolExecutor(PREFETCH_PARTS, thread_name_prefix="rillet-part") as pool:
+        ahead = iter(partition.parts)
+        fetches = deque(pool.submit(part_bytes, *part) for part in itertools.islice(ahead, PREFETCH_PARTS))
+        while fetches:
+            buffer += fetches.popleft().result()
+            fetches.extend(pool.submit(part_bytes, *part) for part in itertools.islice(ahead, 1))
+            try:
+                unframed = _events(buffer, event_type, position)
+            except ValueError as e:
+                raise ValueError(f"segment {partition.segment_id} of {name}: {e}") from None
+            if len(unframed.events):
+                yield pa.RecordBatch.from_arrays(
+                    [pa.repeat(pa.scalar(name, pa.string()), len(unframed.events)),  # no list of n names
+                     pa.array(np.full(len(unframed.events), partition.segment_id, np.int64)),
+                     pa.array(unframed.positions),
+                     unframed.events, unframed.routing_keys, unframed.timestamps],
+                    names=list(COLUMNS))
+            del buffer[:unframed.consumed]
+            position += unframed.consumed
+        if buffer:
+            raise ValueError(f"segment {partition.segment_id}: {len(buffer)} bytes after {position} are not a "
+                             "whole event")
 
 
 class _Unframed(NamedTuple):
@@ -757,7 +798,7 @@ def _after_events(connection, piece: _Piece, count: int) -> int:
 
     position, counted = piece.start, 0
     while counted < count and position < piece.end:
-        window = _fetch(connection, piece.scope, piece.stream, piece.segment_id, position,
+        window = _fetch(connection.segments, piece.scope, piece.stream, piece.segment_id, position,
                         min(COUNT_WINDOW_BYTES, piece.end - position))
         at = 0
         while counted < count and at + HEADER_SIZE <= len(window):

@@ -52,6 +52,29 @@ def test_batch_read_returns_exactly_what_the_sdk_wrote(spark, stack, manager, sc
     assert {r.stream for r in rows} == {f"{scope}/s"}
 
 
+def test_a_block_of_a_few_bytes_shares_a_partition_with_its_neighbour(spark, stack, manager, scope):
+    """A small first and last block (the cost writer's first block, a tail still inline) ride with the
+    large blocks beside them instead of costing a task each; min_partitions, which asks for a count,
+    still gets one partition per block."""
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    large = [bytes([i]) * 300_000 for i in range(3)]  # each block large enough for an S3 object of its own
+    events = [b"first", *large, b"last"]
+    factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+    with factory.create_event_writer("s", rillet.BytesSerializer()) as writer:
+        for event in events:
+            writer.write_event(event, routing_key="k").result()  # one block each
+    segments = Connection(stack.controller_url).segments
+    plan = segments.plan(scope, "s", 0, 0, segments.info(scope, "s", 0).length)
+    assert [part.object_key is None for part in plan.parts] == [True, False, False, False, True]
+    # a limit of one large frame (4-byte header + 300,000): without the small blocks' slack, 5 partitions
+    folded = _reader(spark, stack, f"{scope}/s", max_partition_bytes=300_004).load()
+    assert folded.rdd.getNumPartitions() == 3  # [first, large 0], [large 1], [large 2, last]
+    assert sorted(r.event for r in folded.collect()) == sorted(events)
+    counted = _reader(spark, stack, f"{scope}/s", max_partition_bytes=300_004, min_partitions=5).load()
+    assert counted.rdd.getNumPartitions() == 5
+    assert sorted(r.event for r in counted.collect()) == sorted(events)
+
+
 def test_batch_read_between_cuts_and_as_text(spark, stack, manager, scope):
     manager.create_stream(scope, "s")
     _write(stack, scope, "s", [("k", f"first-{i}".encode()) for i in range(50)])
