@@ -2,7 +2,9 @@
 and the same number of bytes as plain S3 objects with Spark's binaryFile source, on the same moto
 server, in the same Spark session; print each and its ratio to binaryFile, and the time the same query
 takes over an empty stream (what a query costs before any byte: planning in Spark's Python planner,
-the controller's cuts and plans, task launch), which weighs on small reads.
+the controller's cuts and plans, task launch), which weighs on small reads. The rillet reads ask for
+one partition per task slot (``min_partitions``); the small events once more in a task per 4 MiB
+object (``max_partition_bytes``), which shows what a task costs besides its bytes.
 
 binaryFile reads S3 through Hadoop's s3a connector, which pyspark does not ship. The benchmark
 fetches hadoop-aws and the AWS SDK bundle from PyPI (the sagemaker-pyspark package carries them)
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -27,6 +30,7 @@ import rillet
 from standalone.stack import Stack, StackConfig
 
 MB = 1024 * 1024
+SLOTS = 2  # Spark's task slots (local[2]): the machine's cores
 JARS = Path(__file__).resolve().parent.parent / "build" / "jars"
 JAR_SOURCE = "sagemaker-pyspark==1.4.5"
 WANTED = ("hadoop-aws-", "aws-java-sdk-bundle-")
@@ -66,8 +70,10 @@ def _write_events(manager, factory, scope: str, size: int, total_mb: int) -> Non
 
 def profile(total_mb: int = 8, size: int = 64) -> str:
     """Where the source's executor side spends a read of ``size``-byte events, outside Spark: its
-    ``read()`` of every partition under cProfile (the second of two passes), split into read-API
-    fetches of inline bytes, S3 GETs, unframing and the rest (Arrow batches, clients)."""
+    ``read()`` of every partition under cProfile (the second of two passes), split into waiting for
+    plan parts (S3 GETs and read-API fetches of inline bytes run in fetching threads, ahead of the
+    part being unframed: only the wait for them is on the read's path), unframing and the rest (Arrow
+    batches, clients)."""
     import cProfile
     import pstats
 
@@ -88,19 +94,20 @@ def profile(total_mb: int = 8, size: int = 64) -> str:
             batches = [batch.num_rows for partition in partitions for batch in _read(options, partition)]
             profiler.disable()
             total_s = time.perf_counter() - started
-    spent = {name: 0.0 for name in ("_fetch", "_make_api_call", "_events")}
-    for (_, _, function), (_, _, _, cumulative, _) in pstats.Stats(profiler).stats.items():
-        if function in spent:
-            spent[function] += cumulative
+    spent = {"waiting": 0.0, "_events": 0.0}
+    for (file, _, function), (_, _, _, cumulative, _) in pstats.Stats(profiler).stats.items():
+        if function == "_events":
+            spent["_events"] += cumulative
+        elif function == "result" and file.endswith(os.path.join("concurrent", "futures", "_base.py")):
+            spent["waiting"] += cumulative
     parts = [len(partition.parts) for partition in partitions]
     return (f"executor-side read of {total_mb} MB of {size}-byte events ({sum(batches)} events, {len(partitions)} "
             f"partitions, {sum(parts)} plan parts, {len(batches)} record batches): {total_s * 1000:.0f} ms; "
-            f"read-API fetches {spent['_fetch'] * 1000:.0f} ms, S3 GETs {spent['_make_api_call'] * 1000:.0f} ms, "
-            f"unframing {spent['_events'] * 1000:.0f} ms, the rest "
+            f"waiting for plan parts {spent['waiting'] * 1000:.0f} ms, unframing {spent['_events'] * 1000:.0f} ms, the rest "
             f"{(total_s - sum(spent.values())) * 1000:.0f} ms")
 
 
-def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> dict:
+def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024), repeat: int = 3) -> dict:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -120,7 +127,7 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> d
         for i in range(total_mb):
             s3.put_object(Bucket=stack.deployment.bucket, Key=f"raw/{scope}/{i:05d}", Body=block)
 
-        builder = (SparkSession.builder.master("local[2]").appName("rillet-bench").config("spark.ui.enabled", "false")
+        builder = (SparkSession.builder.master(f"local[{SLOTS}]").appName("rillet-bench").config("spark.ui.enabled", "false")
                    .config("spark.jars", ",".join(jars))
                    .config("spark.hadoop.fs.s3a.endpoint", stack.moto.url)
                    .config("spark.hadoop.fs.s3a.path.style.access", "true")
@@ -135,34 +142,46 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024)) -> d
         spark.sparkContext.setLogLevel("ERROR")
         rillet_spark.register(spark)
         try:
-            sources = {f"rillet {size} B": (spark.read.format("rillet").option("endpoint", stack.controller_url)
-                                            .option("stream", f"{scope}/e{size}").option("s3_endpoint", stack.moto.url)
-                                            .option("max_partition_bytes", str(4 * MB)).load(), "event",
-                                            total_mb * MB // size * size)
-                       for size in event_sizes}
+            def read(stream: str, partitioning: tuple[str, str]):
+                return (spark.read.format("rillet").option("endpoint", stack.controller_url)
+                        .option("stream", f"{scope}/{stream}").option("s3_endpoint", stack.moto.url)
+                        .option(*partitioning).load())
+
+            # one partition per task slot, as binaryFile splits its files, and as a Kafka-source user sets
+            # minPartitions to the executors' cores; then small events in a task per 4 MiB object
+            sources = {f"rillet {size} B": (read(f"e{size}", ("min_partitions", str(SLOTS))), "event",
+                                            total_mb * MB // size * size) for size in event_sizes}
+            sources[f"rillet {event_sizes[0]} B, 4 MiB tasks"] = (
+                read(f"e{event_sizes[0]}", ("max_partition_bytes", str(4 * MB))), "event",
+                total_mb * MB // event_sizes[0] * event_sizes[0])
             sources["rillet, empty stream"] = (spark.read.format("rillet").option("endpoint", stack.controller_url)
                                                .option("stream", f"{scope}/empty").load(), "event", None)
             sources["binaryFile"] = (spark.read.format("binaryFile").load(f"s3a://{stack.deployment.bucket}/raw/{scope}/"),
                                      "content", total_mb * MB)
-            timings = {}
-            for name, (frame, column, expected) in sources.items():
-                frame.selectExpr(f"sum(length({column}))").collect()  # warm each path once
-                started = time.perf_counter()
-                (size,) = frame.selectExpr(f"sum(length({column}))").collect()[0]
-                timings[name] = time.perf_counter() - started
-                assert size == expected, (name, size, expected)
+            runs: dict[str, list[float]] = {name: [] for name in sources}
+            for round_ in range(repeat + 1):  # round 0 warms each path; the sources take turns in each round
+                for name, (frame, column, expected) in sources.items():
+                    started = time.perf_counter()
+                    (size,) = frame.selectExpr(f"sum(length({column}))").collect()[0]
+                    if round_:
+                        runs[name].append(time.perf_counter() - started)
+                    assert size == expected, (name, size, expected)
         finally:
             spark.stop()
+    timings = {name: statistics.median(times) for name, times in runs.items()}
     empty_s = timings.pop("rillet, empty stream")
     raw_s = timings["binaryFile"]
-    return {"total_mb": total_mb, "mb_s": {name: total_mb / t for name, t in timings.items()},
-            "ratio": {name: raw_s / t for name, t in timings.items() if name != "binaryFile"}, "empty_s": empty_s}
+    return {"total_mb": total_mb, "repeat": repeat, "mb_s": {name: total_mb / t for name, t in timings.items()},
+            "ratio": {name: raw_s / t for name, t in timings.items() if name != "binaryFile"}, "empty_s": empty_s,
+            "spread": {name: (min(times), max(times)) for name, times in runs.items()}}
 
 
 def report(result: dict) -> str:
-    lines = [f"spark read of {result['total_mb']} MB, local[2] on one moto server:"]
-    lines += [f"  {name:<18} {rate:7.1f} MB/s" + (f"   {result['ratio'][name]:.2f} of binaryFile"
+    lines = [(f"spark read of {result['total_mb']} MB, local[{SLOTS}] on one moto server, median of {result['repeat']} "
+              "turns (a run's fastest and slowest in brackets):")]
+    lines += [f"  {name:<27} {rate:7.1f} MB/s" + (f"   {result['ratio'][name]:.2f} of binaryFile"
                                                    if name in result["ratio"] else "")
+              + "   [{:.1f}-{:.1f} MB/s]".format(*(result["total_mb"] / t for t in result["spread"][name][::-1]))
               for name, rate in result["mb_s"].items()]
     lines.append(f"  rillet, the same query over an empty stream: {result['empty_s']:.2f} s")
     return "\n".join(lines)
@@ -171,9 +190,10 @@ def report(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3, help="timed turns of each source, taken in turn")
     parser.add_argument("--profile", action="store_true", help="profile the source's read() outside Spark instead")
     args = parser.parse_args()
-    print(profile(args.mb) if args.profile else report(run(args.mb)))
+    print(profile(args.mb) if args.profile else report(run(args.mb, repeat=args.repeat)))
 
 
 if __name__ == "__main__":
