@@ -347,12 +347,12 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
     import numpy as np
     import pyarrow as pa
 
-    connection = options.connection()
     name = f"{partition.scope}/{partition.stream}"
-    # clients built here, not in the fetching threads (neither a boto3 session nor the connection's
-    # discovery of the read API builds them thread-safely)
+    # Clients built here, not in the fetching threads (neither a boto3 session nor the connection's
+    # discovery of the read API builds them thread-safely), and only those the parts need: a connection
+    # resolves AWS credentials where it signs, a cost no partition of S3 objects alone should pay.
     s3 = _s3_client(options.s3_endpoint) if any(key is not None for _, _, key, _ in partition.parts) else None
-    segments = connection.segments if any(key is None for _, _, key, _ in partition.parts) else None
+    segments = options.connection().segments if any(key is None for _, _, key, _ in partition.parts) else None
 
     def part_bytes(offset: int, length: int, key: str | None, key_offset: int) -> bytes:
         if key is None:
