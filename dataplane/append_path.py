@@ -401,10 +401,21 @@ class AppendPath(SegmentJournal):
             actions.append(SegmentMeta.content.set(block.content))  # the first append pins the kind
         # Part of the advance's one condition, so pinning and checking the kind costs no request.
         same_kind = SegmentMeta.content.does_not_exist() | (SegmentMeta.content == block.content)
+        due = []  # when the storage writer's next pass over the segment is wanted
         if block.data is not None:
-            due = now if meta.inline_bytes + block.size >= self.settings.chunk_target else now + self.settings.tier_max_age_ms
-            actions += [SegmentMeta.inline_bytes.add(block.size), SegmentMeta.tier_shard.set(TIER_SHARD),
-                        SegmentMeta.tier_at.set(due if meta.tier_at is None else min(due, meta.tier_at))]
+            due.append(now if meta.inline_bytes + block.size >= self.settings.chunk_target
+                       else now + self.settings.tier_max_age_ms)
+            actions.append(SegmentMeta.inline_bytes.add(block.size))
+        elif block.source is None and meta.orphans_after is None:
+            # An S3 block: the pass that looks for orphan objects (_remove_orphans) comes a sweep period
+            # later, once per period whatever the number of appends, so an append that died between its
+            # PutObject and its commit leaks its object for at most that long, sealed or not.
+            orphans_after = now + self.settings.orphan_sweep_ms
+            due.append(orphans_after)
+            actions.append(SegmentMeta.orphans_after.set(orphans_after))
+        if due:
+            actions += [SegmentMeta.tier_shard.set(TIER_SHARD),
+                        SegmentMeta.tier_at.set(min(due) if meta.tier_at is None else min(*due, meta.tier_at))]
         # The incarnation, so that a name deleted and created again (at the same length) never commits
         # a claim made for its earlier life.
         condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind \

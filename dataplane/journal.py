@@ -78,6 +78,11 @@ class StoreSettings:
     # over. The append function's timeout is 30 s (infra/terraform/lambda.tf); twenty times that covers
     # a request in flight when the function is stopped and skew between S3's clock and ours.
     orphan_grace_ms: int = 10 * 60_000
+    # How long after an S3 block's append an open segment's objects are next looked over for orphans
+    # (objects of appends that died between their PutObject and their commit; a sealed segment is
+    # looked over once, after sealing). A look lists the segment's objects and reads its index, so it
+    # runs at most this often per segment, and only for segments that appended S3 blocks since.
+    orphan_sweep_ms: int = 24 * 3_600_000
     # How many writers the head record lists (every append reads and rewrites it, so its size sets the
     # cost of an append); the others' last blocks are WriterState items, read only when such a writer
     # appends. Eight entries keep the head record near 1 KB: about 1 write unit per rewrite.

@@ -115,8 +115,9 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     # Objects and merged segments of the committed entries below this offset are deleted; entries
     # below it are only index items still to remove (see SegmentStore._release_below).
     released = NumberAttribute(default=0, attr_name="rl")
-    # Set by sealing: from this time (a grace period later) the next tiering pass deletes the objects
-    # under the segment's prefix that no index item names (SegmentStore._remove_orphans).
+    # From this time the next tiering pass deletes the objects under the segment's prefix that no index
+    # item names (StorageWriter._remove_orphans). Set by sealing (a grace period later), and by an S3
+    # block's append on a segment where it is not set (a sweep period later).
     orphans_after = NumberAttribute(null=True, attr_name="oa")
     tiering = TieringIndex()
 

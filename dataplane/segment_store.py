@@ -90,7 +90,9 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         record's ``created_ms``), only that incarnation: a name created again is SegmentNotFound, so a
         caller that read the old one never seals the new one."""
         # No append commits any more: a grace period later, the next tiering pass deletes the objects
-        # that failed or crashed appends left under the segment's prefix (_remove_orphans).
+        # that failed or crashed appends left under the segment's prefix (_remove_orphans). Set even
+        # where an S3 block's append booked a later look; the pass comes at ``tier_at`` (kept when set,
+        # as a blind update cannot take a minimum), at the latest a sweep period after that append.
         orphans_after = now_ms() + self.settings.orphan_grace_ms
         condition = SegmentMeta.pk.exists()
         if incarnation is not None:
@@ -98,7 +100,7 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         try:
             meta = SegmentMeta(segment, META_KEY)
             meta.update(actions=[SegmentMeta.sealed.set(True),
-                                 SegmentMeta.orphans_after.set(SegmentMeta.orphans_after | orphans_after),
+                                 SegmentMeta.orphans_after.set(orphans_after),
                                  SegmentMeta.tier_shard.set(TIER_SHARD),
                                  SegmentMeta.tier_at.set(SegmentMeta.tier_at | orphans_after)],
                         condition=condition)

@@ -105,10 +105,11 @@ class StorageWriter(SegmentJournal):
         try:
             # Only if no append committed since the scan: an inline append meanwhile has added its bytes
             # and kept the segment due; overwriting that would drop it from the tiering index for good.
-            # And only if no newer pass began, whose count this one would overwrite.
+            # And only if no newer pass began, whose count this one would overwrite; nor a sealing, whose
+            # look for orphans (after this pass's listing) removing orphans_after would cancel.
             meta.update(actions=actions,
                         condition=(SegmentMeta.length == meta.length) & (SegmentMeta.tier_epoch == epoch)
-                        & (SegmentMeta.created_ms == meta.created_ms))
+                        & (SegmentMeta.created_ms == meta.created_ms) & (SegmentMeta.sealed == meta.sealed))
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
@@ -170,7 +171,8 @@ class StorageWriter(SegmentJournal):
 
     def _remove_orphans(self, segment: str, epoch: int) -> int:
         """Delete the objects under the segment's prefix that no index item names and none ever will;
-        returns how many. Runs once per sealing (``orphans_after``), in the pass with ``epoch``.
+        returns how many. Runs when ``orphans_after`` is due, in the pass with ``epoch``: once after
+        sealing, and on an open segment a sweep period after an S3 block's append (``orphan_sweep_ms``).
 
         A block object's key is unique to the request that put it, and only that request creates
         items naming it; past ``orphan_grace_ms`` that request is over, so the items naming the object

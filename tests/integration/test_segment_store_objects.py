@@ -3,6 +3,8 @@ objects that failed appends leave behind."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
@@ -115,14 +117,51 @@ def test_a_crash_between_put_and_claim_leaves_an_object_the_pass_after_sealing_r
     assert store.append(seg, "w", 4, 1, block).offset == len(data)  # the writer resends: its own object
     data += block
     assert len(object_keys(store, seg)) == len(_named(seg)) + 1
-    store.tier(seg)  # not sealed: nothing is due
+    store.tier(seg)  # not sealed: the look the S3 appends booked is a sweep period away
     assert len(object_keys(store, seg)) == len(_named(seg)) + 1
     store.seal(seg)
-    assert seg in store.segments_due_for_tiering(limit=10_000)
+    # Sealing makes the look due (no grace here); the pass comes at the time the appends booked (a
+    # blind update cannot move tier_at earlier), or at once where none was booked.
+    assert models.SegmentMeta.get(seg, "m", consistent_read=True).orphans_after <= now_ms()
     store.tier(seg)
     assert object_keys(store, seg) == _named(seg)
     assert read_all(store, seg) == data
     assert seg not in store.segments_due_for_tiering(limit=10_000)
+
+
+def test_an_open_segment_loses_an_orphan_a_sweep_period_after_an_s3_append(deployment, unique):
+    """Never sealed, a segment still gets rid of the object of an append that died between its PutObject
+    and its claim: an S3 block's append books a look a sweep period later (one per period, whatever the
+    number of appends), and the tiering pass then removes what no index item names."""
+    models.bind(deployment)
+    store = SegmentStore(deployment, replace(NO_GRACE, orphan_sweep_ms=60_000))
+    seg = f"{unique}/s/0"
+    before = now_ms()
+    _, data = _segment(store, seg)
+    booked = models.SegmentMeta.get(seg, "m", consistent_read=True).orphans_after
+    assert before + 60_000 <= booked <= now_ms() + 60_000
+    block = payload("crash", 200)
+    with inject_crash(2), pytest.raises(SimulatedCrash):  # dies after its PutObject, before its claim
+        store.append(seg, "w", 4, 1, block)
+    assert store.append(seg, "w", 4, 1, block).offset == len(data)  # the writer resends: its own object
+    data += block
+    assert models.SegmentMeta.get(seg, "m", consistent_read=True).orphans_after == booked
+    assert seg not in store.segments_due_for_tiering(limit=10_000)
+    store.tier(seg)  # the look is not due yet
+    assert len(object_keys(store, seg)) == len(_named(seg)) + 1
+
+    # The sweep period passes (moved forward here rather than waited for).
+    models.SegmentMeta(seg, "m").update(actions=[models.SegmentMeta.orphans_after.set(now_ms()),
+                                                 models.SegmentMeta.tier_at.set(now_ms())])
+    assert seg in store.segments_due_for_tiering(limit=10_000)
+    store.tier(seg)
+    assert object_keys(store, seg) == _named(seg)
+    assert read_all(store, seg) == data
+    meta = models.SegmentMeta.get(seg, "m", consistent_read=True)
+    assert not meta.sealed and meta.orphans_after is None
+    assert seg not in store.segments_due_for_tiering(limit=10_000)
+    store.append(seg, "w", 5, 1, payload("next", 200))  # the next S3 append books the next look
+    assert models.SegmentMeta.get(seg, "m", consistent_read=True).orphans_after > now_ms()
 
 
 def test_orphans_wait_for_the_grace_period(store, unique):
