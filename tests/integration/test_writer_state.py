@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -186,10 +187,12 @@ def test_a_block_waiting_for_its_predecessor_sees_it_after_other_writers_moved_t
     (the segment grew) and is appended, rather than refused OutOfOrder."""
     segment = f"{unique}/s/0"
     store.create(segment)
-    real_sleep, others_done = segment_store.time.sleep, []
+    real_sleep, others_done, test_thread = segment_store.time.sleep, [], threading.get_ident()
 
     def predecessor_and_others_commit(seconds: float) -> None:
-        if not others_done:
+        # time.sleep is patched process-wide: only the waiting append's own sleep (in this thread) acts,
+        # not a sleep of some other thread of the worker, whose commits would race the wait's budget.
+        if not others_done and threading.get_ident() == test_thread:
             others_done.append(True)
             store.append(segment, "a", 0, 1, frame(b"a0"), after=-1)
             for writer in ("c", "d"):  # the head record lists 2
