@@ -142,20 +142,19 @@ def run(total_mb: int = 16, event_sizes: tuple[int, ...] = (64, 64 * 1024), repe
         spark.sparkContext.setLogLevel("ERROR")
         rillet_spark.register(spark)
         try:
-            def read(stream: str, partitioning: tuple[str, str]):
+            def read(stream: str, **options: str):
                 return (spark.read.format("rillet").option("endpoint", stack.controller_url)
                         .option("stream", f"{scope}/{stream}").option("s3_endpoint", stack.moto.url)
-                        .option(*partitioning).load())
+                        .options(**options).load())
 
             # one partition per task slot, as binaryFile splits its files, and as a Kafka-source user sets
             # minPartitions to the executors' cores; then small events in a task per 4 MiB object
-            sources = {f"rillet {size} B": (read(f"e{size}", ("min_partitions", str(SLOTS))), "event",
+            sources = {f"rillet {size} B": (read(f"e{size}", min_partitions=str(SLOTS)), "event",
                                             total_mb * MB // size * size) for size in event_sizes}
             sources[f"rillet {event_sizes[0]} B, 4 MiB tasks"] = (
-                read(f"e{event_sizes[0]}", ("max_partition_bytes", str(4 * MB))), "event",
+                read(f"e{event_sizes[0]}", max_partition_bytes=str(4 * MB)), "event",
                 total_mb * MB // event_sizes[0] * event_sizes[0])
-            sources["rillet, empty stream"] = (spark.read.format("rillet").option("endpoint", stack.controller_url)
-                                               .option("stream", f"{scope}/empty").load(), "event", None)
+            sources["rillet, empty stream"] = (read("empty"), "event", None)
             sources["binaryFile"] = (spark.read.format("binaryFile").load(f"s3a://{stack.deployment.bucket}/raw/{scope}/"),
                                      "content", total_mb * MB)
             runs: dict[str, list[float]] = {name: [] for name in sources}
