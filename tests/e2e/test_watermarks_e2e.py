@@ -46,7 +46,10 @@ T0 = 1_700_000_000_000
 LIMIT_S = 60
 READ_PAUSE_S = 0.015
 # name -> (batches, events per batch, event-time step per event in ms, pause between batches in s)
-WRITERS = {"A": (18, 3, 30, 0.04), "B": (10, 1, 10, 0.12)}
+# A writes for about twice as long as B, so that B closes while A is still writing, however the load
+# stretches their round trips (at 18 batches the two finished together under load, and B's close
+# could come last, with no writer left to move the watermark past its mark).
+WRITERS = {"A": (36, 3, 30, 0.04), "B": (10, 1, 10, 0.12)}
 
 
 @contextlib.contextmanager
