@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 import uuid
 from fnmatch import fnmatchcase
 from functools import partial
@@ -119,6 +120,18 @@ def _missing(handler: str, calls: list[tuple[str, str, dict]], tables: dict[str,
     return sorted(missing)
 
 
+def _invoke(module, method: str, target: str, body: bytes = b"", **headers: str) -> tuple[int, dict]:
+    """lambda_events.invoke, with a 503 retried after its Retry-After as a client does: an AWS call of
+    the handler that got no answer from the moto server (seen once in a loaded full run) is no finding
+    about grants. Should a retried create have been applied after all, its conflict fails the test."""
+    for _ in range(3):
+        status, headers_answered, answer = invoke(module, method, target, body, **headers)
+        if status != 503:
+            break
+        time.sleep(float(headers_answered.get("retry-after", 1)))
+    return status, answer
+
+
 def _read_bytes(module, target: str) -> bytes:
     """A GET of the read route, whose answer is binary (lambda_events.invoke decodes JSON answers)."""
     event = build_event("GET", target, {}, b"", "localhost", "127.0.0.1", identity=ADMIN)
@@ -154,12 +167,12 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     recorded_by: dict[str, list] = {}
 
     def post(module, target: str, body: object) -> dict:
-        status, _, answer = invoke(module, "POST", target, json.dumps(body).encode(), **JSON)
+        status, answer = _invoke(module, "POST", target, json.dumps(body).encode(), **JSON)
         assert status == 200, (target, status, answer)
         return answer
 
     def get(module, target: str) -> dict:
-        status, _, answer = invoke(module, "GET", target)
+        status, answer = _invoke(module, "GET", target)
         assert status == 200, (target, status, answer)
         return answer
 
@@ -186,7 +199,7 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     segment = f"/v1/segments/{unique}/s/0"
     small, large = frame(b"x" * 10), frame(b"y" * 4096)
     for number, block in enumerate((small, large)):
-        status, _, answer = invoke(append, "POST", segment, block, **{
+        status, answer = _invoke(append, "POST", segment, block, **{
             api.WRITER_ID: "w", api.EVENT_NUMBER: str(number), api.EVENT_COUNT: "1"})
         assert status == 200, answer
     assert any(op == "PutObject" for _, op, _ in calls), "the large block was not put to S3"
@@ -216,10 +229,10 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     _fresh_authorizer(monkeypatch)
     post(controller, f"{stream}/truncate", {"positions": [{"segment_id": 0, "offset": length}]})
     post(controller, f"{stream}/scale", {"seal": [0], "new_ranges": [[0.0, 0.5], [0.5, 1.0]]})
-    status, _, answer = invoke(controller, "DELETE", f"/v1/scopes/{unique}/reader-groups/g")
+    status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/reader-groups/g")
     assert status == 200, answer
     post(controller, f"/v1/scopes/{unique}/streams/gone/seal", {})
-    status, _, answer = invoke(controller, "DELETE", f"/v1/scopes/{unique}/streams/gone")
+    status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/streams/gone")
     assert status == 200, answer
     recorded_by[CONTROLLER] += list(calls)
 
