@@ -5,7 +5,9 @@ of its own items (moto copies every table it names), leaving everything else as 
 
 from __future__ import annotations
 
+import http.client
 import uuid
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -143,3 +145,31 @@ def test_item_answers_sent_as_json_equal_what_moto_serializes(deployment, dynamo
     dynamodb.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": {**key, "sk": {"S": "e#1"}}}}]})
     dynamodb.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")
     assert len(compared) >= 8 and differences == []
+
+
+def test_one_connection_carries_requests_whatever_their_bodies(deployment):
+    """The server keeps a connection open as AWS does (the churn of one connection per request filled
+    most local ports in a full run), and a body the application never reads, or one sent after a
+    100 Continue, does not bleed into the next request on that connection."""
+    address = urlsplit(deployment.endpoint_url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+    key = f"keep-alive-{uuid.uuid4().hex}"
+
+    def answer(method: str, body: bytes | None = None, **headers: str) -> tuple[int, bytes]:
+        operation = {"PUT": "put_object", "DELETE": "delete_object"}.get(method, "get_object")
+        url = urlsplit(deployment.s3.generate_presigned_url(
+            operation, Params={"Bucket": deployment.bucket, "Key": key}, HttpMethod=method))
+        connection.request(method, f"{url.path}?{url.query}", body=body, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+        assert response.getheader("Connection", "").lower() != "close"
+        return response.status, data
+
+    assert answer("PUT", b"x" * 5000, Expect="100-continue")[0] == 200
+    socket = connection.sock
+    assert answer("GET", b"a body no GET reads") == (200, b"x" * 5000)
+    assert answer("GET") == (200, b"x" * 5000)
+    assert answer("DELETE")[0] == 204
+    assert answer("GET")[0] == 404
+    assert connection.sock is socket  # http.client reconnects after a close; it never had to
+    connection.close()
