@@ -26,7 +26,9 @@ from rillet.framing import frame
 
 HEAD_WRITERS = 2  # small, so that a few writers already move some out
 SETTINGS = StoreSettings(head_writers=HEAD_WRITERS, writer_expiry_ms=3_600_000, order_wait_ms=50)
-WRITER_COUNT = 10_000  # the issue's target: appends from this many distinct writer ids
+# 125 times the head record's 8 listed writers: past that the figures cannot move, and 10,000 (the
+# issue's target) took 166 s of a full run; python -m bench.writer_count prints 10, 1,000 and 10,000.
+WRITER_COUNT = 1_000
 HEAD_LIMIT = 1024  # bytes: a rewrite of the head record costs one write unit
 
 
@@ -59,8 +61,7 @@ def _stored_state(segment: str, writer: str) -> dict | None:
         return None
 
 
-@pytest.mark.timeout(1500)  # 50,000 requests to moto: minutes on a loaded 2-core machine
-def test_an_append_costs_the_same_after_ten_thousand_writers(deployment, unique):
+def test_an_append_costs_the_same_after_a_thousand_writers(deployment, unique):
     """Every ten-fold more writer ids: the head record's size and an append's requests stay the same
     (with every writer listed in the head record, it had grown to 39 KB after 300 writers)."""
     models.bind(deployment)
@@ -71,7 +72,7 @@ def test_an_append_costs_the_same_after_ten_thousand_writers(deployment, unique)
     figures = {}
     for i in range(WRITER_COUNT):
         writer = f"{i:08d}{'w' * 24}"  # as long as the SDK's writer ids (32 characters)
-        if i + 1 in (10, 1_000, WRITER_COUNT):
+        if i + 1 in (10, 100, WRITER_COUNT):
             with inject_crash(None) as calls:
                 store.append(segment, writer, 0, 1, event)
             head = _item_size(segment, META_KEY)
