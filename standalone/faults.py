@@ -14,7 +14,8 @@ Per attempt, one draw picks at most one fault:
 * ``reset``: the connection is closed before the request is sent, not applied;
 * ``answer_lost``: the request is sent and applied, then the caller sees a read timeout;
 * ``crash`` (mutating requests only): the invocation dies before the request is sent, or after it was
-  applied (in turn in each process, after first). :class:`InjectedCrash` is a ``BaseException`` so that no ``except Exception``
+  applied (in turn, after first: across the worker processes that record into one directory, else in
+  each process). :class:`InjectedCrash` is a ``BaseException`` so that no ``except Exception``
   in the handler catches it; the gateway answers 502 as a Function URL does for a crashed function.
 
 Every injected fault is appended to ``<record_dir>/<function>-<pid>.faults`` (one kind per line), so
@@ -104,7 +105,7 @@ class FaultInjector:
         # on how the handlers' threads and the worker processes interleave.
         self.random = random.Random(f"{config.seed}/{config.function}/{os.getpid()}")
         self.lock = threading.Lock()
-        self.crashes = 0  # crashes alternate after/before, so that any two in a process show both kinds
+        self.crashes = 0  # this process's, for the alternation when nothing is recorded
         self.http = URLLib3Session(timeout=30)
         self.record = (Path(config.record_dir) / f"{config.function}-{os.getpid()}.faults"
                        if config.record_dir else None)
@@ -125,9 +126,18 @@ class FaultInjector:
             u -= rate
         if operation in MUTATING and u < r.crash:
             with self.lock:
-                self.crashes += 1
-                return "crash_after" if self.crashes % 2 else "crash_before"
+                return self._next_crash()
         return None
+
+    def _next_crash(self) -> str:
+        """Crashes alternate after/before, so that any two show both kinds. A history's few crashes
+        often land in different worker processes (a full run once had 3, each the first of its process,
+        all "after"), so where the workers record, the turn is taken from every worker's record."""
+        if self.record is not None:
+            done = sum(n for kind, n in read_records(self.config.record_dir).items() if kind.startswith("crash"))
+        else:
+            done, self.crashes = self.crashes, self.crashes + 1
+        return "crash_after" if done % 2 == 0 else "crash_before"
 
     def before_send(self, request, event_name: str, **_) -> AWSResponse | None:
         _, service, operation = event_name.split(".", 2)

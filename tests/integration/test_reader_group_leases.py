@@ -1,6 +1,6 @@
 """Reader leases through the control plane's domain functions (controlplane.reader_groups on moto).
 
-A reader that dies without reader_offline is taken offline once its lease (here 2 s) has passed:
+A reader that dies without reader_offline is taken offline once its lease (here 5 s) has passed:
 lazily by another reader's sync, or by the lease job's ``expire_readers`` on the groups the deadlines
 index lists as due. Its segments go back at its last reported positions, a checkpoint it held up
 completes, and if it comes back it gets ReaderNotInReaderGroup.
@@ -18,7 +18,7 @@ from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import ReaderNotInReaderGroup
 from rillet.models import ReaderGroupConfig, ScalingPolicy, StreamConfiguration, StreamRange
 
-LEASE_MS = 2_000
+LEASE_MS = 5_000  # 2 s once passed between two add_reader calls of a loaded full run, taking r1 offline
 
 
 @pytest.fixture(autouse=True)
