@@ -76,7 +76,7 @@ class _Stream:
             self.predecessors_of[new.segment_id] = [p for p in sealed if p.low < new.high and new.low < p.high]
         return {s.segment_id for s in sealed}
 
-    def successors(self, stream: str, sid: int) -> list[SuccessorInfo]:
+    def successors(self, stream: str, sid: int, incarnation: int | None) -> list[SuccessorInfo]:
         return [SuccessorInfo(segment=c, predecessors=self.predecessors_of[c.segment_id])
                 for c in self.successors_of.get(sid, [])]
 

@@ -174,6 +174,11 @@ class GroupState(BaseModel):
 
     # -- queries -------------------------------------------------------------------------------
 
+    def incarnation(self, stream: str) -> int | None:
+        """The incarnation of ``stream`` ("scope/stream") the group reads: every position it keeps is of
+        it (None: a group stored before incarnations were recorded)."""
+        return next((s.incarnation for s in self.config.streams if s.scoped_name == stream), None)
+
     def live_count(self) -> int:
         return len(self.unassigned) + sum(len(r.segments) for r in self.readers.values())
 
@@ -219,7 +224,8 @@ class GroupState(BaseModel):
             ordered = sorted(held.values(), key=lambda h: h.segment.low)
             positions_ = [SegmentPosition(segment=h.segment, offset=h.offset) for h in ordered]
             if positions_ and validity_problem([p.segment for p in positions_]) is None:
-                result.append(StreamCutBody(scope=spec.scope, stream=spec.stream, positions=positions_))
+                result.append(StreamCutBody(scope=spec.scope, stream=spec.stream, positions=positions_,
+                                            incarnation=spec.incarnation))
         return result
 
     def _fill_gaps(self, stream: str, held: dict[str, Held]) -> None:
@@ -253,7 +259,8 @@ class GroupState(BaseModel):
             held[completed.key] = completed
 
 
-Successors = Callable[[str, int], list[SuccessorInfo]]  # (scoped stream, segment id) -> successors
+# (scoped stream, segment id, the group's incarnation of the stream) -> successors
+Successors = Callable[[str, int, int | None], list[SuccessorInfo]]
 
 
 def new_state(config: ReaderGroupConfig, starts: dict[str, list[SegmentPosition]]) -> GroupState:
@@ -420,7 +427,8 @@ def assignment(state: GroupState, reader: str) -> Assignment:
     checkpoint = next((c for c in state.checkpoints if reader in c.pending), None)
     return Assignment(
         generation=state.config.generation,
-        segments=[AssignedSegment(stream=h.stream, segment=h.segment, offset=h.offset, end_offset=h.end_offset)
+        segments=[AssignedSegment(stream=h.stream, segment=h.segment, offset=h.offset, end_offset=h.end_offset,
+                                  incarnation=state.incarnation(h.stream))
                   for h in entry.segments.values()],
         checkpoint=checkpoint.name if checkpoint else None,
         silent=checkpoint.silent if checkpoint else False,
@@ -471,7 +479,7 @@ def _complete(state: GroupState, entry: ReaderEntry, done: SegmentOffset, succes
     if held.end_offset is not None:
         return  # read up to the end cut: nothing after it belongs to the group
     start = state.start.get(held.stream, [])
-    for info in successors(held.stream, held.segment.segment_id):
+    for info in successors(held.stream, held.segment.segment_id, state.incarnation(held.stream)):
         successor = Held(stream=held.stream, segment=info.segment, end_offset=end_offsets.get(info.segment.segment_id))
         if state.known(successor.key) or (end_cut and successor.segment.segment_id not in end_offsets
                                           and segment_is_after(successor.segment, end_cut)):
@@ -604,7 +612,7 @@ class ReaderGroups:
             except ReaderGroupNotFound:
                 pass
             fences = self._fences(config)  # before the heads the group starts at
-            starts = self._starts(config)
+            config, starts = self._starts(config)
             state = _storable(new_state(config, starts), f"reader group {scope}/{group}")
             token = uuid.uuid4().hex
             record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group, state=state,
@@ -639,7 +647,7 @@ class ReaderGroups:
             current = GroupState.model_validate(record.state)
             new = config.model_copy(update={"generation": current.config.generation + 1})
             fences = self._fences(new)  # before the heads the group starts at
-            starts = self._starts(new)
+            new, starts = self._starts(new)
             state = new_state(new, starts)
             deadline, version = schedule_lease_check(state, _now()), record.version + 1
             token = uuid.uuid4().hex
@@ -916,23 +924,30 @@ class ReaderGroups:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _starts(self, config: ReaderGroupConfig) -> dict[str, list[SegmentPosition]]:
-        starts = {}
+    def _starts(self, config: ReaderGroupConfig) -> tuple[ReaderGroupConfig, dict[str, list[SegmentPosition]]]:
+        """Where the group starts on each stream, and the configuration naming the incarnation of each
+        stream it reads. The stream's record is read before its head: a name deleted and created again
+        in between gives positions of the new stream under the old incarnation, which every read then
+        refuses (StreamRecreated), never the other way round (old positions read on the new stream)."""
+        starts, streams = {}, []
         for spec in config.streams:
+            record = self.streams.store.get_stream(spec.scope, spec.stream)
+            self.streams.check_incarnation(record, spec.incarnation)
             if spec.start:
                 offsets = {p.segment.segment_id: p.offset for p in spec.start}
                 starts[spec.scoped_name] = self.streams.resolve_cut(spec.scope, spec.stream, offsets)
             else:
-                starts[spec.scoped_name] = self.streams.head(spec.scope, spec.stream)
+                starts[spec.scoped_name] = self.streams.head(spec.scope, spec.stream, record)
             if spec.end:
                 problem = validity_problem([p.segment for p in spec.end])
                 if problem:
                     raise InvalidArgument(f"invalid end stream cut for {spec.scoped_name}: {problem}")
-        return starts
+            streams.append(spec.model_copy(update={"incarnation": int(record.created_ms)}))
+        return config.model_copy(update={"streams": streams}), starts
 
-    def _successors(self, stream: str, segment_id: int) -> list[SuccessorInfo]:
+    def _successors(self, stream: str, segment_id: int, incarnation: int | None) -> list[SuccessorInfo]:
         scope, name = stream.split("/", 1)
-        return self.streams.successors(scope, name, segment_id)
+        return self.streams.successors(scope, name, segment_id, incarnation)
 
     def _record(self, scope: str, group: str) -> ReaderGroupRecord:
         try:

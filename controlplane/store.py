@@ -38,6 +38,7 @@ from rillet.errors import (
     InvalidArgument,
     ScopeNotFound,
     StreamNotFound,
+    StreamRecreated,
     WriteConflict,
 )
 
@@ -261,10 +262,16 @@ class MetadataStore:
     # -- epochs and segments ---------------------------------------------------------------------
 
     def put_epoch(self, scope: str, stream: str, epoch: int, created_ms: int,
-                  segments: list[list[float]], reference_epoch: int | None = None) -> None:
-        """Write an epoch record; rewriting it with the same content is harmless (idempotent)."""
-        EpochRecord(stream_pk(scope, stream), epoch_sk(epoch), epoch=epoch, created_ms=created_ms,
-                    segments=segments, reference_epoch=reference_epoch).save()
+                  segments: list[list[float]], reference_epoch: int | None = None,
+                  fence: StreamRecord | None = None) -> None:
+        """Write an epoch record; rewriting it with the same content is harmless (idempotent). With
+        ``fence``, only while the stream is still that record's incarnation (see ``_fenced``)."""
+        item = EpochRecord(stream_pk(scope, stream), epoch_sk(epoch), epoch=epoch, created_ms=created_ms,
+                           segments=segments, reference_epoch=reference_epoch)
+        if fence is None:
+            item.save()
+        else:
+            self._fenced(fence, lambda tx: tx.save(item))
 
     def get_epoch(self, scope: str, stream: str, epoch: int) -> EpochRecord:
         try:
@@ -276,11 +283,12 @@ class MetadataStore:
         return list(EpochRecord.query(stream_pk(scope, stream), EpochRecord.sk.startswith("epoch#"),
                                       consistent_read=True))
 
-    def add_segments(self, scope: str, stream: str, records: list[SegmentRecord]) -> None:
+    def add_segments(self, scope: str, stream: str, records: list[SegmentRecord],
+                     fence: StreamRecord | None = None) -> None:
         """Write segment records that do not exist yet; existing ones (written by an earlier attempt,
         and possibly updated since) are left as they are, so a delayed workflow finisher never writes
         stale records over newer ones. Only a record left by an older incarnation of the stream (created
-        earlier) is replaced."""
+        earlier) is replaced. With ``fence``, only while the stream is that record's incarnation."""
         pk = stream_pk(scope, stream)
         existing = {r.segment_id: r.created_ms
                     for r in SegmentRecord.batch_get([(pk, segment_sk(r.segment_id)) for r in records])}
@@ -288,16 +296,46 @@ class MetadataStore:
             if existing.get(record.segment_id, -1) >= record.created_ms:
                 continue
             record.pk, record.sk = pk, segment_sk(record.segment_id)
+            condition = SegmentRecord.pk.does_not_exist() | (SegmentRecord.created_ms < record.created_ms)
+            if fence is not None:  # False: a concurrent finisher wrote it first
+                self._fenced(fence, lambda tx, record=record, condition=condition: tx.save(record, condition=condition))
+                continue
             try:
-                record.save(condition=SegmentRecord.pk.does_not_exist()
-                            | (SegmentRecord.created_ms < record.created_ms))
+                record.save(condition=condition)
             except PutError as e:
                 if not failed_condition(e):
                     raise  # otherwise a concurrent finisher wrote it first
 
-    def set_successors(self, record: SegmentRecord, successors: list[int]) -> None:
-        if list(record.successors) != successors:
+    def set_successors(self, record: SegmentRecord, successors: list[int], fence: StreamRecord | None = None) -> None:
+        if list(record.successors) == successors:
+            return
+        if fence is None:
             record.update(actions=[SegmentRecord.successors.set(successors)])
+        else:
+            self._fenced(fence, lambda tx: tx.update(record, actions=[SegmentRecord.successors.set(successors)]))
+
+    def _fenced(self, fence: StreamRecord, write: Callable[[TransactWrite], Any]) -> bool:
+        """Apply one ``write`` in a transaction with a check that the stream is still ``fence``'s
+        incarnation, so a workflow finisher that stalled across a delete and create again of the name
+        writes nothing into the new stream: StreamRecreated then (StreamNotFound once the name is gone).
+        False if only the write's own condition refused it. A transaction costs twice the units of a
+        plain write: only workflow steps (create, scale) take it, never a user's data path."""
+        try:
+            with TransactWrite(connection=self.transaction_connection) as tx:
+                tx.condition_check(StreamRecord, fence.pk, fence.sk,
+                                   condition=StreamRecord.created_ms == fence.created_ms)
+                write(tx)
+            return True
+        except TransactWriteError as e:
+            reasons = [r.code if r else None for r in (e.cancellation_reasons or [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                current = self.get_stream(fence.scope, fence.stream)  # StreamNotFound if gone
+                raise StreamRecreated(f"stream {fence.scope}/{fence.stream} was deleted and created again "
+                                      f"(incarnation {int(fence.created_ms)} is now {int(current.created_ms)})",
+                                      expected=int(fence.created_ms), current=int(current.created_ms)) from e
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                return False
+            raise
 
     def get_segments(self, scope: str, stream: str, segment_ids: list[int]) -> list[SegmentRecord]:
         """Consistent: a stale record may lack the successors a scale wrote just before sealing, and a

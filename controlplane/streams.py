@@ -26,6 +26,7 @@ from rillet.errors import (
     ScopeNotFound,
     SegmentNotFound,
     StreamNotFound,
+    StreamRecreated,
     WriteConflict,
 )
 from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
@@ -179,12 +180,17 @@ class StreamTasks:
         config = _config(record)
         ranges = split_evenly(0.0, 1.0, config.scaling_policy.min_num_segments)
         epoch0 = [[segment_id(0, i), r.low, r.high] for i, r in enumerate(ranges)]
-        self.store.put_epoch(record.scope, record.stream, 0, record.created_ms, epoch0)
-        self.store.add_segments(record.scope, record.stream, [  # a late finisher must not undo a scale's changes
-            SegmentRecord(segment_id=sid, low=low, high=high, created_ms=record.created_ms)
-            for sid, low, high in epoch0])
-        for sid, _, _ in epoch0:
-            self.segments.create(segment_name(record.scope, record.stream, sid))
+        # Every write is of this incarnation only (fenced on the stream record's created_ms): a finisher
+        # that stalls across a delete and create again leaves the new stream's metadata alone.
+        try:
+            self.store.put_epoch(record.scope, record.stream, 0, record.created_ms, epoch0, fence=record)
+            self.store.add_segments(record.scope, record.stream, [  # a late finisher must not undo a scale's changes
+                SegmentRecord(segment_id=sid, low=low, high=high, created_ms=record.created_ms)
+                for sid, low, high in epoch0], fence=record)
+            for sid, _, _ in epoch0:
+                self.segments.create(segment_name(record.scope, record.stream, sid), int(record.created_ms))
+        except (StreamRecreated, StreamNotFound):
+            return  # the name is gone, or holds another incarnation: nothing more is this finisher's
         self._finish(record, StreamState.ACTIVE)
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
@@ -458,18 +464,29 @@ class StreamTasks:
         epoch, created = int(wf["epoch"]), int(wf["created_ms"])
         sealed = {r.segment_id: r for r in self.store.get_segments(record.scope, record.stream, wf["seal"])}
         new = [SegmentRange(segment_id=sid, low=lo, high=hi) for sid, (lo, hi) in zip(wf["new"], wf["ranges"])]
-        for segment in new:
-            self.segments.create(segment_name(record.scope, record.stream, segment.segment_id))
-        self.store.add_segments(record.scope, record.stream, [
-            SegmentRecord(segment_id=n.segment_id, low=n.low, high=n.high, created_ms=created,
-                          predecessors=[o for o in wf["seal"] if sealed[o].low < n.high and n.low < sealed[o].high])
-            for n in new])
-        for old in sealed.values():
-            self.store.set_successors(old, [n.segment_id for n in new if old.low < n.high and n.low < old.high])
-        previous = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
-        kept = [s for s in previous.segments if int(s[0]) not in sealed]
-        segments = sorted(kept + [[n.segment_id, n.low, n.high] for n in new], key=lambda s: s[1])
-        self.store.put_epoch(record.scope, record.stream, epoch, created, segments)
+        # Each write below is fenced on this incarnation of the stream (StreamRecreated once the name
+        # holds another): a finisher that stalls across a seal, delete and create again writes nothing
+        # into the new stream, whose segment ids and epochs start again.
+        # The records go first: until the successors and the epoch are written nothing routes to the new
+        # segments, and a finisher that stalls between the fenced records and the heads leaves at most
+        # heads of the old incarnation, which the new stream's own creation replaces (SegmentStore.create).
+        try:
+            self.store.add_segments(record.scope, record.stream, [
+                SegmentRecord(segment_id=n.segment_id, low=n.low, high=n.high, created_ms=created,
+                              predecessors=[o for o in wf["seal"] if sealed[o].low < n.high and n.low < sealed[o].high])
+                for n in new], fence=record)
+            for segment in new:
+                self.segments.create(segment_name(record.scope, record.stream, segment.segment_id),
+                                     int(record.created_ms))
+            for old in sealed.values():
+                self.store.set_successors(old, [n.segment_id for n in new if old.low < n.high and n.low < old.high],
+                                          fence=record)
+            previous = self.store.get_epoch(record.scope, record.stream, record.current_epoch)
+            kept = [s for s in previous.segments if int(s[0]) not in sealed]
+            segments = sorted(kept + [[n.segment_id, n.low, n.high] for n in new], key=lambda s: s[1])
+            self.store.put_epoch(record.scope, record.stream, epoch, created, segments, fence=record)
+        except (StreamRecreated, StreamNotFound):
+            return  # the name is gone, or holds another incarnation: nothing more is this finisher's
         sealing = self._before_check(record, [int(sid) for sid in wf["seal"]])
         if not self._in_flight(record):
             return
@@ -504,13 +521,15 @@ class StreamTasks:
 
     # -- truncation ----------------------------------------------------------------------------
 
-    def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int]) -> None:
-        """Truncate at a stream cut: only forward, only at a valid cut.
+    def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int], incarnation: int | None = None) -> None:
+        """Truncate at a stream cut: only forward, only at a valid cut, only of the stream's incarnation
+        ``incarnation`` when the cut names one (StreamRecreated otherwise).
 
         The new head takes effect at the first step (readers move to it right away); the data before
         it is then released segment by segment.
         """
         record = self.store.get_stream(scope, stream)
+        self.check_incarnation(record, incarnation)
         if _state(record) == StreamState.TRUNCATING:
             if {int(s): int(o) for s, _, _, o in record.head} != offsets:
                 raise IllegalState(f"stream {scope}/{stream} is being truncated at another cut", state=record.state)
@@ -649,6 +668,19 @@ class StreamTasks:
         record = record or self.store.get_stream(scope, stream)
         return _ranges(self.store.get_epoch(scope, stream, record.current_epoch).segments)
 
+    def record(self, scope: str, stream: str) -> StreamRecord:
+        """The stream's record (consistent): its ``created_ms`` is the incarnation positions name."""
+        return self.store.get_stream(scope, stream)
+
+    @staticmethod
+    def check_incarnation(record: StreamRecord, incarnation: int | None) -> None:
+        """StreamRecreated if a position, cut or group of ``incarnation`` meets the stream ``record``
+        of another one (the name was deleted and created again). None: taken to be the current one."""
+        if incarnation is not None and incarnation != int(record.created_ms):
+            raise StreamRecreated(f"stream {record.scope}/{record.stream} was deleted and created again: the "
+                                  f"position names its incarnation {incarnation}, the stream is now incarnation "
+                                  f"{int(record.created_ms)}", expected=incarnation, current=int(record.created_ms))
+
     def head(self, scope: str, stream: str, record: StreamRecord | None = None) -> list[SegmentPosition]:
         """The head stream cut: the truncation record, or the first epoch's segments at offset 0."""
         record = record or self.store.get_stream(scope, stream)
@@ -674,7 +706,11 @@ class StreamTasks:
                 return segment
         raise InvalidArgument(f"no current segment of {scope}/{stream} covers key point {point}")
 
-    def successors(self, scope: str, stream: str, sid: int) -> list[SuccessorInfo]:
+    def successors(self, scope: str, stream: str, sid: int, incarnation: int | None = None) -> list[SuccessorInfo]:
+        """The successors of segment ``sid``; with ``incarnation``, of that incarnation of the stream only
+        (StreamRecreated once the name holds another: its segment ids start again)."""
+        if incarnation is not None:
+            self.check_incarnation(self.store.get_stream(scope, stream), incarnation)
         (segment,) = self.store.get_segments(scope, stream, [sid])
         found = self.store.get_segments(scope, stream, list(segment.successors))
         predecessor_ids = sorted({p for s in found for p in s.predecessors})

@@ -151,7 +151,8 @@ class TransactionTasks:
         if not create_item(txn, TxnRecord.pk.does_not_exist()):  # a resend refused by its own save is True
             raise WriteConflict(f"transaction id {txn.txn_id} is taken; begin again")
         for sid, _, _ in txn.segments:  # a crash here leaves an open transaction that times out
-            self.segments.create(segment_name(scope, stream, txn_segment_token(int(sid), txn.txn_id)))
+            self.segments.create(segment_name(scope, stream, txn_segment_token(int(sid), txn.txn_id)),
+                                 int(record.created_ms))
         return info(txn)
 
     def status(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
@@ -501,7 +502,7 @@ class TransactionTasks:
         duplicates = [SegmentRange(segment_id=segment_id(epoch, first + len(rolled) + i), low=s.low, high=s.high)
                       for i, s in enumerate(previous)]
         for segment in rolled + duplicates:
-            self.segments.create(segment_name(scope, stream, segment.segment_id))
+            self.segments.create(segment_name(scope, stream, segment.segment_id), int(record.created_ms))
         rolled_ranges = [[s.segment_id, s.low, s.high] for s in rolled]
         for txn in members:
             for source, target in _same_ranges(txn.segments, rolled_ranges):

@@ -46,6 +46,7 @@ from dataplane.models import (
 from rillet.errors import (
     InvalidArgument,
     SegmentNotFound,
+    StreamRecreated,
 )
 
 MERGE_KEY = "_merge"  # the writer name of a merge's index entry (no writer id can start with "_")
@@ -177,6 +178,17 @@ class SegmentJournal:
             return SegmentMeta.get(segment, META_KEY, consistent_read=True)
         except DoesNotExist:
             raise SegmentNotFound(f"segment {segment} does not exist") from None
+
+    @staticmethod
+    def _check_incarnation(segment: str, meta: SegmentMeta, incarnation: int | None) -> None:
+        """StreamRecreated if the caller's position was taken on another incarnation of the stream than
+        the one ``meta`` (the head record just read) belongs to. Costs no request."""
+        current = meta.stream_incarnation
+        if incarnation is not None and current is not None and int(current) != incarnation:
+            raise StreamRecreated(f"segment {segment} belongs to incarnation {int(current)} of its stream, "
+                                  f"created after the incarnation {incarnation} this position was taken on "
+                                  "(the stream was deleted and created again)",
+                                  expected=incarnation, current=int(current))
 
     @staticmethod
     def _object_prefix(segment: str) -> str:

@@ -92,6 +92,11 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     # carries (IndexEntry.incarnation, WriterState.incarnation), so that a name deleted and created
     # again never adopts an item of its earlier life.
     created_ms = NumberAttribute(attr_name="c")
+    # The created_ms of the stream record the segment was created for: the stream's incarnation, which
+    # every position a reader keeps names (rillet.StreamCut.incarnation). A read, locate, plan, tail
+    # check or truncation naming another one is StreamRecreated, never bytes of the new stream. Absent
+    # on segments created before it was recorded (and on a transaction's own segments), which take any.
+    stream_incarnation = NumberAttribute(null=True, attr_name="si")
     # writer id -> {"f": first event number, "l": last event number, "o": offset, "t": time ms} of
     # the writer's last block. Bounded: at most StoreSettings.head_writers writers; an append of another
     # writer moves the least recently active one out to its WriterState item first (SegmentStore._advance).

@@ -121,12 +121,14 @@ MAX_LOCATE_PARTS = 256
 class ReadIndex(SegmentJournal):
     """Reads, plans, locations and tail checks of a segment."""
 
-    def _readable(self, segment: str, offset: int, max_bytes: int, cap: int) -> tuple:
+    def _readable(self, segment: str, offset: int, max_bytes: int, cap: int, incarnation: int | None) -> tuple:
         """The head record and the end of the range a read or locate from ``offset`` answers (at most
-        ``cap`` bytes), after the checks both make: typed errors below the start or past the length."""
+        ``cap`` bytes), after the checks both make: typed errors for a position of another incarnation of
+        the stream, below the start or past the length."""
         if offset < 0 or max_bytes < 1:
             raise InvalidArgument("offset must be >= 0 and max_bytes >= 1")
         meta = self._meta(segment)
+        self._check_incarnation(segment, meta, incarnation)
         if offset < meta.start:
             raise Truncated(f"offset {offset} of {segment} is below its start offset {meta.start}",
                             start_offset=meta.start)
@@ -135,10 +137,13 @@ class ReadIndex(SegmentJournal):
                                   length=meta.length)
         return meta, min(meta.length, offset + min(max_bytes, cap))
 
-    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE) -> ReadResult:
+    def read(self, segment: str, offset: int, max_bytes: int = MAX_READ_SIZE,
+             incarnation: int | None = None) -> ReadResult:
         """Read up to ``max_bytes`` from ``offset``; at the tail, answer empty at once (waiting is the
-        reader's: tail checks, see ``tails``, so no invocation is held while nothing arrives)."""
-        meta, end = self._readable(segment, offset, max_bytes, MAX_READ_SIZE)
+        reader's: tail checks, see ``tails``, so no invocation is held while nothing arrives). With
+        ``incarnation`` (the stream's, as the caller's position names it), StreamRecreated if the
+        segment is another incarnation's."""
+        meta, end = self._readable(segment, offset, max_bytes, MAX_READ_SIZE, incarnation)
         try:
             data = self._read_range(segment, offset, end, self._may_have_chunks(meta, offset), meta) if end > offset else b""
         except (_IndexGap, _ObjectUnreadable) as gone:
@@ -150,7 +155,7 @@ class ReadIndex(SegmentJournal):
             raise
         return ReadResult(data, offset, end, meta.start, meta.length, meta.sealed)
 
-    def tails(self, segments: list[str]) -> list[SegmentTail]:
+    def tails(self, segments: list[str], incarnation: int | None = None) -> list[SegmentTail]:
         """Each segment's start, length and sealed flag, in the order asked, from one eventually
         consistent BatchGetItem of the head records (half a read unit each): the cheap check a waiting
         reader makes. It may lag a commit by a moment; readers read by offset, so a late answer only
@@ -163,12 +168,16 @@ class ReadIndex(SegmentJournal):
         seen = {meta.pk: meta for meta in SegmentMeta.batch_get(
             [(name, META_KEY) for name in wanted], consistent_read=False,
             attributes_to_get=[SegmentMeta.pk, SegmentMeta.sk, SegmentMeta.kind, SegmentMeta.length,
-                               SegmentMeta.start, SegmentMeta.sealed])} if wanted else {}
+                               SegmentMeta.start, SegmentMeta.sealed, SegmentMeta.stream_incarnation])} \
+            if wanted else {}
+        for name, meta in seen.items():
+            self._check_incarnation(name, meta, incarnation)
         return [SegmentTail(name, True, int(seen[name].start), int(seen[name].length), bool(seen[name].sealed))
                 if name in seen else SegmentTail(name, False) for name in segments]
 
     def locate(self, segment: str, offset: int, max_bytes: int = MAX_LOCATE_BYTES,
-               max_inline: int = MAX_LOCATE_INLINE, max_parts: int = MAX_LOCATE_PARTS) -> LocateResult:
+               max_inline: int = MAX_LOCATE_INLINE, max_parts: int = MAX_LOCATE_PARTS,
+               incarnation: int | None = None) -> LocateResult:
         """Where the bytes from ``offset`` are, for a reader that fetches S3 objects itself: like ``read``
         (same checks, same answer at the tail), but answering locations rather than bytes.
 
@@ -176,7 +185,7 @@ class ReadIndex(SegmentJournal):
         so a reader fetches each object once, whole, and the next answer starts at the next object;
         adjacent ranges of one object are one location. It also ends before ``max_inline`` inline bytes
         or ``max_parts`` locations are exceeded (always at least one location)."""
-        meta, end = self._readable(segment, offset, max_bytes, MAX_LOCATE_BYTES)
+        meta, end = self._readable(segment, offset, max_bytes, MAX_LOCATE_BYTES, incarnation)
         locations: list[Location] = []
         if end > offset:
             try:
@@ -240,7 +249,7 @@ class ReadIndex(SegmentJournal):
             raise Truncated(f"offset {offset} of {segment} is below its start offset {now.start}",
                             start_offset=now.start) from None
 
-    def plan(self, segment: str, start: int, end: int) -> list[PlanPart]:
+    def plan(self, segment: str, start: int, end: int, incarnation: int | None = None) -> list[PlanPart]:
         """Where the bytes [start, end) of a sealed-or-committed range are, for readers that fetch S3
         objects themselves (Spark executors): S3 ranges, and inline ranges to read through the read API.
 
@@ -248,6 +257,7 @@ class ReadIndex(SegmentJournal):
         boundaries inside the range are event boundaries: a batch reader may split there.
         """
         meta = self._meta(segment)
+        self._check_incarnation(segment, meta, incarnation)
         if start < meta.start:
             raise Truncated(f"offset {start} of {segment} is below its start offset {meta.start}",
                             start_offset=meta.start)

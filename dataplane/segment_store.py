@@ -47,6 +47,7 @@ from dataplane.storage_writer import StorageWriter
 from rillet.errors import (
     InvalidArgument,
     SegmentNotFound,
+    WriteConflict,
 )
 
 # What other modules import from here: the store, and the model of its answers and settings.
@@ -63,27 +64,45 @@ class SegmentInfo:
     created_ms: int
     event_rates: tuple[float, ...]
     byte_rates: tuple[float, ...]
+    stream_incarnation: int | None = None  # the created_ms of the stream record it was created for (None: not recorded)
 
 
 class SegmentStore(AppendPath, ReadIndex, StorageWriter):
     """A segment's lifecycle, and every path of it (one object per function instance)."""
 
-    def create(self, segment: str) -> bool:
-        """Create an empty segment; returns False if it already existed (creation is idempotent)."""
+    def create(self, segment: str, stream_incarnation: int | None = None) -> bool:
+        """Create an empty segment of the stream incarnation ``stream_incarnation`` (its record's
+        ``created_ms``); returns False if it already existed (creation is idempotent).
+
+        A head left under the name by an older incarnation (a finisher that stalled across a delete and
+        create again of the stream: nothing refers to it, and nothing of it can be read) is deleted and
+        the segment created anew; one of a newer incarnation is StreamRecreated, as the caller is then
+        the stale one."""
         validate_segment_name(segment)
-        try:
-            SegmentMeta(segment, META_KEY, created_ms=now_ms()).save(condition=SegmentMeta.pk.does_not_exist())
-            return True
-        except PutError as e:
-            if _failed_condition(e):
+        for _ in range(3):
+            try:
+                SegmentMeta(segment, META_KEY, created_ms=now_ms(), stream_incarnation=stream_incarnation).save(
+                    condition=SegmentMeta.pk.does_not_exist())
+                return True
+            except PutError as e:
+                if not _failed_condition(e):
+                    raise
+            try:
+                meta = self._meta(segment)
+            except SegmentNotFound:
+                continue  # deleted meanwhile: create it again
+            found = meta.stream_incarnation
+            if stream_incarnation is None or found is None or int(found) >= stream_incarnation:
+                self._check_incarnation(segment, meta, stream_incarnation)
                 return False
-            raise
+            self.delete(segment, int(meta.created_ms))  # an older incarnation's leftover: ours is new
+        raise WriteConflict(f"segment {segment} is being created and deleted concurrently; try again")
 
     def info(self, segment: str) -> SegmentInfo:
         meta = self._meta(segment)
         rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now_ms()).decayed(now_ms())
-        return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms,
-                           rates.events, rates.bytes)
+        return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms, rates.events, rates.bytes,
+                           None if meta.stream_incarnation is None else int(meta.stream_incarnation))
 
     def seal(self, segment: str, incarnation: int | None = None) -> int:
         """Seal the segment and return its final length (idempotent). With ``incarnation`` (the head

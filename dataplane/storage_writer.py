@@ -94,7 +94,7 @@ class StorageWriter(SegmentJournal):
                        else oldest + self.settings.tier_max_age_ms)
         if meta.orphans_after is not None:
             if meta.orphans_after <= now_ms():
-                self._remove_orphans(segment, epoch)
+                self._remove_orphans(segment, epoch, int(meta.created_ms))
                 actions.append(SegmentMeta.orphans_after.remove())
             else:
                 due.append(meta.orphans_after)
@@ -135,8 +135,10 @@ class StorageWriter(SegmentJournal):
         """Pack one run into a chunk; False if a newer tiering pass began (nothing was saved)."""
         first, last = run[0], run[-1]
         # The key names the pass's epoch: only this pass ever saves a chunk item naming the object, and
-        # only while the epoch is its own, so an object it could not save is nobody's.
-        key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}-{epoch}"
+        # only while the epoch is its own, so an object it could not save is nobody's. It names the
+        # segment's incarnation too, whose epochs count anew: no key is ever used twice, so a URL presigned
+        # for a chunk of a deleted segment never serves the bytes of one created again under the name.
+        key = f"{self._object_prefix(segment)}c/{first.offset:020d}-{last.end:020d}-{epoch}-{incarnation}"
         self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=b"".join(e.data for e in run))
         chunk = IndexEntry(segment, chunk_key(first.offset), offset=first.offset, size=last.end - first.offset,
                            object_key=key, created_ms=now_ms(), incarnation=incarnation)
@@ -169,7 +171,7 @@ class StorageWriter(SegmentJournal):
         except DoesNotExist:
             return None
 
-    def _remove_orphans(self, segment: str, epoch: int) -> int:
+    def _remove_orphans(self, segment: str, epoch: int, incarnation: int) -> int:
         """Delete the objects under the segment's prefix that no index item names and none ever will;
         returns how many. Runs when ``orphans_after`` is due, in the pass with ``epoch``: once after
         sealing, and on an open segment a sweep period after an S3 block's append (``orphan_sweep_ms``).
@@ -177,8 +179,9 @@ class StorageWriter(SegmentJournal):
         A block object's key is unique to the request that put it, and only that request creates
         items naming it; past ``orphan_grace_ms`` that request is over, so the items naming the object
         can only go, never come. A chunk object's key names its pass's epoch, and a pass saves chunks
-        only while the epoch is its own; every earlier pass's is below ``epoch``. So an object of
-        either kind that no item names after the listing is nobody's, whatever runs concurrently.
+        only while the epoch is its own; every earlier pass's is below ``epoch``, and a pass of another
+        incarnation (``incarnation`` is the segment's) saves nothing at all. So an object of either kind
+        that no item names after the listing is nobody's, whatever runs concurrently.
         """
         s3, bucket, prefix = self.deployment.s3, self.deployment.bucket, self._object_prefix(segment)
         horizon = time.time() - self.settings.orphan_grace_ms / 1000
@@ -187,7 +190,7 @@ class StorageWriter(SegmentJournal):
             for obj in page.get("Contents", []):
                 name = obj["Key"][len(prefix):]
                 request_over = name.startswith("b/") and obj["LastModified"].timestamp() < horizon
-                pass_over = name.startswith("c/") and name.count("-") == 2 and int(name.rsplit("-", 1)[1]) < epoch
+                pass_over = name.startswith("c/") and _chunk_pass_over(name, epoch, incarnation)
                 if request_over or pass_over:
                     candidates.append(obj["Key"])
         if not candidates:
@@ -257,3 +260,13 @@ class StorageWriter(SegmentJournal):
                 # the walk above (a tiering pass that read an older start): delete its object too.
                 self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=chunk.object_key)
                 self._delete_unchanged(chunk)
+
+
+def _chunk_pass_over(name: str, epoch: int, incarnation: int) -> bool:
+    """Whether the pass that put the chunk object ``c/<first>-<end>-<epoch>-<incarnation>`` is over: an
+    earlier epoch, or another incarnation. (``c/<first>-<end>-<epoch>``: put before keys named the
+    incarnation, by an earlier epoch of this one or of an older one, so over unless epoch-current.)"""
+    fields = name[len("c/"):].split("-")
+    if len(fields) == 4:
+        return int(fields[3]) != incarnation or int(fields[2]) < epoch
+    return len(fields) == 3 and int(fields[2]) < epoch

@@ -27,7 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
-from aws_lambda_powertools.event_handler.openapi.params import Path
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from pydantic import ValidationError
 
 from lambdas.authorization import authorize
@@ -50,6 +50,11 @@ ScopeName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-]{1,255}$")]
 StreamName = Annotated[str, Path(pattern=r"^[A-Za-z0-9.\-_]{1,255}$")]
 SegmentToken = Annotated[str, Path(pattern=r"^[0-9]{1,20}(\.[0-9a-f]{32})?$",
                                    description="A segment id, or a transaction segment's id.transaction-id")]
+# The stream incarnation a reader's position was taken on (rillet.StreamCut.incarnation): a segment of
+# another incarnation answers StreamRecreated. Absent: any (positions kept before incarnations were).
+Incarnation = Annotated[int | None, Query(ge=0, le=2**63 - 1, description=(
+    "The incarnation of the stream (its created_at_ms) the caller's position was taken on; a segment of "
+    "another incarnation answers 410 StreamRecreated."))]
 
 
 # How long a client should wait before repeating a throttled or transiently failed request. The AWS

@@ -15,7 +15,7 @@ from aws_lambda_powertools.event_handler.router import LambdaFunctionUrlRouter
 
 from dataplane.deployment import Deployment
 from dataplane.read_index import ReadIndex
-from lambdas.http import ScopeName, StreamName
+from lambdas.http import Incarnation, ScopeName, StreamName
 from rillet import api
 from rillet.api import SegmentTail, SegmentTails
 from rillet.names import segment_name
@@ -30,8 +30,8 @@ SegmentList = Annotated[str, Query(
 @router.get("/v1/segments/<scope>/<stream>/tails",
             summary="Start, length and sealed flag of many segments of a stream in one request "
                     "(eventually consistent: may lag a commit by a moment)")
-def tails(scope: ScopeName, stream: StreamName, segments: SegmentList) -> SegmentTails:
+def tails(scope: ScopeName, stream: StreamName, segments: SegmentList, incarnation: Incarnation = None) -> SegmentTails:
     ids = [int(s) for s in segments.split(",")]
-    found = index.tails([segment_name(scope, stream, i) for i in ids])
+    found = index.tails([segment_name(scope, stream, i) for i in ids], incarnation)
     return SegmentTails(tails=[SegmentTail(segment_id=i, found=t.found, start_offset=t.start_offset, length=t.length,
                                            sealed=t.sealed) for i, t in zip(ids, found, strict=True)])

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rillet.errors import InvalidArgument
 from rillet.models import (
+    INCARNATION,
     ReaderGroupConfig,
     ScopeInfo,
     SegmentPosition,
@@ -109,6 +110,7 @@ class SegmentList(_Body):
 
 class PositionList(_Body):
     positions: list[SegmentPosition]
+    incarnation: int | None = Field(None, description=INCARNATION)
 
 
 class CutPosition(_Body):
@@ -120,6 +122,7 @@ class TruncateRequest(_Body):
     """A stream cut to truncate at: an offset for each segment; the segments must tile the key space."""
 
     positions: list[CutPosition] = Field(min_length=1)
+    incarnation: int | None = Field(None, ge=0, le=INT63_MAX, description=INCARNATION)
 
 
 class SliceList(_Body):
@@ -172,6 +175,9 @@ class SegmentStatus(_Body):
     length: int
     sealed: bool
     created_at_ms: int
+    stream_incarnation: int | None = Field(None, description=(
+        "The incarnation of the stream the segment was created for (the stream's created_at_ms); null for "
+        "segments created before incarnations were recorded."))
     event_rates: list[float] = Field(description="Events/s decayed over 2, 5, 10 and 20 minutes.")
     byte_rates: list[float] = Field(description="Bytes/s decayed over 2, 5, 10 and 20 minutes.")
 
@@ -274,6 +280,7 @@ class AssignedSegment(_Body):
     segment: SegmentRange
     offset: int = Field(ge=0, description="Where to start reading if the reader does not know better.")
     end_offset: int | None = Field(None, description="Stop here (the group's end stream cut); null: read to the end.")
+    incarnation: int | None = Field(None, description=INCARNATION)
 
 
 class SyncRequest(_Body):

@@ -164,7 +164,11 @@ class ControllerClient:
         return api.SegmentList.model_validate(data).segments
 
     def head(self, scope: str, stream: str) -> list[SegmentPosition]:
-        return api.PositionList.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/head")).positions
+        return self.head_cut(scope, stream).positions
+
+    def head_cut(self, scope: str, stream: str) -> api.PositionList:
+        """The head stream cut's positions and the stream incarnation they are of."""
+        return api.PositionList.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/head"))
 
     def segment_for_key(self, scope: str, stream: str, routing_key: str) -> SegmentRange:
         data = self.transport.json("GET", _stream_path(scope, stream) + "/segment-for-key",
@@ -185,8 +189,10 @@ class ControllerClient:
         return api.ScaleStatus.model_validate(
             self.transport.json("GET", _stream_path(scope, stream) + f"/scale/{epoch}"))
 
-    def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int]) -> StreamState:
-        body = api.TruncateRequest(positions=[api.CutPosition(segment_id=s, offset=o) for s, o in offsets.items()])
+    def truncate_stream(self, scope: str, stream: str, offsets: dict[int, int],
+                        incarnation: int | None = None) -> StreamState:
+        body = api.TruncateRequest(positions=[api.CutPosition(segment_id=s, offset=o) for s, o in offsets.items()],
+                                   incarnation=incarnation)
         data = self.transport.json("POST", _stream_path(scope, stream) + "/truncate", json_body=body.model_dump())
         return api.StreamStatus.model_validate(data).state
 

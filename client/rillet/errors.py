@@ -166,6 +166,16 @@ class Truncated(RilletError):
     code, status = "Truncated", 410
 
 
+class StreamRecreated(RilletError):
+    """A position, cut or group was taken on another incarnation of the stream than the one the name
+    holds now: the stream was deleted and created again (Kafka's topic ids answer the same problem).
+    ``details`` name both incarnations (``expected``: the position's, ``current``: the stream's now).
+    Nothing at that position belongs to the new stream; start again from one of its cuts (a reader
+    group: ``reset``)."""
+
+    code, status = "StreamRecreated", 410
+
+
 class TooLarge(RilletError):
     code, status = "TooLarge", 413
 

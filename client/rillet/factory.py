@@ -12,6 +12,7 @@ from rillet.names import validate_scope_name
 from rillet.reader import StreamReader
 from rillet.reader_group import EventStreamReader
 from rillet.serializers import Serializer
+from rillet.stream_cut import StreamCut
 from rillet.transaction import TransactionalEventStreamWriter
 from rillet.writer import EventStreamWriter, EventWriterConfig
 
@@ -49,8 +50,9 @@ class EventStreamClientFactory(_Factory):
         return EventStreamReader(self.connection, self.scope, reader_group, reader_id, serializer)
 
     def create_stream_reader(self, stream: str, serializer: Serializer[T],
-                             start: list[SegmentPosition] | None = None) -> StreamReader[T]:
-        """A single reader over the whole stream from ``start`` (the head by default)."""
+                             start: list[SegmentPosition] | StreamCut | None = None) -> StreamReader[T]:
+        """A single reader over the whole stream from ``start`` (the head by default; a StreamCut's reads
+        name its incarnation, so a stream deleted and created again since is StreamRecreated)."""
         return StreamReader(self.connection, self.scope, stream, serializer, start)
 
 

@@ -87,13 +87,15 @@ class StreamManager:
 
     def truncate_stream(self, scope: str, stream: str, cut: StreamCut) -> StreamState:
         """Truncate the stream at ``cut``: only forward, only at a valid cut."""
-        return self.controller.truncate_stream(scope, stream, cut.offsets)
+        return self.controller.truncate_stream(scope, stream, cut.offsets, cut.incarnation)
 
     def get_head(self, scope: str, stream: str) -> StreamCut:
-        return StreamCut.of(scope, stream, self.controller.head(scope, stream))
+        head = self.controller.head_cut(scope, stream)
+        return StreamCut.of(scope, stream, head.positions, head.incarnation)
 
     def get_tail(self, scope: str, stream: str) -> StreamCut:
-        return StreamCut.of(scope, stream, self.get_stream_info(scope, stream).tail)
+        info = self.get_stream_info(scope, stream)
+        return StreamCut.of(scope, stream, info.tail, info.created_at_ms)
 
     def check_stream_exists(self, scope: str, stream: str) -> bool:
         try:

@@ -261,12 +261,18 @@ class StreamDataRetention(str, Enum):
     AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT = "AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT"
 
 
+INCARNATION_SHORT = "the stream's created_at_ms: a name deleted and created again is another incarnation"
+INCARNATION = ("The incarnation of the stream the positions were taken on (" + INCARNATION_SHORT + "); null: "
+               "unknown (positions kept before incarnations were), taken to be the current one.")
+
+
 class StreamCutBody(_Model):
     """A stream cut on the wire: every segment of the cut with its key range and offset."""
 
     scope: str
     stream: str
     positions: list[SegmentPosition]
+    incarnation: int | None = Field(None, description=INCARNATION)
 
 
 class StreamRange(_Model):
@@ -276,6 +282,9 @@ class StreamRange(_Model):
     stream: str
     start: list[SegmentPosition] | None = None
     end: list[SegmentPosition] | None = None
+    incarnation: int | None = Field(None, description=(
+        "The stream incarnation the start and end cuts were taken on (" + INCARNATION_SHORT + "); another "
+        "one than the stream's is refused with StreamRecreated. The controller sets the group's own."))
 
     @property
     def scoped_name(self) -> str:

@@ -18,6 +18,7 @@ from rillet.models import SegmentPosition, SegmentRange
 from rillet.ordering import SegmentOrder
 from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader, TailBackoff
 from rillet.serializers import Serializer
+from rillet.stream_cut import StreamCut
 
 T = TypeVar("T")
 
@@ -31,6 +32,7 @@ class EventPointer:
     segment_id: int
     offset: int
     length: int  # of the frame (header included)
+    incarnation: int | None = None  # of the stream the event was read from (see rillet.StreamCut)
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,20 @@ class StreamReader(Generic[T]):
     """
 
     def __init__(self, connection: Connection, scope: str, stream: str, serializer: Serializer[T],
-                 start: list[SegmentPosition] | None = None, read_size: int = DEFAULT_READ_SIZE,
+                 start: list[SegmentPosition] | StreamCut | None = None, read_size: int = DEFAULT_READ_SIZE,
                  backoff: TailBackoff | None = None) -> None:
         self.connection = connection
         self.scope, self.stream = scope, stream
         self.serializer = serializer
         self.read_size = read_size
-        start = start if start is not None else connection.controller.head(scope, stream)
+        # The stream incarnation every read names (a name deleted and created again is StreamRecreated):
+        # the start cut's, or the head's; unknown for a bare list of positions.
+        self.incarnation: int | None = None
+        if start is None:
+            head = connection.controller.head_cut(scope, stream)
+            start, self.incarnation = head.positions, head.incarnation
+        elif isinstance(start, StreamCut):
+            start, self.incarnation = list(start.positions), start.incarnation
         self._order = SegmentOrder([p.segment for p in start])
         self._readers: dict[int, tuple[SegmentRange, SegmentEventReader]] = {}
         self._waiting: set[int] = set()  # segments at their tail: read again only once a tail check shows news
@@ -72,7 +81,7 @@ class StreamReader(Generic[T]):
 
     def _open(self, segment: SegmentRange, offset: int) -> None:
         reader = SegmentEventReader(self.connection.segments, self.scope, self.stream, segment.segment_id,
-                                    offset, read_size=self.read_size)
+                                    offset, read_size=self.read_size, incarnation=self.incarnation)
         self._readers[segment.segment_id] = (segment, reader)
 
     def positions(self) -> list[SegmentPosition]:
@@ -115,7 +124,7 @@ class StreamReader(Generic[T]):
             segment, reader = self._readers[sid]
             events = reader.read_events()
             for e in events:
-                pointer = EventPointer(self.scope, self.stream, sid, e.position, e.length)
+                pointer = EventPointer(self.scope, self.stream, sid, e.position, e.length, self.incarnation)
                 self._buffered.append(EventRead(self.serializer.deserialize(e.payload), pointer, e.routing_key,
                                                 e.timestamp_ms))
             if reader.finished:
@@ -133,7 +142,7 @@ class StreamReader(Generic[T]):
     def _check_tails(self) -> bool:
         """One tail check of every segment at its tail; True if any shows news (it is read next)."""
         waiting = sorted(self._waiting)
-        tails = self.connection.segments.tails(self.scope, self.stream, waiting) if waiting else []
+        tails = self.connection.segments.tails(self.scope, self.stream, waiting, self.incarnation) if waiting else []
         woken = {t.segment_id for t in tails if self._readers[t.segment_id][1].has_news(t)}
         self._waiting -= woken
         if woken:

@@ -32,7 +32,14 @@ from pydantic import ValidationError
 
 from rillet import api
 from rillet.connection import Connection
-from rillet.errors import InvalidArgument, NotFound, ReaderNotInReaderGroup, SegmentNotFound, Truncated
+from rillet.errors import (
+    InvalidArgument,
+    NotFound,
+    ReaderNotInReaderGroup,
+    SegmentNotFound,
+    StreamRecreated,
+    Truncated,
+)
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamDataRetention, StreamRange
 from rillet.names import mark_stream_name, split_scoped_name, validate_reader_group_name
 from rillet.reader import EventPointer, StreamReader
@@ -53,14 +60,22 @@ def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None 
     takes it offline (like Kafka's max.poll.interval.ms); it must exceed ``group_refresh_time_ms``.
     ``max_outstanding_checkpoint_request``: 1 to 10. A value out of range is InvalidArgument, as the
     server would answer it."""
-    ends = {(c.scope, c.stream): list(c.positions) for c in end or []}
+    ends = {(c.scope, c.stream): c for c in end or []}
     ranges = []
     for item in streams:
         if isinstance(item, StreamCut):
-            scope, stream, start = item.scope, item.stream, list(item.positions)
+            scope, stream, start, incarnation = item.scope, item.stream, list(item.positions), item.incarnation
         else:
-            (scope, stream), start = split_scoped_name(item), None
-        ranges.append(StreamRange(scope=scope, stream=stream, start=start, end=ends.get((scope, stream))))
+            (scope, stream), start, incarnation = split_scoped_name(item), None, None
+        end_cut = ends.get((scope, stream))
+        if end_cut is not None and None not in (incarnation, end_cut.incarnation) and incarnation != end_cut.incarnation:
+            raise StreamRecreated(f"the start and end cuts of {scope}/{stream} are of two incarnations of the "
+                                  f"stream ({incarnation}, {end_cut.incarnation})",
+                                  expected=incarnation, current=end_cut.incarnation)
+        if incarnation is None and end_cut is not None:
+            incarnation = end_cut.incarnation
+        ranges.append(StreamRange(scope=scope, stream=stream, start=start, incarnation=incarnation,
+                                  end=list(end_cut.positions) if end_cut is not None else None))
     try:
         return ReaderGroupConfig(streams=ranges, automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms,
                                  group_refresh_time_ms=group_refresh_time_ms, reader_lease_ms=reader_lease_ms,
@@ -73,7 +88,7 @@ def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None 
 
 
 def _cut(body: api.StreamCutBody | object) -> StreamCut:
-    return StreamCut.of(body.scope, body.stream, list(body.positions))
+    return StreamCut.of(body.scope, body.stream, list(body.positions), body.incarnation)
 
 
 @dataclass(frozen=True)
@@ -181,7 +196,8 @@ class ReaderGroup:
         Consumption-based retention may then truncate the stream up to the lowest cut of its subscribers.
         The cut must be valid and may never move backwards.
         """
-        body = api.StreamCutBody(scope=cut.scope, stream=cut.stream, positions=list(cut.positions))
+        body = api.StreamCutBody(scope=cut.scope, stream=cut.stream, positions=list(cut.positions),
+                                 incarnation=cut.incarnation)
         data = self._transport.json("POST", f"{self._path}/truncation-cut", json_body=body.model_dump(mode="json"))
         return _cut(api.StreamCutBody.model_validate(data))
 
@@ -412,7 +428,8 @@ class EventStreamReader(Generic[T]):
             if key not in self._held:
                 scope, stream = split_scoped_name(assigned.stream)
                 reader = SegmentEventReader(self.connection.segments, scope, stream, assigned.segment.segment_id,
-                                            assigned.offset, assigned.end_offset, self.read_size)
+                                            assigned.offset, assigned.end_offset, self.read_size,
+                                            incarnation=assigned.incarnation)
                 self._held[key] = _Held(assigned, reader, assigned.offset)
 
     # -- reading ---------------------------------------------------------------------------------
@@ -426,7 +443,8 @@ class EventStreamReader(Generic[T]):
                 e = held.events.popleft()
                 held.delivered = e.position + e.length
                 scope, stream = split_scoped_name(held.assigned.stream)
-                pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, e.position, e.length)
+                pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, e.position, e.length,
+                                       held.assigned.incarnation)
                 self._complete_if_done(held)
                 return GroupEventRead(self.serializer.deserialize(e.payload), pointer, self.get_position(),
                                       routing_key=e.routing_key, timestamp_ms=e.timestamp_ms)
@@ -453,7 +471,8 @@ class EventStreamReader(Generic[T]):
                 waiting.setdefault((held.reader.scope, held.reader.stream), []).append(held)
         woken = False
         for (scope, stream), helds in waiting.items():
-            tails = self.connection.segments.tails(scope, stream, [int(h.reader.segment) for h in helds])
+            tails = self.connection.segments.tails(scope, stream, [int(h.reader.segment) for h in helds],
+                                                   helds[0].assigned.incarnation)
             for held, tail in zip(helds, tails, strict=True):
                 if held.reader.has_news(tail):
                     held.waiting, woken = False, True
@@ -475,7 +494,8 @@ class EventStreamReader(Generic[T]):
             except Truncated as e:  # truncation overtook this reader: continue at the new start
                 start = int(e.details.get("start_offset", held.reader.offset))
                 held.reader = SegmentEventReader(self.connection.segments, held.reader.scope, held.reader.stream,
-                                                 held.reader.segment, start, held.assigned.end_offset, self.read_size)
+                                                 held.reader.segment, start, held.assigned.end_offset, self.read_size,
+                                                 incarnation=held.assigned.incarnation)
                 held.delivered = start
                 progressed = True
                 continue

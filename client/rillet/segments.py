@@ -65,6 +65,13 @@ def _path(scope: str, stream: str, segment: str | int) -> str:
     return f"/v1/segments/{quote(scope, safe='')}/{quote(stream, safe='')}/{segment}"
 
 
+def _with_incarnation(params: dict, incarnation: int | None) -> dict:
+    """A data-path request's parameters, naming the stream incarnation the caller's position was taken
+    on when it knows one: the server then answers StreamRecreated for a segment of another incarnation
+    (the name deleted and created again) instead of the new stream's bytes at the old offset."""
+    return params if incarnation is None else {**params, "incarnation": incarnation}
+
+
 @dataclass(frozen=True)
 class SegmentRead:
     data: bytes
@@ -108,15 +115,17 @@ class SegmentClient:
         return api.AppendAck.model_validate(data)
 
     def read(self, scope: str, stream: str, segment: str | int, offset: int,
-             max_bytes: int = DEFAULT_READ_SIZE) -> SegmentRead:
-        """Bytes from ``offset`` through the function; empty at once at the tail (wait with ``tails``)."""
-        r = self.read_transport.request(
-            "GET", _path(scope, stream, segment), params={"offset": offset, "max_bytes": min(max_bytes, MAX_READ_SIZE)})
+             max_bytes: int = DEFAULT_READ_SIZE, incarnation: int | None = None) -> SegmentRead:
+        """Bytes from ``offset`` through the function; empty at once at the tail (wait with ``tails``).
+        ``incarnation`` (of the stream, as the caller's position names it; see ``_with_incarnation``)."""
+        r = self.read_transport.request("GET", _path(scope, stream, segment), params=_with_incarnation(
+            {"offset": offset, "max_bytes": min(max_bytes, MAX_READ_SIZE)}, incarnation))
         h = r.headers
         return SegmentRead(r.data, int(h[api.OFFSET]), int(h[api.NEXT_OFFSET]), int(h[api.START_OFFSET]),
                            int(h[api.LENGTH]), h[api.SEALED] == "true", h[api.END_OF_SEGMENT] == "true")
 
-    def tails(self, scope: str, stream: str, segment_ids: Sequence[int]) -> list[api.SegmentTail]:
+    def tails(self, scope: str, stream: str, segment_ids: Sequence[int],
+              incarnation: int | None = None) -> list[api.SegmentTail]:
         """Start, length and sealed flag of each segment, in the order given: one request per
         ``api.MAX_TAIL_SEGMENTS`` segments. Eventually consistent: a tail may lag a commit by a moment
         (never run ahead of one); a segment created a moment ago may show ``found=False``."""
@@ -125,15 +134,17 @@ class SegmentClient:
         for i in range(0, len(ids), api.MAX_TAIL_SEGMENTS):
             chunk = ids[i:i + api.MAX_TAIL_SEGMENTS]
             data = self.tails_transport.json("GET", _path(scope, stream, "tails"),
-                                            params={"segments": ",".join(str(s) for s in chunk)})
+                                            params=_with_incarnation(
+                                                {"segments": ",".join(str(s) for s in chunk)}, incarnation))
             tails += api.SegmentTails.model_validate(data).tails
         return tails
 
     def locate(self, scope: str, stream: str, segment: str | int, offset: int,
-               max_bytes: int = DEFAULT_READ_SIZE) -> api.ReadLocations:
+               max_bytes: int = DEFAULT_READ_SIZE, incarnation: int | None = None) -> api.ReadLocations:
         """Where the bytes from ``offset`` are (see ``fetch``); at the tail, no locations."""
         data = self.read_transport.json("GET", _path(scope, stream, segment) + "/locations",
-                                        params={"offset": offset, "max_bytes": max_bytes})
+                                        params=_with_incarnation({"offset": offset, "max_bytes": max_bytes},
+                                                                 incarnation))
         return api.ReadLocations.model_validate(data)
 
     def fetch(self, location: api.ReadLocation) -> bytes:
@@ -170,10 +181,11 @@ class SegmentClient:
                 self._fetcher = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="rillet-fetch")
         return self._fetcher.submit(self.fetch, location)
 
-    def plan(self, scope: str, stream: str, segment: str | int, start: int, end: int) -> api.ReadPlan:
+    def plan(self, scope: str, stream: str, segment: str | int, start: int, end: int,
+             incarnation: int | None = None) -> api.ReadPlan:
         """Where the bytes [start, end) are: S3 object ranges and ranges to read through ``read``."""
         data = self.read_transport.json("GET", _path(scope, stream, segment) + "/plan",
-                                        params={"from": start, "to": end})
+                                        params=_with_incarnation({"from": start, "to": end}, incarnation))
         return api.ReadPlan.model_validate(data)
 
     def info(self, scope: str, stream: str, segment: str | int) -> api.SegmentStatus:
@@ -189,9 +201,11 @@ class SegmentEventReader:
     """
 
     def __init__(self, client: SegmentClient, scope: str, stream: str, segment: str | int, offset: int = 0,
-                 end_offset: int | None = None, read_size: int = DEFAULT_READ_SIZE, prefetch: int = PREFETCH) -> None:
+                 end_offset: int | None = None, read_size: int = DEFAULT_READ_SIZE, prefetch: int = PREFETCH,
+                 incarnation: int | None = None) -> None:
         self.client = client
         self.scope, self.stream, self.segment = scope, stream, segment
+        self.incarnation = incarnation  # of the stream the offset was taken on: another one is StreamRecreated
         self.offset = offset
         self.end_offset = end_offset
         self.read_size = read_size
@@ -242,7 +256,8 @@ class SegmentEventReader:
                     if remaining <= 0:
                         return []
                     time.sleep(min(backoff.next_delay(), remaining))
-                    if self.has_news(self.client.tails(self.scope, self.stream, [int(self.segment)])[0]):
+                    if self.has_news(self.client.tails(self.scope, self.stream, [int(self.segment)],
+                                                       self.incarnation)[0]):
                         break
                 continue
             events = self._next_events()
@@ -260,7 +275,7 @@ class SegmentEventReader:
             want = min(want, self.end_offset - self._located)
         if want <= 0:
             return False
-        answer = self.client.locate(self.scope, self.stream, self.segment, self._located, want)
+        answer = self.client.locate(self.scope, self.stream, self.segment, self._located, want, self.incarnation)
         self.last_read = SegmentRead(b"", answer.offset, answer.next_offset, answer.start_offset, answer.length,
                                      answer.sealed, answer.end_of_segment)
         self.end_of_segment = answer.end_of_segment

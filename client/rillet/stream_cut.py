@@ -4,8 +4,14 @@ A cut names each segment with its key range, so two cuts can be compared without
 controller: two overlapping segments of different cuts are either the same segment (compare the
 offsets) or one was created in a later epoch than the other (the later one lies after it).
 
-The text form is stable and readable: ``scope/stream|id:low:high:offset|...``. Floats are written
-with ``repr``, which round-trips exactly.
+A cut also names the incarnation of the stream it was taken on (the stream's ``created_at_ms``): a
+name deleted and created again is another stream, whose offsets mean nothing to this cut. Every
+request made with it names the incarnation, and one of another incarnation is refused with
+StreamRecreated rather than served with the new stream's bytes. None: unknown (a cut kept before
+incarnations were), taken to be the current one.
+
+The text form is stable and readable: ``scope/stream@incarnation|id:low:high:offset|...`` (without
+``@incarnation`` when it is unknown). Floats are written with ``repr``, which round-trips exactly.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from rillet.errors import InvalidArgument
+from rillet.errors import InvalidArgument, StreamRecreated
 from rillet.keyspace import KeyRange, covers_exactly
 from rillet.models import SegmentPosition, SegmentRange
 from rillet.names import split_scoped_name
@@ -31,10 +37,13 @@ class StreamCut:
     scope: str
     stream: str
     positions: tuple[SegmentPosition, ...]
+    incarnation: int | None = None
 
     @classmethod
-    def of(cls, scope: str, stream: str, positions: list[SegmentPosition]) -> StreamCut:
-        return cls(scope, stream, tuple(sorted(positions, key=lambda p: (p.segment.low, p.segment.segment_id))))
+    def of(cls, scope: str, stream: str, positions: list[SegmentPosition],
+           incarnation: int | None = None) -> StreamCut:
+        return cls(scope, stream, tuple(sorted(positions, key=lambda p: (p.segment.low, p.segment.segment_id))),
+                   incarnation)
 
     @property
     def offsets(self) -> dict[int, int]:
@@ -46,21 +55,23 @@ class StreamCut:
 
     def to_text(self) -> str:
         parts = [f"{p.segment.segment_id}:{p.segment.low!r}:{p.segment.high!r}:{p.offset}" for p in self.positions]
-        return "|".join([f"{self.scope}/{self.stream}", *parts])
+        incarnation = "" if self.incarnation is None else f"@{self.incarnation}"
+        return "|".join([f"{self.scope}/{self.stream}{incarnation}", *parts])
 
     @classmethod
     def from_text(cls, text: str) -> StreamCut:
         try:
             head, *parts = text.strip().split("|")
-            scope, stream = split_scoped_name(head)
+            name, at, incarnation = head.partition("@")
+            scope, stream = split_scoped_name(name)
             positions = []
             for part in parts:
                 sid, low, high, offset = part.split(":")
                 positions.append(SegmentPosition(segment=SegmentRange(segment_id=int(sid), low=float(low),
                                                                       high=float(high)), offset=int(offset)))
+            return cls.of(scope, stream, positions, int(incarnation) if at else None)
         except (ValueError, TypeError) as e:
             raise InvalidArgument(f"not a stream cut: {text!r}") from e
-        return cls.of(scope, stream, positions)
 
     def __str__(self) -> str:
         return self.to_text()
@@ -75,6 +86,10 @@ class StreamCut:
     def compare(self, other: StreamCut) -> Ordering:
         if (self.scope, self.stream) != (other.scope, other.stream):
             raise InvalidArgument("stream cuts of different streams cannot be compared")
+        if None not in (self.incarnation, other.incarnation) and self.incarnation != other.incarnation:
+            raise StreamRecreated(f"stream cuts of two incarnations of {self.scope}/{self.stream} cannot be "
+                                  f"compared ({self.incarnation}, {other.incarnation})",
+                                  expected=self.incarnation, current=other.incarnation)
         return compare_positions(list(self.positions), list(other.positions))
 
 

@@ -169,7 +169,8 @@ def get_segments(scope: ScopeName, stream: StreamName,
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/head", summary="The head stream cut")
 def get_head(scope: ScopeName, stream: StreamName) -> PositionList:
-    return PositionList(positions=streams.head(scope, stream))
+    record = streams.record(scope, stream)  # before the head: its incarnation is the positions'
+    return PositionList(positions=streams.head(scope, stream, record), incarnation=int(record.created_ms))
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/segment-for-key", summary="The current segment of a routing key")
@@ -193,7 +194,7 @@ def get_predecessors(scope: ScopeName, stream: StreamName, segment_id: SegmentId
 @app.post("/v1/scopes/<scope>/streams/<stream>/truncate",
           summary="Truncate at a stream cut (only forward, only at a valid cut)")
 def truncate_stream(scope: ScopeName, stream: StreamName, request: TruncateRequest) -> StreamStatus:
-    streams.truncate_stream(scope, stream, {p.segment_id: p.offset for p in request.positions})
+    streams.truncate_stream(scope, stream, {p.segment_id: p.offset for p in request.positions}, request.incarnation)
     return _status(scope, stream)
 
 
@@ -211,7 +212,8 @@ def get_slices(scope: ScopeName, stream: StreamName,
          summary="How far a reader at a cut can read without mixing a segment and its successors")
 def get_next_cut(scope: ScopeName, stream: StreamName,
                  start: Annotated[str, Query(alias="from", description="A stream cut in text form.")]) -> PositionList:
-    return PositionList(positions=streams.next_cut(scope, stream, _cut_offsets(scope, stream, start)))
+    offsets = _cut_offsets(scope, stream, start)
+    return PositionList(positions=streams.next_cut(scope, stream, offsets), incarnation=StreamCut.from_text(start).incarnation)
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/cut-at-time",
@@ -223,7 +225,8 @@ def get_next_cut(scope: ScopeName, stream: StreamName,
 def get_cut_at_time(scope: ScopeName, stream: StreamName,
                     time_ms: Annotated[int, Query(ge=0, le=INT63_MAX, description="Milliseconds since the epoch.")],
                     ) -> PositionList:
-    return PositionList(positions=cut_at_time(streams, scope, stream, time_ms))
+    record = streams.record(scope, stream)  # before the cut: its incarnation is the positions'
+    return PositionList(positions=cut_at_time(streams, scope, stream, time_ms), incarnation=int(record.created_ms))
 
 
 def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | None:
@@ -232,6 +235,8 @@ def _cut_offsets(scope: str, stream: str, text: str | None) -> dict[int, int] | 
     cut = StreamCut.from_text(text)
     if (cut.scope, cut.stream) != (scope, stream):
         raise InvalidArgument(f"the stream cut is for {cut.scope}/{cut.stream}, not {scope}/{stream}")
+    if cut.incarnation is not None:  # a cut of another incarnation is StreamRecreated, never its offsets here
+        streams.check_incarnation(streams.record(scope, stream), cut.incarnation)
     return cut.offsets
 
 

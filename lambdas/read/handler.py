@@ -23,7 +23,7 @@ from dataplane import models
 from dataplane.deployment import Deployment
 from dataplane.segment_store import MAX_LOCATE_BYTES, SegmentStore
 from lambdas import tail_check
-from lambdas.http import OCTETS, ScopeName, SegmentToken, StreamName, build_resolver, powertools
+from lambdas.http import OCTETS, Incarnation, ScopeName, SegmentToken, StreamName, build_resolver, powertools
 from rillet import api
 from rillet.api import (
     PlanPart,
@@ -63,8 +63,9 @@ def read(
     segment: SegmentToken,
     offset: Annotated[int, Query(ge=0, le=api.INT63_MAX)] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=MAX_READ_SIZE)] = MAX_READ_SIZE,
+    incarnation: Incarnation = None,
 ):  # no return annotation: binary bodies must bypass powertools' (JSON) response validation
-    result = store.read(segment_name(scope, stream, segment), offset, max_bytes)
+    result = store.read(segment_name(scope, stream, segment), offset, max_bytes, incarnation)
     return Response(status_code=200, content_type=OCTETS, body=result.data, headers={
         api.OFFSET: str(result.offset),
         api.NEXT_OFFSET: str(result.next_offset),
@@ -79,8 +80,9 @@ def read(
          summary="Where the bytes from an offset are: presigned ranged GETs of S3 objects, and inline bytes")
 def locations(scope: ScopeName, stream: StreamName, segment: SegmentToken,
               offset: Annotated[int, Query(ge=0, le=api.INT63_MAX)] = 0,
-              max_bytes: Annotated[int, Query(ge=1, le=MAX_LOCATE_BYTES)] = MAX_LOCATE_BYTES) -> ReadLocations:
-    result = store.locate(segment_name(scope, stream, segment), offset, max_bytes)
+              max_bytes: Annotated[int, Query(ge=1, le=MAX_LOCATE_BYTES)] = MAX_LOCATE_BYTES,
+              incarnation: Incarnation = None) -> ReadLocations:
+    result = store.locate(segment_name(scope, stream, segment), offset, max_bytes, incarnation=incarnation)
     return ReadLocations(offset=result.offset, next_offset=result.next_offset, start_offset=result.start_offset,
                          length=result.length, sealed=result.sealed, end_of_segment=result.end_of_segment,
                          expires_in_s=URL_EXPIRY_S, locations=[_location(x) for x in result.locations])
@@ -99,8 +101,9 @@ def _location(x) -> ReadLocation:
          summary="Where the bytes of a range are: S3 object ranges, and inline ranges to read through this API")
 def plan(scope: ScopeName, stream: StreamName, segment: SegmentToken,
          start: Annotated[int, Query(alias="from", ge=0, le=api.INT63_MAX)],
-         end: Annotated[int, Query(alias="to", ge=0, le=api.INT63_MAX)]) -> ReadPlan:
-    parts = store.plan(segment_name(scope, stream, segment), start, end)
+         end: Annotated[int, Query(alias="to", ge=0, le=api.INT63_MAX)],
+         incarnation: Incarnation = None) -> ReadPlan:
+    parts = store.plan(segment_name(scope, stream, segment), start, end, incarnation)
     return ReadPlan(bucket=deployment.bucket, parts=[PlanPart(offset=p.offset, length=p.length, object_key=p.object_key,
                                                               object_offset=p.object_offset) for p in parts])
 
@@ -109,7 +112,7 @@ def plan(scope: ScopeName, stream: StreamName, segment: SegmentToken,
 def info(scope: ScopeName, stream: StreamName, segment: SegmentToken) -> SegmentStatus:
     i = store.info(segment_name(scope, stream, segment))
     return SegmentStatus(segment=i.name, start_offset=i.start_offset, length=i.length, sealed=i.sealed,
-                         created_at_ms=i.created_ms, event_rates=list(i.event_rates), byte_rates=list(i.byte_rates))
+                         created_at_ms=i.created_ms, stream_incarnation=i.stream_incarnation, event_rates=list(i.event_rates), byte_rates=list(i.byte_rates))
 
 
 @logger.inject_lambda_context

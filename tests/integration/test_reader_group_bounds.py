@@ -69,7 +69,7 @@ class Scaling:
                                          and s.low < self.history.segments[p].high]
         return set(event.sealed)
 
-    def successors(self, stream: str, sid: int) -> list[SuccessorInfo]:
+    def successors(self, stream: str, sid: int, incarnation: int | None) -> list[SuccessorInfo]:
         segments = self.history.segments
         return [SuccessorInfo(segment=segments[c], predecessors=[segments[p] for p in self.predecessors_of[c]])
                 for c in self.successors_of.get(sid, [])]

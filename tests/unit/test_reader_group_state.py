@@ -61,7 +61,7 @@ class Group:
         self.now = 1_000_000
         self.successor_calls: list[int] = []
 
-    def successors(self, stream: str, sid: int) -> list[SuccessorInfo]:
+    def successors(self, stream: str, sid: int, incarnation: int | None) -> list[SuccessorInfo]:
         assert stream == STREAM
         self.successor_calls.append(sid)
         return [SuccessorInfo(segment=self.history.segments[s],
