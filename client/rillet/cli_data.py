@@ -107,7 +107,7 @@ def accept_relative_times(parser: argparse.ArgumentParser) -> None:
 def start_of(connection: Connection, scope: str, stream: str, args: argparse.Namespace) -> list[SegmentPosition]:
     """Where ``read`` starts: the cut at ``--from-time``, else ``--from``."""
     if args.from_time is not None:
-        return connection.controller.cut_at_time(scope, stream, args.from_time)
+        return connection.controller.cut_at_time(scope, stream, args.from_time).positions
     return resolve_cut(connection, scope, stream, args.from_cut or "head")
 
 

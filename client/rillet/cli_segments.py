@@ -125,7 +125,7 @@ def stream_cut(args: argparse.Namespace) -> None:
     connection = Connection(args.endpoint)
     if (args.where == "at") != (args.time is not None):
         raise InvalidArgument("give a time after `at` (and only there): cut head, cut tail or cut at TIME")
-    positions = (connection.controller.cut_at_time(scope, stream, args.time) if args.where == "at"
+    positions = (connection.controller.cut_at_time(scope, stream, args.time).positions if args.where == "at"
                  else resolve_cut(connection, scope, stream, args.where))
     cut = StreamCut.of(scope, stream, positions)
     if args.json:

@@ -210,10 +210,11 @@ class ControllerClient:
     def remove_writer(self, scope: str, stream: str, writer_id: str) -> None:
         self.transport.json("DELETE", _stream_path(scope, stream) + f"/writers/{writer_id}")
 
-    def next_cut(self, scope: str, stream: str, start: str) -> list[SegmentPosition]:
-        """How far a reader at cut ``start`` (text form) reads without mixing predecessors and successors."""
+    def next_cut(self, scope: str, stream: str, start: str) -> api.PositionList:
+        """How far a reader at cut ``start`` (text form) reads without mixing predecessors and successors
+        (of the start cut's incarnation)."""
         data = self.transport.json("GET", _stream_path(scope, stream) + "/next-cut", params={"from": start})
-        return api.PositionList.model_validate(data).positions
+        return api.PositionList.model_validate(data)
 
     def predecessors(self, scope: str, stream: str, segment_id: int) -> list[SegmentRange]:
         data = self.transport.json("GET", _stream_path(scope, stream) + f"/segments/{segment_id}/predecessors")
@@ -257,7 +258,8 @@ class ControllerClient:
         """The stream's last retention decision and its subscribers with their lag."""
         return RetentionStatus.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/retention"))
 
-    def cut_at_time(self, scope: str, stream: str, time_ms: int) -> list[SegmentPosition]:
-        """The earliest cut from which every event appended at or after ``time_ms`` is read."""
+    def cut_at_time(self, scope: str, stream: str, time_ms: int) -> api.PositionList:
+        """The earliest cut from which every event appended at or after ``time_ms`` is read, and the
+        stream incarnation it is of."""
         data = self.transport.json("GET", _stream_path(scope, stream) + "/cut-at-time", params={"time_ms": time_ms})
-        return api.PositionList.model_validate(data).positions
+        return api.PositionList.model_validate(data)

@@ -198,12 +198,13 @@ class _Options:
         if given is not None:
             return given
         if self.starting_timestamp_ms is not None:
-            positions = controller.cut_at_time(scope, stream, self.starting_timestamp_ms)
-        elif self.starting_position == "tail":
-            positions = controller.stream_info(scope, stream).tail
-        else:
-            positions = controller.head(scope, stream)
-        return StreamCut.of(scope, stream, positions)
+            cut = controller.cut_at_time(scope, stream, self.starting_timestamp_ms)
+            return StreamCut.of(scope, stream, cut.positions, cut.incarnation)
+        if self.starting_position == "tail":
+            info = controller.stream_info(scope, stream)
+            return StreamCut.of(scope, stream, info.tail, info.created_at_ms)
+        head = controller.head_cut(scope, stream)
+        return StreamCut.of(scope, stream, head.positions, head.incarnation)
 
     def end(self, connection, scope: str, stream: str):
         """The cut a batch read of a stream ends at (None: the tail)."""
@@ -213,8 +214,8 @@ class _Options:
         if given is not None:
             return given
         if self.ending_timestamp_ms is not None:
-            return StreamCut.of(scope, stream, connection.controller.cut_at_time(scope, stream,
-                                                                                 self.ending_timestamp_ms))
+            cut = connection.controller.cut_at_time(scope, stream, self.ending_timestamp_ms)
+            return StreamCut.of(scope, stream, cut.positions, cut.incarnation)
         return None
 
 
@@ -249,6 +250,7 @@ class RangePartition(InputPartition):
     end: int
     bucket: str
     parts: list[tuple[int, int, str | None, int]] = field(default_factory=list)  # offset, length, key, key offset
+    incarnation: int | None = None  # of the stream the offsets are of (rillet.StreamCut): reads name it
 
     def __post_init__(self) -> None:
         super().__init__(self.segment_id)
@@ -263,14 +265,15 @@ class _Piece:
     segment_id: int
     start: int
     end: int
+    incarnation: int | None = None  # of the stream the offsets are of: plans and reads name it
 
     @property
     def size(self) -> int:
         return max(0, self.end - self.start)
 
 
-def _pieces(scope: str, stream: str, slices: list) -> list[_Piece]:
-    return [_Piece(scope, stream, s.segment.segment_id, s.start_offset, s.end_offset) for s in slices]
+def _pieces(scope: str, stream: str, slices: list, incarnation: int | None = None) -> list[_Piece]:
+    return [_Piece(scope, stream, s.segment.segment_id, s.start_offset, s.end_offset, incarnation) for s in slices]
 
 
 def _split_size(options: _Options, pieces: list[_Piece], max_bytes: int | None) -> int | None:
@@ -294,13 +297,14 @@ def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) 
     for piece in pieces:
         if not piece.size:
             continue
-        plan = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end)
+        plan = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end,
+                                        piece.incarnation)
         current: RangePartition | None = None
         for part in plan.parts:
             if current is None or (max_bytes is not None and _starts_partition(
                     current.end - current.start, part.length, max_bytes, slack)):
                 current = RangePartition(piece.scope, piece.stream, piece.segment_id, part.offset, part.offset,
-                                         plan.bucket)
+                                         plan.bucket, incarnation=piece.incarnation)
                 partitions.append(current)
             current.parts.append((part.offset, part.length, part.object_key, part.object_offset))
             current.end = part.offset + part.length
@@ -314,11 +318,12 @@ def _starts_partition(held: int, length: int, max_bytes: int, slack: int) -> boo
     return not (length < slack and held + length <= max_bytes + slack)  # a small part stays with the held
 
 
-def _fetch(segments, scope: str, stream: str, segment_id: int, offset: int, length: int) -> bytes:
+def _fetch(segments, scope: str, stream: str, segment_id: int, offset: int, length: int,
+           incarnation: int | None = None) -> bytes:
     """The bytes [offset, offset + length) of a segment through the read API (which may answer less)."""
     data = bytearray()
     while len(data) < length:
-        data += segments.read(scope, stream, segment_id, offset + len(data), length - len(data)).data
+        data += segments.read(scope, stream, segment_id, offset + len(data), length - len(data), incarnation).data
     return bytes(data)
 
 
@@ -356,7 +361,8 @@ def _read(options: _Options, partition: RangePartition) -> Iterator:
 
     def part_bytes(offset: int, length: int, key: str | None, key_offset: int) -> bytes:
         if key is None:
-            return _fetch(segments, partition.scope, partition.stream, partition.segment_id, offset, length)
+            return _fetch(segments, partition.scope, partition.stream, partition.segment_id, offset, length,
+                          partition.incarnation)
         body = s3.get_object(
             Bucket=partition.bucket, Key=key, Range=f"bytes={key_offset}-{key_offset + length - 1}")
         return body["Body"].read()
@@ -658,11 +664,11 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
             if name not in starts:  # added since the checkpoint: it joins at its start
                 ends[name] = o.start(connection, scope, stream).to_text()
                 continue
-            positions = connection.controller.next_cut(scope, stream, starts[name])
-            ends[name] = StreamCut.of(scope, stream, positions).to_text()
+            cut = connection.controller.next_cut(scope, stream, starts[name])
+            ends[name] = StreamCut.of(scope, stream, cut.positions, cut.incarnation).to_text()
             if limited or self._target is not None:
                 pieces += _pieces(scope, stream, connection.controller.slices(scope, stream, starts[name],
-                                                                              ends[name]).slices)
+                                                                              ends[name]).slices, cut.incarnation)
         if self._target is not None:
             pieces = [_before(piece, self._target[f"{piece.scope}/{piece.stream}"]) for piece in pieces]
         if limited:
@@ -672,7 +678,7 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
             cut = StreamCut.from_text(text)
             ends[name] = StreamCut.of(cut.scope, cut.stream, [
                 p.model_copy(update={"offset": stops.get((cut.scope, cut.stream, p.segment.segment_id), p.offset)})
-                for p in cut.positions]).to_text()
+                for p in cut.positions], cut.incarnation).to_text()
         self._last_end = _offset(ends)
         return self._last_end
 
@@ -702,13 +708,16 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
         truncated what the query had not read (``fail_on_data_loss``), none when all of it lies below."""
         from rillet.errors import InvalidArgument, SegmentNotFound, Truncated
 
+        from rillet.stream_cut import StreamCut
+
         controller = self.options.connection().controller
+        incarnation = StreamCut.from_text(stop).incarnation
         try:
-            return _pieces(scope, stream, controller.slices(scope, stream, begin, stop).slices)
+            return _pieces(scope, stream, controller.slices(scope, stream, begin, stop).slices, incarnation)
         except (Truncated, SegmentNotFound) as lost:
             head = self._data_lost(scope, stream, begin, lost)
         try:
-            return _pieces(scope, stream, controller.slices(scope, stream, head, stop).slices)
+            return _pieces(scope, stream, controller.slices(scope, stream, head, stop).slices, incarnation)
         except (Truncated, SegmentNotFound, InvalidArgument):
             return []  # the stream's part of the batch lies below its head: the next batch goes on
 
@@ -720,7 +729,8 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
 
         from rillet.stream_cut import StreamCut
 
-        head = StreamCut.of(scope, stream, self.options.connection().controller.head(scope, stream)).to_text()
+        cut = self.options.connection().controller.head_cut(scope, stream)
+        head = StreamCut.of(scope, stream, cut.positions, cut.incarnation).to_text()
         what = f"{scope}/{stream}: bytes from {start} up to the head {head} were truncated before this query " \
                f"read them ({lost})"
         if self.options.fail_on_data_loss:
@@ -780,7 +790,8 @@ def _limited(connection, pieces: list[_Piece], max_bytes: int | None, max_events
 
 
 def _bytes_within(connection, piece: _Piece, share: int) -> _Piece:
-    parts = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end).parts
+    parts = connection.segments.plan(piece.scope, piece.stream, piece.segment_id, piece.start, piece.end,
+                                     piece.incarnation).parts
     stop = parts[0].offset + parts[0].length
     for part in parts:
         if part.offset + part.length > piece.start + share:
