@@ -137,9 +137,10 @@ data "aws_iam_policy_document" "controller_api" {
   }
 }
 
-# An append (dataplane/segment_store.py append/_place): read the head record, claim the tail with a
+# An append (dataplane/append_path.py append/_place): read the head record, claim the tail with a
 # conditional put, advance the head record with a conditional update, release a bad claim with a
-# conditional delete; a block above the inline size is first put to S3.
+# conditional delete; a block above the inline size is first put to S3, and that object is deleted
+# again when the block is refused (a sealed segment, a conflict) or another request placed it first.
 data "aws_iam_policy_document" "append" {
   statement {
     sid = "SegmentsTable"
@@ -154,9 +155,11 @@ data "aws_iam_policy_document" "append" {
     resources = [aws_dynamodb_table.segments.arn]
   }
 
+  # DeleteObject only for the request's own block object: without it a refused append answers 500
+  # instead of its typed error (409 SegmentSealed), and the SDK retries instead of following the seal.
   statement {
     sid       = "PutSegmentObjects"
-    actions   = ["s3:PutObject"]
+    actions   = ["s3:DeleteObject", "s3:PutObject"]
     resources = ["${aws_s3_bucket.segments.arn}/segments/*"]
   }
 

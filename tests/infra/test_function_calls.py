@@ -17,10 +17,13 @@ import json
 import re
 import time
 import uuid
+from contextlib import contextmanager
 from fnmatch import fnmatchcase
-from functools import partial
+from functools import cache, partial
 from types import SimpleNamespace
 
+import botocore.client
+import botocore.exceptions
 import lambda_events
 import pytest
 from lambda_events import handler_modules, invoke
@@ -55,6 +58,7 @@ JSON = {"content-type": "application/json"}
 PARTITION_KEY = "pk"  # of both tables (controlplane/models.py MetadataItem, dataplane/models.py SegmentMeta)
 
 
+@cache  # parsed once per function: the enforcing recorder below checks every call as it is made
 def _grants_of(handler: str) -> dict[tuple[str, str], list[list[str] | None]]:
     """(resource kind, action) -> for each statement granting it, the partition keys it is limited to
     (None: any). test_job_calls._granted reads one named document; this reads a function's role."""
@@ -239,3 +243,84 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     tables = {mine.metadata_table: "metadata", mine.segments_table: "segments"}
     missing = {handler: _missing(handler, made, tables) for handler, made in recorded_by.items()}
     assert missing == {CONTROLLER: [], APPEND: [], READ: [], TAILS: []}, f"roles lack what their functions call: {missing}"
+
+
+@contextmanager
+def _as_role(monkeypatch, handler: str, tables: dict[str, str]):
+    """Every AWS call made inside is first checked against the role of ``handler``'s function, as AWS
+    would: a call the role does not grant raises AccessDenied instead of reaching moto (which enforces
+    no IAM here). Yields the calls the role was asked for."""
+    made: list[tuple[str, str, dict]] = []
+    forward = botocore.client.BaseClient._make_api_call
+
+    def enforce(client, operation_name, api_params):
+        call = (client.meta.service_model.service_name, operation_name, dict(api_params))
+        made.append(call)
+        denied = _missing(handler, [call], tables)
+        if denied:
+            raise botocore.exceptions.ClientError(
+                {"Error": {"Code": "AccessDenied", "Message": f"not granted to the role: {denied}"}}, operation_name)
+        return forward(client, operation_name, api_params)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(botocore.client.BaseClient, "_make_api_call", enforce)
+        yield made
+
+
+def _block_objects(mine, segment: str) -> list[str]:
+    listing = mine.s3.list_objects_v2(Bucket=mine.bucket, Prefix=f"segments/{segment}/b/")
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def test_a_refused_or_duplicate_large_block_deletes_its_object_under_the_append_role(functions, unique,
+                                                                                     monkeypatch):
+    """The append path puts a block above the inline size to S3 before placing it, and deletes that
+    object when the block is refused or another request placed it first (dataplane/append_path.py). Run
+    under the append role's policy, both answer as they do without IAM: 409 SegmentSealed, and 200."""
+    mine, modules = functions
+    controller, append = modules["controller_api"], modules["append"]
+    tables = {mine.metadata_table: "metadata", mine.segments_table: "segments"}
+    _fresh_authorizer(monkeypatch)
+    for target, body in (("/v1/grants", {"principal": ADMIN, "resource": "prn::*", "permission": "READ_UPDATE"}),
+                         ("/v1/scopes", {"scope": unique}),
+                         (f"/v1/scopes/{unique}/streams", {"stream": "open"}),
+                         (f"/v1/scopes/{unique}/streams", {"stream": "sealed"})):
+        status, answer = _invoke(controller, "POST", target, json.dumps(body).encode(), **JSON)
+        assert status == 200, (target, answer)
+    status, answer = _invoke(controller, "POST", f"/v1/scopes/{unique}/streams/sealed/seal", b"{}", **JSON)
+    assert status == 200, answer
+    large = frame(b"z" * 4096)
+
+    def append_large(segment: str, writer: str) -> tuple[int, dict]:
+        return _invoke(append, "POST", f"/v1/segments/{unique}/{segment}", large, **{
+            api.WRITER_ID: writer, api.EVENT_NUMBER: "0", api.EVENT_COUNT: "1"})
+
+    # Refused: the segment is sealed. The block's object was put, then deleted again.
+    _fresh_authorizer(monkeypatch)
+    with _as_role(monkeypatch, APPEND, tables) as made:
+        status, answer = append_large("sealed/0", "w")
+    assert status == 409 and "SegmentSealed" in json.dumps(answer), (status, answer)
+    assert [op for _, op, _ in made if op.endswith("Object")] == ["PutObject", "DeleteObject"]
+    assert _block_objects(mine, f"{unique}/sealed/0") == []
+
+    # Duplicate: while this request uploads its block, a resend of the same block (writer, event number)
+    # is placed by another request; this one then finds it placed and deletes its own object.
+    _fresh_authorizer(monkeypatch)
+    resent: list = []
+    with _as_role(monkeypatch, APPEND, tables) as made:
+        enforcing = botocore.client.BaseClient._make_api_call
+
+        def upload_racing_a_resend(client, operation_name, api_params):
+            if operation_name == "PutObject" and not resent:
+                resent.append(None)  # the resend's own upload goes straight through
+                resent[0] = append_large("open/0", "racer")
+            return enforcing(client, operation_name, api_params)
+
+        with monkeypatch.context() as racing:
+            racing.setattr(botocore.client.BaseClient, "_make_api_call", upload_racing_a_resend)
+            status, answer = append_large("open/0", "racer")
+    assert resent[0][0] == 200 and not resent[0][1].get("duplicate"), resent
+    assert status == 200 and answer.get("duplicate") is True, answer
+    assert [op for _, op, _ in made if op.endswith("Object")] == ["PutObject", "PutObject", "DeleteObject"]
+    objects = _block_objects(mine, f"{unique}/open/0")
+    assert len(objects) == 1, objects  # the placed block's, and only it
