@@ -13,7 +13,7 @@ locals {
 resource "aws_emrserverless_application" "spark" {
   name          = "${var.name_prefix}-spark"
   release_label = "emr-spark-8.0.0"
-  type          = "spark"
+  type          = "SPARK"
   architecture  = var.emr_architecture
 
   maximum_capacity {

@@ -99,7 +99,7 @@ def test_every_piece_is_declared(tf):
     assert "password" not in db, "no password in the Terraform state"
 
     emr = tf.of_type("aws_emrserverless_application")["spark"]
-    assert emr.get("release_label") == "emr-spark-8.0.0" and emr.get("type") == "spark"
+    assert emr.get("release_label") == "emr-spark-8.0.0" and emr.get("type") == "SPARK"
     assert one_block(emr, "auto_stop_configuration", "emr").get("enabled") is True, "idle costs nothing"
 
     group = tf.of_type("aws_cloudwatch_log_group")["dagster"]
