@@ -285,10 +285,13 @@ data "aws_iam_policy_document" "dagster_jobs" {
     ]
   }
 
+  # ConditionCheckItem: tiering saves a chunk in a transaction that checks the head record's tiering
+  # epoch (dataplane/storage_writer.py _tier_run) when the chunk does not move the head's chunk_end.
   statement {
     sid = "SegmentsTable"
     actions = [
       "dynamodb:BatchWriteItem",
+      "dynamodb:ConditionCheckItem",
       "dynamodb:DeleteItem",
       "dynamodb:DescribeTable",
       "dynamodb:GetItem",

@@ -1,31 +1,52 @@
-"""Every AWS call the Dagster jobs make is granted to the roles that run them (issue 28).
+"""Every AWS call the Dagster jobs make is granted to the roles that run them (issues 28 and 37).
 
 The maintenance jobs run in the daemon's task and the export's run in a task of its own; both roles hold
-data.aws_iam_policy_document.dagster_jobs. Here the sensors and jobs run against moto (as in
-tests/dagster) while every botocore call is recorded; each call is turned into the IAM action and the
-resource AWS authorizes it on, and must be granted by that document. A call the code starts making
-without a grant fails here instead of on AWS.
+data.aws_iam_policy_document.dagster_jobs. Here every sensor, schedule and job of the code location runs
+against moto (as in tests/dagster) while every botocore call is recorded; each call is turned into the
+IAM action and the resource AWS authorizes it on, and must be granted by that document. A call the code
+starts making without a grant fails here instead of on AWS. (The export asset's EMR Serverless calls are
+the run role's dagster_submit_emr document, reviewed in test_dagster_emr.py; the run-failure sensor
+makes no AWS call.)
 """
 
 from __future__ import annotations
 
+import datetime
+import time
+import uuid
+
 import botocore.client
 import pytest
-from dagster import RunRequest, build_sensor_context
+from dagster import Definitions, RunRequest, SkipReason, build_schedule_context, build_sensor_context
 from test_terraform import TF_DIR, _classify, as_list, parse_terraform, statements
 
-from controlplane.models import StreamRecord
+from controlplane.models import StreamRecord, TxnRecord, stream_pk, txn_sk
+from dagster_project.autoscale import autoscale_sensor, scale_stream_job
+from dagster_project.definitions import defs
 from dagster_project.maintenance import (
     sweep_workflows_job,
     tier_segments_job,
     tiering_sensor,
     workflow_sweeper_sensor,
 )
+from dagster_project.reader_groups import expire_reader_leases_job, reader_lease_sensor
 from dagster_project.resources import RilletDeployment
+from dagster_project.retention import retention_schedule
+from dagster_project.transactions import abort_expired_transactions_job, txn_timeout_sensor
+from dagster_project.watermarks import watermark_sensor
 from dataplane.deployment import Deployment
+from dataplane.models import META_KEY, SegmentMeta
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.framing import frame
-from rillet.models import ScalingPolicy, StreamConfiguration, StreamState
+from rillet.models import (
+    ReaderGroupConfig,
+    RetentionPolicy,
+    ScalingPolicy,
+    StreamConfiguration,
+    StreamRange,
+    StreamState,
+)
+from rillet.names import segment_name
 from standalone.resources import bind_all, create_resources
 
 # Calls with no IAM action of their own: authorized per item or per key.
@@ -40,8 +61,9 @@ S3_ACTIONS = {"HeadObject": ["GetObject"], "ListObjectsV2": ["ListBucket"], "Lis
 @pytest.fixture
 def isolated(moto_server, deployment):
     """Tables of its own, so the sensors see only this test's work; the session's binding is restored."""
-    mine = Deployment(endpoint_url=moto_server.url, metadata_table="ij-metadata", segments_table="ij-segments",
-                      bucket="ij-segments")
+    suffix = uuid.uuid4().hex[:12]
+    mine = Deployment(endpoint_url=moto_server.url, metadata_table=f"ij-metadata-{suffix}",
+                      segments_table=f"ij-segments-{suffix}", bucket=f"ij-segments-{suffix}")
     create_resources(mine)
     resource = RilletDeployment(endpoint_url=mine.endpoint_url, metadata_table=mine.metadata_table,
                                 segments_table=mine.segments_table, bucket=mine.bucket, chunk_target_bytes=64,
@@ -132,4 +154,113 @@ def test_the_jobs_calls_are_granted(isolated, unique, recorded):
     needed = {need for call in calls for need in _needed(call, tables)}
     missing = sorted(needed - granted)
     assert {op for _, op, _ in tiering_calls} >= {"Query", "PutObject"}, "the recording saw the tiering job"
+    assert not missing, f"dagster_jobs does not grant what the jobs call: {missing}"
+
+
+def _sensor(sensor, resource: RilletDeployment):
+    with build_sensor_context(resources={"rillet": resource}) as context:
+        return sensor(context)
+
+
+def _transact_kinds(calls: list[tuple[str, str, dict]]) -> set[str]:
+    return {what for _, op, params in calls if op == "TransactWriteItems"
+            for item in params["TransactItems"] for what in item}
+
+
+def test_every_sensor_schedule_and_job_is_granted(isolated, unique, recorded):
+    """The branches the first test does not take: tiering a run below the head's chunk_end (a
+    ConditionCheck instead of an Update in the chunk's transaction), auto-scaling, retention, reader
+    leases, transaction timeouts and watermarks, each sensor or schedule with the job it launches."""
+    mine, resource = isolated
+    controller = resource.controller()
+    streams = controller.streams
+    streams.create_scope(unique)
+
+    # Tiering, the ConditionCheck branch: a head record whose chunk_end lies past the inline entries to
+    # tier (chunk_end is the end of the highest chunk ever saved), so saving the chunk does not move it.
+    store = SegmentStore(mine, StoreSettings(chunk_target=64, tier_min_age_ms=0))
+    segment = f"{unique}/below/0"
+    store.create(segment)
+    for i in range(3):
+        store.append(segment, "w", i, 1, frame(bytes([i]) * 20))
+    SegmentMeta.get(segment, META_KEY, consistent_read=True).update(actions=[SegmentMeta.chunk_end.set(1 << 40)])
+    recorded.clear()
+    request = _sensor(tiering_sensor, resource)
+    assert isinstance(request, RunRequest)
+    assert tier_segments_job.execute_in_process(run_config=request.run_config, resources={"rillet": resource}).success
+    assert "ConditionCheck" in _transact_kinds(recorded), "the tiering pass did not take the ConditionCheck branch"
+    calls = list(recorded)
+
+    # Auto-scaling: a hot segment of a stream scaled by event rate; the sensor's decision, the job's scale.
+    recorded.clear()
+    streams.create_stream(unique, "hot", StreamConfiguration(scaling_policy=ScalingPolicy.by_event_rate(10, 2, 1)))
+    now = int(time.time() * 1000)
+    SegmentMeta.get(segment_name(unique, "hot", 0), META_KEY, consistent_read=True).update(actions=[
+        SegmentMeta.rates.set({"t": now, "e": [100.0, 0.0, 0.0, 0.0], "b": [0.0] * 4}),
+        SegmentMeta.created_ms.set(now - 3_600_000)])
+    setup = len(recorded)
+    (request,) = [r for r in _sensor(autoscale_sensor, resource) if r.tags.get("rillet/stream") == f"{unique}/hot"]
+    assert scale_stream_job.execute_in_process(run_config=request.run_config, resources={"rillet": resource}).success
+    assert [s.segment_id for s in streams.current_segments(unique, "hot")] != [0]
+    calls += recorded[setup:]
+
+    # Retention: a stream with a size policy of 0 bytes; the schedule's run truncates it.
+    recorded.clear()
+    streams.create_stream(unique, "kept", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1),
+                                                              retention_policy=RetentionPolicy.by_size(0)))
+    for n in range(2):
+        controller.segments.append(segment_name(unique, "kept", 0), "w", n, 1, frame(b"d" * 96))
+    setup = len(recorded)
+    at = datetime.datetime.now(datetime.UTC)
+    with build_schedule_context(scheduled_execution_time=at, resources={"rillet": resource}) as context:
+        request = retention_schedule(context)
+    assert isinstance(request, RunRequest)
+    job = Definitions(assets=defs.assets, jobs=defs.jobs, resources={"rillet": resource}).resolve_job_def(
+        "retention_job")
+    assert job.execute_in_process(run_config=request.run_config).success
+    assert {p.offset for p in streams.head(unique, "kept")} == {200}
+    calls += recorded[setup:]
+
+    # Reader leases: a group whose reader stopped syncing; the job takes it offline.
+    recorded.clear()
+    streams.create_stream(unique, "read", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    groups = controller.reader_groups
+    groups.create(unique, "g", ReaderGroupConfig(streams=[StreamRange(scope=unique, stream="read")],
+                                                 automatic_checkpoint_interval_ms=0, group_refresh_time_ms=100,
+                                                 reader_lease_ms=1_000))
+    groups.add_reader(unique, "g", "r")
+    time.sleep(1.05)
+    setup = len(recorded)
+    request = _sensor(reader_lease_sensor, resource)
+    assert isinstance(request, RunRequest)
+    assert expire_reader_leases_job.execute_in_process(run_config=request.run_config,
+                                                       resources={"rillet": resource}).success
+    assert groups.info(unique, "g").online_readers == []
+    calls += recorded[setup:]
+
+    # Transaction timeouts: an open transaction past its lease; the job aborts it.
+    recorded.clear()
+    txn = controller.transactions.begin(unique, "read", lease_ms=5_000)
+    TxnRecord.get(stream_pk(unique, "read"), txn_sk(txn.txn_id), consistent_read=True).update(
+        actions=[TxnRecord.lease_expiry_ms.set(1), TxnRecord.deadline_ms.set(1)])
+    setup = len(recorded)
+    request = _sensor(txn_timeout_sensor, resource)
+    assert isinstance(request, RunRequest)
+    assert abort_expired_transactions_job.execute_in_process(run_config=request.run_config,
+                                                             resources={"rillet": resource}).success
+    calls += recorded[setup:]
+
+    # Watermarks: two writers' marks; the sensor computes and appends the watermark on its tick.
+    recorded.clear()
+    controller.segments.append(segment_name(unique, "read", 0), "w", 0, 1, frame(b"e"))
+    controller.watermarks.note_time(unique, "read", "a", 2_000, {0: 5})
+    controller.watermarks.note_time(unique, "read", "b", 1_000, {0: 0})
+    setup = len(recorded)
+    outcome = _sensor(watermark_sensor, resource)
+    assert isinstance(outcome, SkipReason) and f"{unique}/read" in outcome.skip_message
+    calls += recorded[setup:]
+
+    tables = {mine.metadata_table: "metadata", mine.segments_table: "segments"}
+    needed = {need for call in calls for need in _needed(call, tables)}
+    missing = sorted(needed - _granted())
     assert not missing, f"dagster_jobs does not grant what the jobs call: {missing}"
