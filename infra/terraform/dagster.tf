@@ -75,6 +75,30 @@ resource "aws_ecr_repository" "rillet" {
   }
 }
 
+# Every build is pushed under a new tag (the tags are immutable), so without a rule the repository
+# keeps every image ever pushed at $0.10 per GB-month. Keep the newest var.ecr_images_kept images (the
+# deployed one is among them unless that many newer builds were pushed and not deployed); untagged
+# layers of failed pushes go after a day.
+resource "aws_ecr_lifecycle_policy" "rillet" {
+  repository = aws_ecr_repository.rillet.name
+  policy = jsonencode({
+    rules = [
+      {
+        rulePriority = 1
+        description  = "Untagged images (interrupted pushes) after a day"
+        selection    = { tagStatus = "untagged", countType = "sinceImagePushed", countUnit = "days", countNumber = 1 }
+        action       = { type = "expire" }
+      },
+      {
+        rulePriority = 2
+        description  = "Only the newest ${var.ecr_images_kept} images"
+        selection    = { tagStatus = "any", countType = "imageCountMoreThan", countNumber = var.ecr_images_kept }
+        action       = { type = "expire" }
+      },
+    ]
+  })
+}
+
 resource "aws_ecs_cluster" "dagster" {
   #checkov:skip=CKV_AWS_65:Container Insights bills about 26 custom metrics (~$8 a month) for two small services; Dagster's UI and the log group show what runs
   name = local.dagster_name
@@ -147,8 +171,12 @@ resource "aws_db_instance" "dagster" {
   auto_minor_version_upgrade      = true
   deletion_protection             = var.table_deletion_protection
   skip_final_snapshot             = !var.table_deletion_protection
-  final_snapshot_identifier       = "${local.dagster_name}-final"
   enabled_cloudwatch_logs_exports = ["postgresql"]
+
+  # A fixed snapshot name would collide on the second destroy of a deployment of the same prefix (the
+  # first snapshot stays). The database's security group is created and destroyed with it, and its id
+  # is new each time: a unique suffix without another provider. Nothing reads the name back.
+  final_snapshot_identifier = "${local.dagster_name}-final-${aws_security_group.dagster_db.id}"
 }
 
 # -- roles --------------------------------------------------------------------------------------------
@@ -562,6 +590,14 @@ resource "aws_ecs_service" "webserver" {
     security_groups  = var.dagster_security_group_ids
     assign_public_ip = false
   }
+
+  # The task definition names the roles, not their policies: without these a first task could start
+  # before its roles may pull the image, write logs or read the database password, and fail.
+  depends_on = [
+    aws_iam_role_policy.dagster_execution,
+    aws_iam_role_policy.dagster_webserver,
+    aws_iam_role_policy.dagster_db_password,
+  ]
 }
 
 # One daemon only: Dagster's daemon must not run twice against one instance.
@@ -585,4 +621,13 @@ resource "aws_ecs_service" "daemon" {
     security_groups  = var.dagster_security_group_ids
     assign_public_ip = false
   }
+
+  # As for the webserver: the daemon's sensors need their table grants and its launcher its ECS grants
+  # from its first tick.
+  depends_on = [
+    aws_iam_role_policy.dagster_execution,
+    aws_iam_role_policy.dagster_daemon_jobs,
+    aws_iam_role_policy.dagster_daemon_launch,
+    aws_iam_role_policy.dagster_db_password,
+  ]
 }

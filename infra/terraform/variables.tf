@@ -9,9 +9,13 @@ variable "name_prefix" {
   type        = string
   default     = "rillet"
 
+  # The strictest naming rules among the resources it prefixes: the RDS instance and its final snapshot
+  # (a letter first, no "--", no hyphen last), the bucket (lower case; no "sthree-" or "amzn-s3-demo-"
+  # at the start, and "xn--" falls to the "--" rule), the ECR repository (lower case), and the bucket
+  # name's length. Checked at plan, not after ~80 resources exist.
   validation {
-    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,24}[a-z0-9]$", var.name_prefix))
-    error_message = "name_prefix must be 2-26 characters of lower-case letters, digits and hyphens (the bucket name <prefix>-segments-<12-digit account>-<region> has at most 63)."
+    condition     = can(regex("^[a-z][a-z0-9-]{0,24}[a-z0-9]$", var.name_prefix)) && !strcontains(var.name_prefix, "--") && !startswith(var.name_prefix, "sthree-") && !startswith(var.name_prefix, "amzn-s3-demo-")
+    error_message = "name_prefix must be 2-26 characters of lower-case letters, digits and hyphens, start with a letter, end with a letter or digit, hold no \"--\" (RDS identifiers) and not start with \"sthree-\" or \"amzn-s3-demo-\" (S3); the bucket name <prefix>-segments-<12-digit account>-<region> has at most 63."
   }
 }
 
@@ -328,5 +332,29 @@ variable "dagster_db_max_storage_gb" {
   validation {
     condition     = var.dagster_db_max_storage_gb >= 21
     error_message = "dagster_db_max_storage_gb must exceed the allocated 20 GB."
+  }
+}
+
+variable "ecr_images_kept" {
+  description = "How many of the newest images the ECR repository keeps (its lifecycle policy expires older ones); keep more than the builds you might roll back to."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.ecr_images_kept >= 2 && floor(var.ecr_images_kept) == var.ecr_images_kept
+    error_message = "ecr_images_kept must be a whole number of at least 2 (the deployed image and one to roll back to)."
+  }
+}
+
+variable "stream_metrics" {
+  description = "Streams (\"scope/stream\") whose consumption-based retention figures CloudWatch keeps per stream and per subscriber, besides the deployment-wide worst values; each listed stream costs 3 custom metrics and 2 more per subscriber, $0.30 a month each (docs/operations.md). At most 10."
+  type        = list(string)
+  default     = []
+
+  # At most 10 streams: the cost cap, and the filter pattern that lists them stays within CloudWatch
+  # Logs' 1,024 characters.
+  validation {
+    condition     = length(var.stream_metrics) <= 10 && alltrue([for s in var.stream_metrics : can(regex("^[A-Za-z0-9.-]+/[A-Za-z0-9.-]+$", s))]) && length(join(" || ", [for s in var.stream_metrics : "$.stream = \"${s}\""])) <= 900
+    error_message = "stream_metrics lists at most 10 \"scope/stream\" names (letters, digits, . and -), at most 900 characters of filter between them."
   }
 }

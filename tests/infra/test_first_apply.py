@@ -34,9 +34,11 @@ from test_terraform import (
 PLUGIN_DIR = Path(os.environ.get("RILLET_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 HAS_TERRAFORM = shutil.which("terraform") is not None
 
-# The longest values the inputs allow: name_prefix's validation, a 12-digit account, and the longest
-# region names (ap-southeast-4, ap-northeast-3: 14 characters).
-LONGEST = {"var.name_prefix": "p" * 26, "local.account_id": "1" * 12, "local.region": "ap-southeast-4"}
+# The longest values the inputs allow: name_prefix's validation, a 12-digit account, the longest region
+# names (ap-southeast-4, ap-northeast-3: 14 characters), and the id of the database's security group,
+# which suffixes the final snapshot's name ("sg-" and 17 hex digits).
+LONGEST = {"var.name_prefix": "p" * 26, "local.account_id": "1" * 12, "local.region": "ap-southeast-4",
+           "aws_security_group.dagster_db.id": "sg-" + "0" * 17}
 # AWS's name limits: (resource type, attribute) -> most characters.
 NAME_LIMITS = {
     ("aws_s3_bucket", "bucket"): 63,
@@ -92,6 +94,12 @@ REQUIRED = {"image_tag": '"v1"', "dagster_subnet_ids": '["subnet-a", "subnet-b"]
     ("image_tag", '"v1 beta"', False),
     ("name_prefix", '"' + "p" * 26 + '"', True),
     ("name_prefix", '"' + "p" * 27 + '"', False),  # the bucket name would pass 63 characters
+    ("name_prefix", '"rillet-test-2"', True),
+    ("name_prefix", '"2rillet"', False),  # RDS identifiers start with a letter
+    ("name_prefix", '"rillet--test"', False),  # nor hold "--"
+    ("name_prefix", '"Rillet"', False),  # bucket and ECR repository names are lower case
+    ("name_prefix", '"sthree-rillet"', False),  # a prefix S3 reserves for its own bucket names
+    ("ecr_images_kept", "1", False),
     ("bucket_name", '"' + "b" * 64 + '"', False),
     ("reserved_concurrency", "{ append = 0 }", False),
     ("reserved_concurrency", "{ append = 5 }", True),
@@ -122,7 +130,7 @@ CONSTRAINED = {"name_prefix", "bucket_name", "lambda_architecture", "log_retenti
                "dagster_security_group_ids", "dagster_cpu", "dagster_memory", "dagster_daemon_memory",
                "dagster_architecture", "dagster_db_instance_class", "dagster_max_concurrent_runs",
                "dagster_db_max_storage_gb", "emr_architecture", "emr_max_vcpu", "emr_subnet_ids",
-               "alarm_emails", "monthly_budget_usd"}
+               "alarm_emails", "monthly_budget_usd", "ecr_images_kept"}
 
 
 def test_every_variable_has_a_type_and_a_description(tf):
