@@ -48,7 +48,7 @@ resource "aws_lambda_function" "controller_api" {
   filename         = local.lambda_zip
   source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = 512
-  timeout          = 30
+  timeout          = local.function_timeouts.controller_api
 
   reserved_concurrent_executions = var.reserved_concurrency.controller_api
 
@@ -92,7 +92,7 @@ resource "aws_lambda_function" "append" {
   filename         = local.lambda_zip
   source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = 512
-  timeout          = 30
+  timeout          = local.function_timeouts.append
 
   reserved_concurrent_executions = var.reserved_concurrency.append
 
@@ -138,7 +138,7 @@ resource "aws_lambda_function" "read" {
   filename         = local.lambda_zip
   source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = 512
-  timeout          = 30
+  timeout          = local.function_timeouts.read
 
   reserved_concurrent_executions = var.reserved_concurrency.read
 
@@ -186,7 +186,7 @@ resource "aws_lambda_function" "tails" {
   filename         = local.lambda_zip
   source_code_hash = filebase64sha256(local.lambda_zip)
   memory_size      = var.tails_memory_mb
-  timeout          = 10 # one BatchGetItem, with botocore's retries
+  timeout          = local.function_timeouts.tails
 
   reserved_concurrent_executions = var.reserved_concurrency.tails
 

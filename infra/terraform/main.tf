@@ -20,4 +20,13 @@ locals {
     read           = "${var.name_prefix}-read"
     tails          = "${var.name_prefix}-tails"
   }
+
+  # Their timeouts in seconds (the duration alarms fire at 80 % of them). The tails function makes one
+  # BatchGetItem, with botocore's retries.
+  function_timeouts = {
+    controller_api = 30
+    append         = 30
+    read           = 30
+    tails          = 10
+  }
 }

@@ -2,9 +2,11 @@
 # SNS topic (alarm_emails subscribe to it), a dashboard of the functions and the metrics they emit, and
 # an optional monthly budget. docs/operations.md says what each alarm means and what to do.
 #
-# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 18
-# one-metric alarms and 4 metric-math alarms of 20 metrics, $3.80 a month, plus the dashboard ($3; free
-# for the first three in an account) and the log metric filters' two custom metrics ($0.60).
+# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 24
+# one-metric alarms and 6 metric-math alarms of 32 metrics, $5.60 a month, plus the dashboard ($3; free
+# for the first three in an account) and the log metric filters' custom metrics at $0.30 each, billed by
+# the hour they receive data: 9 with the defaults (the tails memory, the daemon's errors and 7 from the
+# Dagster lines), at most $2.70, and those of var.stream_metrics (docs/operations.md, Cost of metrics).
 
 locals {
   alarm_actions = [aws_sns_topic.alarms.arn]
@@ -15,6 +17,10 @@ locals {
   tables = {
     metadata = aws_dynamodb_table.metadata.name
     segments = aws_dynamodb_table.segments.name
+  }
+  table_indexes = {
+    metadata = sort([for index in aws_dynamodb_table.metadata.global_secondary_index : index.name])
+    segments = sort([for index in aws_dynamodb_table.segments.global_secondary_index : index.name])
   }
 }
 
@@ -130,6 +136,30 @@ resource "aws_cloudwatch_metric_alarm" "function_url_5xx" {
   depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read, aws_lambda_function.tails]
 }
 
+# Requests that run close to the timeout are about to fail as timeouts (a slow dependency, a hot
+# partition retried, too little memory); p99 over 80 % of the timeout in 2 of 3 periods of 5 minutes.
+resource "aws_cloudwatch_metric_alarm" "function_duration" {
+  for_each = local.function_names
+
+  alarm_name          = "${each.value}-duration"
+  alarm_description   = "The ${each.key} function's p99 duration passed 80 % of its ${local.function_timeouts[each.key]} s timeout: requests are about to time out."
+  namespace           = "AWS/Lambda"
+  metric_name         = "Duration"
+  dimensions          = { FunctionName = each.value }
+  extended_statistic  = "p99"
+  unit                = "Milliseconds"
+  period              = 300
+  evaluation_periods  = 3
+  datapoints_to_alarm = 2
+  threshold           = local.function_timeouts[each.key] * 1000 * 0.8
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+
+  depends_on = [aws_lambda_function.controller_api, aws_lambda_function.append, aws_lambda_function.read, aws_lambda_function.tails]
+}
+
 resource "aws_cloudwatch_metric_alarm" "function_concurrency" {
   for_each = local.reserved_functions
 
@@ -212,6 +242,44 @@ resource "aws_cloudwatch_metric_alarm" "table_throttles" {
         namespace   = "AWS/DynamoDB"
         metric_name = metric_query.value
         dimensions  = { TableName = each.value }
+        period      = 300
+        stat        = "Sum"
+      }
+    }
+  }
+}
+
+# A query of an index, or an index that cannot keep up with the table's writes, is throttled on the
+# index: DynamoDB publishes those events with the index's name as a dimension, apart from the table's.
+# One alarm per table over its indexes' reads and writes (an alarm's metric math takes at most 10
+# metrics: the metadata table's five indexes use all of them).
+resource "aws_cloudwatch_metric_alarm" "index_throttles" {
+  for_each = local.table_indexes
+
+  alarm_name          = "${local.tables[each.key]}-index-throttles"
+  alarm_description   = "Requests to an index of the ${each.key} table (${join(", ", each.value)}) were throttled: a hot index partition, or writes the index cannot absorb."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 10
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+
+  metric_query {
+    id          = "throttles"
+    expression  = "SUM(METRICS())"
+    label       = "throttled index events"
+    return_data = true
+  }
+
+  dynamic "metric_query" {
+    for_each = { for pair in setproduct(range(length(each.value)), ["ReadThrottleEvents", "WriteThrottleEvents"]) : "${substr(pair[1], 0, 1)}${pair[0]}" => { index = each.value[pair[0]], metric = pair[1] } }
+    content {
+      id = lower(metric_query.key)
+      metric {
+        namespace   = "AWS/DynamoDB"
+        metric_name = metric_query.value.metric
+        dimensions  = { TableName = local.tables[each.key], GlobalSecondaryIndexName = metric_query.value.index }
         period      = 300
         stat        = "Sum"
       }
@@ -432,18 +500,32 @@ resource "aws_budgets_budget" "monthly" {
 # Its sensor and the retention job write one JSON line per event to stdout (the Dagster log group): a
 # structured log line that is also an EMF document (namespace Rillet, dimension service). The awslogs
 # driver does not mark lines as EMF, so these filters publish the metrics the alarms and the dashboard
-# read. Dimensions stay bounded: stream by the streams with consumption-based retention, group by their
-# subscribers.
+# read.
+#
+# Cost: every distinct set of dimension values is a custom metric at $0.30 a month. So the
+# deployment-wide metrics have the one dimension service (the Maximum over streams is the worst stream):
+# 7 metrics, $2.10 a month at most. Per stream and per subscriber only for the streams listed in
+# var.stream_metrics (at most 10): 3 metrics per listed stream and 2 per subscriber of it, $0.30 each
+# (docs/operations.md, Cost of metrics). A line names its stream, so the log group holds every stream's
+# figures whatever is listed (CloudWatch Logs Insights reads them for free but the scan).
 locals {
   dagster_line_metrics = {
     RunsFailed              = { event = "run_failed", dimensions = { service = "$.service" } }
     FallbackImminent        = { event = "retention_stream", dimensions = { service = "$.service" } }
+    NoActiveSubscriber      = { event = "retention_stream", dimensions = { service = "$.service" } }
+    NoSubscriber            = { event = "retention_stream", dimensions = { service = "$.service" } }
+    UnconsumedBytes         = { event = "retention_stream", dimensions = { service = "$.service" } }
+    SubscriberLagBytes      = { event = "retention_subscriber", dimensions = { service = "$.service" } }
+    SubscriberSilentSeconds = { event = "retention_subscriber", dimensions = { service = "$.service" } }
+  }
+  stream_line_metrics = {
     NoActiveSubscriber      = { event = "retention_stream", dimensions = { service = "$.service", stream = "$.stream" } }
     NoSubscriber            = { event = "retention_stream", dimensions = { service = "$.service", stream = "$.stream" } }
     UnconsumedBytes         = { event = "retention_stream", dimensions = { service = "$.service", stream = "$.stream" } }
     SubscriberLagBytes      = { event = "retention_subscriber", dimensions = { service = "$.service", stream = "$.stream", group = "$.group" } }
     SubscriberSilentSeconds = { event = "retention_subscriber", dimensions = { service = "$.service", stream = "$.stream", group = "$.group" } }
   }
+  listed_streams = join(" || ", [for stream in var.stream_metrics : "$.stream = \"${stream}\""])
 }
 
 resource "aws_cloudwatch_log_metric_filter" "dagster_lines" {
@@ -451,6 +533,20 @@ resource "aws_cloudwatch_log_metric_filter" "dagster_lines" {
   name           = "${local.dagster_name}-${each.key}"
   log_group_name = aws_cloudwatch_log_group.dagster.name
   pattern        = "{ $.event = \"${each.value.event}\" }"
+
+  metric_transformation {
+    name       = each.key
+    namespace  = "Rillet"
+    value      = "$.${each.key}"
+    dimensions = each.value.dimensions
+  }
+}
+
+resource "aws_cloudwatch_log_metric_filter" "stream_lines" {
+  for_each       = length(var.stream_metrics) > 0 ? local.stream_line_metrics : {}
+  name           = "${local.dagster_name}-${each.key}-per-stream"
+  log_group_name = aws_cloudwatch_log_group.dagster.name
+  pattern        = "{ $.event = \"${each.value.event}\" && (${local.listed_streams}) }"
 
   metric_transformation {
     name       = each.key
@@ -578,10 +674,11 @@ resource "aws_cloudwatch_dashboard" "rillet" {
       {
         type = "metric", x = 0, y = 18, width = 12, height = 6
         properties = {
-          title  = "Consumption-based retention: unconsumed bytes per stream, failed runs"
+          title  = "Consumption-based retention: unconsumed bytes (worst, and per listed stream), failed runs"
           region = local.region
           period = 1800
           metrics = [
+            ["Rillet", "UnconsumedBytes", "service", "retention", { stat = "Maximum", label = "most unconsumed (any stream)" }],
             [{ expression = "SEARCH('{Rillet,service,stream} service=\"retention\" MetricName=\"UnconsumedBytes\"', 'Maximum', 1800)", id = "unconsumed" }],
             ["Rillet", "FallbackImminent", "service", "retention", { stat = "Maximum", yAxis = "right" }],
             ["Rillet", "RunsFailed", "service", "dagster", { stat = "Sum", yAxis = "right" }],
@@ -591,10 +688,12 @@ resource "aws_cloudwatch_dashboard" "rillet" {
       {
         type = "metric", x = 12, y = 18, width = 12, height = 6
         properties = {
-          title  = "Subscribers: lag (bytes), silent for (seconds), streams without an active subscriber"
+          title  = "Subscribers: lag (bytes), silent for (seconds), streams without an active subscriber (worst, and per listed stream)"
           region = local.region
           period = 1800
           metrics = [
+            ["Rillet", "SubscriberLagBytes", "service", "retention", { stat = "Maximum", label = "largest lag (any subscriber)" }],
+            ["Rillet", "SubscriberSilentSeconds", "service", "retention", { stat = "Maximum", label = "longest silence (any subscriber)", yAxis = "right" }],
             [{ expression = "SEARCH('{Rillet,service,stream,group} service=\"retention\" MetricName=\"SubscriberLagBytes\"', 'Maximum', 1800)", id = "lag" }],
             [{ expression = "SEARCH('{Rillet,service,stream,group} service=\"retention\" MetricName=\"SubscriberSilentSeconds\"', 'Maximum', 1800)", id = "silent", yAxis = "right" }],
             [{ expression = "SEARCH('{Rillet,service,stream} service=\"retention\" MetricName=\"NoActiveSubscriber\"', 'Maximum', 1800)", id = "orphaned", yAxis = "right" }],

@@ -24,6 +24,7 @@ WATCHED = {
     "function errors": ("AWS/Lambda", "Errors"),
     "function throttles": ("AWS/Lambda", "Throttles"),
     "Function URL 5xx": ("AWS/Lambda", "Url5xxCount"),
+    "requests near the timeout": ("AWS/Lambda", "Duration"),
     "concurrency near the reservation": ("AWS/Lambda", "ConcurrentExecutions"),
     "table throttles": ("AWS/DynamoDB", "ReadThrottleEvents"),
     "table system errors": ("AWS/DynamoDB", "SystemErrors"),
@@ -179,6 +180,38 @@ def test_the_database_grows_and_ticks_are_purged(tf, monkeypatch, tmp_path):
     sensor = config["retention"]["sensor"]["purge_after_days"]
     assert 0 < sensor["skipped"] <= 7 and sensor["success"] > 0 and sensor["failure"] > 0
     assert config["retention"]["schedule"]["purge_after_days"] > 0
+
+
+def test_per_stream_metrics_are_kept_only_for_the_listed_streams(tf, capsys):
+    """The deployment-wide metrics have the service dimension alone (one metric each, whatever the
+    number of streams); the per-stream and per-subscriber ones come only from the lines of the streams
+    in var.stream_metrics, and each line they match carries every dimension."""
+    from controlplane.retention import Decision, SubscriberStatus
+    from dagster_project.observability import emit_retention_metrics
+    from rillet.models import ConsumptionLimits
+
+    limits = ConsumptionLimits(subscriber_timeout_ms=600_000)
+    emit_retention_metrics([
+        Decision(stream, "kept", "subscribers behind", consumption=True, limits=limits,
+                 subscribers=[SubscriberStatus(f"{stream.split('/')[0]}/readers", True, 4096, 1_000)])
+        for stream in ("s/listed", "s/other")])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {line["stream"] for line in lines} == {"s/listed", "s/other"}
+
+    assert all(spec["dimensions"] == {"service": "$.service"} for spec in tf.locals["dagster_line_metrics"].values())
+    filters = tf.of_type("aws_cloudwatch_log_metric_filter")["stream_lines"]
+    assert "var.stream_metrics" in _text(filters["for_each"])
+    rendered = _text(tf.locals["listed_streams"]).replace('\\"', '"')
+    assert "var.stream_metrics" in rendered and '"$.stream = "${stream}""' in rendered, rendered
+    listed = '$.stream = "s/listed"'  # local.listed_streams with stream_metrics = ["s/listed"]
+    for name, spec in tf.locals["stream_line_metrics"].items():
+        pattern = filters["pattern"].replace("${each.value.event}", spec["event"])
+        pattern = pattern.replace("${local.listed_streams}", listed)
+        matched = [line for line in lines if _json_filter_matches(pattern, line)]
+        assert matched and {line["stream"] for line in matched} == {"s/listed"}, (name, matched)
+        for line in matched:
+            assert isinstance(line.get(name), (int, float)), (name, line)
+            assert all(line.get(selector.removeprefix("$.")) for selector in spec["dimensions"].values()), line
 
 
 def test_the_runbook_covers_the_alarms_and_the_restore(tf):
