@@ -72,6 +72,7 @@ from rillet.errors import (
     ReaderGroupNotFound,
     ReaderNotInReaderGroup,
     StreamNotFound,
+    StreamRecreated,
     WriteConflict,
 )
 from rillet.models import (
@@ -702,15 +703,21 @@ class ReaderGroups:
 
     def update_truncation_cut(self, scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
         """The application acknowledges consumption up to ``cut`` (MANUAL_RELEASE_AT_USER_STREAMCUT)."""
-        config = self.state(scope, group).config
+        state = self.state(scope, group)
+        config = state.config
         if config.retention_type != StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT:
             raise IllegalState(f"reader group {scope}/{group} is {config.retention_type.value}: "
                                "only MANUAL_RELEASE_AT_USER_STREAMCUT groups publish cuts themselves")
         if f"{cut.scope}/{cut.stream}" not in {s.scoped_name for s in config.streams}:
             raise InvalidArgument(f"reader group {scope}/{group} does not read {cut.scope}/{cut.stream}")
+        incarnation = state.incarnation(f"{cut.scope}/{cut.stream}")
+        if None not in (cut.incarnation, incarnation) and cut.incarnation != incarnation:
+            raise StreamRecreated(f"the cut is of incarnation {cut.incarnation} of {cut.scope}/{cut.stream}; reader "
+                                  f"group {scope}/{group} reads its incarnation {incarnation}",
+                                  expected=cut.incarnation, current=incarnation)
         positions = self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}", config.generation,
                                                          {p.segment.segment_id: p.offset for p in cut.positions})
-        return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions)
+        return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions, incarnation=incarnation)
 
     def _fences(self, config: ReaderGroupConfig) -> dict[str, int | None]:
         """The subscriber fence of each stream the group subscribes to."""

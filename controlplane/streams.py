@@ -373,7 +373,8 @@ class StreamTasks:
         if isinstance(segment, int):
             (segment,) = self.store.get_segments(record.scope, record.stream, [segment])
         try:
-            size = self.segments.seal(segment_name(record.scope, record.stream, segment.segment_id), incarnation)
+            size = self.segments.seal(segment_name(record.scope, record.stream, segment.segment_id), incarnation,
+                                      int(record.created_ms))
         except SegmentNotFound:
             if incarnation is None:
                 raise

@@ -516,13 +516,16 @@ class TransactionTasks:
         # Only ever *add* these records, and only *set* the old segments' successors: a finisher of
         # this workflow that was delayed while another one finished it (and the stream moved on, e.g.
         # a later scale sealed a duplicate segment) must not write back stale records over newer ones.
-        self.store.add_segments(scope, stream, records)
+        # Each write is fenced on this incarnation of the stream, and each seal below is conditioned on
+        # it (StreamTasks._seal_segment): a finisher that stalled across a delete and create again of the
+        # name changes nothing of the new stream (StreamRecreated or SegmentNotFound ends it).
+        self.store.add_segments(scope, stream, records, fence=record)
         for old in self.store.get_segments(scope, stream, [s.segment_id for s in previous]):
-            self.store.set_successors(old, _overlapping(_range(old), rolled))
+            self.store.set_successors(old, _overlapping(_range(old), rolled), fence=record)
         self.store.put_epoch(scope, stream, rolled_epoch, created, rolled_ranges,
-                             reference_epoch=int(batch["reference"]))
+                             reference_epoch=int(batch["reference"]), fence=record)
         self.store.put_epoch(scope, stream, epoch, created, [[s.segment_id, s.low, s.high] for s in duplicates],
-                             reference_epoch=int(batch["active_reference"]))
+                             reference_epoch=int(batch["active_reference"]), fence=record)
         for segment in rolled:
             self.streams._seal_segment(record, segment.segment_id, epoch)
         for segment in previous:

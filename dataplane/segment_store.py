@@ -104,10 +104,12 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms, rates.events, rates.bytes,
                            None if meta.stream_incarnation is None else int(meta.stream_incarnation))
 
-    def seal(self, segment: str, incarnation: int | None = None) -> int:
+    def seal(self, segment: str, incarnation: int | None = None, stream_incarnation: int | None = None) -> int:
         """Seal the segment and return its final length (idempotent). With ``incarnation`` (the head
         record's ``created_ms``), only that incarnation: a name created again is SegmentNotFound, so a
-        caller that read the old one never seals the new one."""
+        caller that read the old one never seals the new one. With ``stream_incarnation``, only a segment
+        of that incarnation of its stream (or one that records none): a workflow of a stream deleted and
+        created again never seals the new stream's segment of the same name."""
         # No append commits any more: a grace period later, the next tiering pass deletes the objects
         # that failed or crashed appends left under the segment's prefix (_remove_orphans). Set even
         # where an S3 block's append booked a later look; the pass comes at ``tier_at`` (kept when set,
@@ -116,6 +118,9 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         condition = SegmentMeta.pk.exists()
         if incarnation is not None:
             condition &= SegmentMeta.created_ms == incarnation
+        if stream_incarnation is not None:
+            condition &= SegmentMeta.stream_incarnation.does_not_exist() \
+                | (SegmentMeta.stream_incarnation == stream_incarnation)
         try:
             meta = SegmentMeta(segment, META_KEY)
             meta.update(actions=[SegmentMeta.sealed.set(True),
@@ -127,7 +132,9 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         except UpdateError as e:
             if _failed_condition(e):
                 raise SegmentNotFound(f"segment {segment} does not exist"
-                                      + ("" if incarnation is None else f" as incarnation {incarnation}")) from e
+                                      + ("" if incarnation is None else f" as incarnation {incarnation}")
+                                      + ("" if stream_incarnation is None
+                                         else f" in stream incarnation {stream_incarnation}")) from e
             raise
 
     def truncate(self, segment: str, offset: int, incarnation: int | None = None) -> None:

@@ -28,7 +28,10 @@ DEFAULT_BLOCK = 1024 * 1024
 
 
 def _single_segment(connection: Connection, scope: str, stream: str) -> SegmentRange:
-    segments = connection.controller.current_segments(scope, stream)
+    return _the_only(scope, stream, connection.controller.current_segments(scope, stream))
+
+
+def _the_only(scope: str, stream: str, segments: list[SegmentRange]) -> SegmentRange:
     if len(segments) != 1:
         raise InvalidArgument(f"a byte stream needs a single-segment stream; {scope}/{stream} has {len(segments)}")
     return segments[0]
@@ -215,7 +218,11 @@ class ByteStreamReader(io.RawIOBase):
         super().__init__()
         self.connection = connection
         self.scope, self.stream = scope, stream
-        self.segment = _single_segment(connection, scope, stream)
+        info = connection.controller.stream_info(scope, stream)
+        self.segment = _the_only(scope, stream, info.current_segments)
+        # Every read names the stream's incarnation: once the name is deleted and created again, this
+        # reader's offset means nothing there, and reads answer StreamRecreated rather than its bytes.
+        self.incarnation = info.created_at_ms
         self._offset = 0
 
     def readable(self) -> bool:
@@ -245,7 +252,7 @@ class ByteStreamReader(io.RawIOBase):
         backoff = TailBackoff()
         while True:
             result = self.connection.segments.read(self.scope, self.stream, self.segment.segment_id, self._offset,
-                                                   want)
+                                                   want, self.incarnation)
             if result.data or result.end_of_segment:
                 self._offset = result.next_offset
                 return result.data
@@ -257,7 +264,7 @@ class ByteStreamReader(io.RawIOBase):
         segments = self.connection.segments
         while True:
             time.sleep(backoff.next_delay())
-            tail, = segments.tails(self.scope, self.stream, [self.segment.segment_id])
+            tail, = segments.tails(self.scope, self.stream, [self.segment.segment_id], self.incarnation)
             if not tail.found or tail.sealed or tail.length > offset or tail.start_offset > offset:
                 return
 

@@ -367,7 +367,8 @@ class StreamManager:
         """A group reading the stream from its head, its tail, or ``stream_cut``."""
         with _raising(ValueError):
             if stream_cut is not None:
-                start: str | StreamCut = StreamCut.of(scope_name, stream_name, list(stream_cut.cut.positions))
+                start: str | StreamCut = StreamCut.of(scope_name, stream_name, list(stream_cut.cut.positions),
+                                                      stream_cut.cut.incarnation)
             elif read_from_tail:
                 start = self.manager.get_tail(scope_name, stream_name)
             else:

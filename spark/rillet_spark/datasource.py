@@ -583,7 +583,7 @@ def _cuts(offset: dict) -> dict[str, str]:
     """An offset's cuts (text forms) by stream name. Offsets are ``{"cuts": [cut, ...]}``, one cut per
     stream; ``{"cut": cut}`` is how checkpoints of single-stream queries before several streams hold it."""
     texts = offset["cuts"] if "cuts" in offset else [offset["cut"]]
-    return {text.split("|", 1)[0]: text for text in texts}
+    return {text.split("|", 1)[0].split("@", 1)[0]: text for text in texts}  # "scope/stream@incarnation|..."
 
 
 def _offset(cuts: dict[str, str]) -> dict:
@@ -707,7 +707,6 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
         """The stream's pieces of the batch from ``begin`` to ``stop``: from the head when retention
         truncated what the query had not read (``fail_on_data_loss``), none when all of it lies below."""
         from rillet.errors import InvalidArgument, SegmentNotFound, Truncated
-
         from rillet.stream_cut import StreamCut
 
         controller = self.options.connection().controller

@@ -104,7 +104,7 @@ def test_a_scale_finisher_stalled_across_a_delete_and_create_again_writes_nothin
     config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2))
     c.streams.create_stream(scope, stream, config)
     c.segments.append(segment_name(scope, stream, 0), "w", 0, 1, frame(b"x" * 10))
-    s0, s1 = c.streams.current_segments(scope, stream)
+    s0, _ = c.streams.current_segments(scope, stream)
     new_ranges = [(s0.low, s0.high / 2), (s0.high / 2, s0.high)]
 
     stalled: dict = {}

@@ -394,3 +394,36 @@ def test_streaming_writes_never_drop_a_batch_silently(spark, stack, manager, sco
     assert not late.isActive
     assert "is not a re-execution" in str(late.exception())
     assert count("out2") == 110
+
+
+def test_a_query_of_a_stream_deleted_and_created_again_fails_rather_than_reading_the_new_one(
+        spark, stack, manager, scope, tmp_path):
+    """Spark's offsets name the stream incarnation (``scope/stream@<created_at_ms>|...``): once the name
+    holds a new stream, the query fails with StreamRecreated instead of reading the new stream at the
+    old offsets (which skipped or garbled its events); a batch read from an old cut is refused too."""
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1))
+    manager.create_stream(scope, "s", config)
+    _write(stack, scope, "s", [("k", f"a:{i}".encode()) for i in range(50)])
+    old_tail = manager.get_tail(scope, "s")
+    batches = {}
+    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+             .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8").load()
+             .writeStream.foreachBatch(_events_of_each_batch(batches))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="300 milliseconds")
+             .start())
+    try:
+        _stream_until(query, lambda: sum(len(events) for events in batches.values()) >= 50)
+        manager.seal_stream(scope, "s")
+        manager.delete_stream(scope, "s")
+        manager.create_stream(scope, "s", config)
+        _write(stack, scope, "s", [("k", f"b:{i}".encode()) for i in range(80)])
+        deadline = time.monotonic() + 60
+        while query.exception() is None and query.isActive:
+            assert time.monotonic() < deadline, "the query went on after its stream was re-created"
+            time.sleep(0.3)
+        assert "StreamRecreated" in str(query.exception())
+    finally:
+        query.stop()
+    assert not any(event.startswith("b:") for events in batches.values() for event in events)
+    with pytest.raises(Exception, match="StreamRecreated"):
+        _reader(spark, stack, f"{scope}/s", start_cut=old_tail.to_text()).load().collect()

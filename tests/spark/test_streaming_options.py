@@ -132,7 +132,9 @@ def test_several_streams_in_one_source(spark, stack, manager, scope, tmp_path):
         offsets = tmp_path / "checkpoint" / "offsets"
         last = max(offsets.iterdir(), key=lambda path: int(path.name) if path.name.isdigit() else -1)
         cuts = json.loads(last.read_text().splitlines()[-1])["cuts"]
-        assert [cut.split("|")[0] for cut in cuts] == sorted([f"{scope}/a", f"{other}/b"])
+        names = [cut.split("|")[0].split("@")[0] for cut in cuts]  # "scope/stream@incarnation|..."
+        assert names == sorted([f"{scope}/a", f"{other}/b"])
+        assert all(rillet.StreamCut.from_text(cut).incarnation is not None for cut in cuts)
     finally:
         query.stop()
     _write(stack, other, "b", [("k", f"b-late{i}".encode()) for i in range(25)])
