@@ -142,7 +142,10 @@ class Rehearsal:
 
 def _inputs(rehearsal: Rehearsal, tmp: Path) -> str:
     """What the configuration takes as given: a VPC with two subnets and a security group, the EMR output
-    bucket, a code artifact; and the optional parts switched on (reserved concurrency, an alarm e-mail)."""
+    bucket, a code artifact; and the optional parts switched on (reserved concurrency, an alarm e-mail,
+    per-stream metrics), but the budget: moto's Budgets implements neither
+    DescribeSubscribersForNotification nor ListTagsForResource, both of which the provider reads a
+    budget with."""
     ec2 = rehearsal.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{REGION}{zone}")
