@@ -8,6 +8,10 @@ IAM action and resource kind AWS authorizes it on (test_job_calls._needed) and m
 policy documents of that function's role in infra/terraform/iam.tf; where a statement limits the
 partition keys (``dynamodb:LeadingKeys``), the call's keys must match them. Presigned URLs make no call
 and so are not checked.
+
+The append function's refusal and duplicate paths for a block above the inline size (issue 37) run with
+that check enforced as each call is made (``_as_role``): a call the role lacks raises AccessDenied as AWS
+would, so the test sees the answer a client would get on AWS (it was 500 instead of 409 SegmentSealed).
 """
 
 from __future__ import annotations
