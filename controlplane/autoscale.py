@@ -25,6 +25,7 @@ from controlplane.models import StreamRecord
 from controlplane.streams import AUTOSCALED, MAX_CURRENT_SEGMENTS, StreamTasks
 from dataplane.rates import WINDOWS_S
 from dataplane.segment_store import SegmentInfo
+from dataplane.shards import query_every_shard
 from rillet.cli_format import human_duration
 from rillet.keyspace import split_evenly
 from rillet.models import ScaleType, ScalingPolicy, SegmentRange, StreamConfiguration, StreamState
@@ -110,7 +111,7 @@ class AutoScaler:
         self.settings = settings or AutoScaleSettings.from_env()
 
     def candidates(self) -> list[tuple[str, str]]:
-        return [(r.scope, r.stream) for r in StreamRecord.autoscaled.query(AUTOSCALED)]
+        return [(r.scope, r.stream) for r in query_every_shard(AUTOSCALED, StreamRecord.autoscaled.query)]
 
     def evaluate(self, scope: str, stream: str, now_ms: int) -> tuple[int, ScaleDecision | None]:
         """(current epoch, the scale the stream needs now or None)."""

@@ -38,7 +38,7 @@ from pynamodb.attributes import (
     UnicodeSetAttribute,
     VersionAttribute,
 )
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from dataplane.deployment import Deployment
@@ -86,16 +86,24 @@ class WorkflowIndex(GlobalSecondaryIndex):
     pending_since = NumberAttribute(range_key=True)
 
 
+# What the sharded "due" indexes of the metadata table project besides the keys: the names their jobs
+# act on, which never change once written. So an update of a record in such an index (a commit's, a
+# watermark's, a ping's other fields) writes nothing to the index unless it moves the item's index keys.
+# ("kind" is PynamoDB's discriminator: a query of a subclass filters on it.)
+INDEXED_NAMES = ["kind", "scope", "stream", "txn_id", "group"]
+
+
 class TxnDeadlineIndex(GlobalSecondaryIndex):
-    """Sparse index of open transactions by the time they expire (lease or maximum execution time).
+    """Sparse index of open transactions by the time they expire (lease or maximum execution time),
+    under write-sharded partition keys (``open#<n>``: dataplane.shards).
 
     Reader groups with online readers are in it too, under their own ``deadline_shard``
-    (:class:`ReaderLeaseRecord`): one index of deadlines serves both lease jobs.
+    (``reader-lease#<n>``, :class:`ReaderLeaseRecord`): one index of deadlines serves both lease jobs.
     """
 
     class Meta:
         index_name = "txn-deadlines"
-        projection = AllProjection()
+        projection = IncludeProjection(INDEXED_NAMES)
 
     deadline_shard = UnicodeAttribute(hash_key=True)
     deadline_ms = NumberAttribute(range_key=True)
@@ -113,22 +121,24 @@ class RetentionIndex(GlobalSecondaryIndex):
 
 
 class AutoScaleIndex(GlobalSecondaryIndex):
-    """Sparse index of streams whose scaling policy is by rate: the ones auto-scaling looks at."""
+    """Sparse index of streams whose scaling policy is by rate: the ones auto-scaling looks at, under
+    write-sharded partition keys (``1#<n>``: dataplane.shards)."""
 
     class Meta:
         index_name = "autoscale"
-        projection = AllProjection()
+        projection = IncludeProjection(INDEXED_NAMES)
 
     autoscale = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
 
 
 class WatermarkIndex(GlobalSecondaryIndex):
-    """Sparse index of streams whose writers note time: the ones the watermark job looks at."""
+    """Sparse index of streams whose writers note time: the ones the watermark job looks at, under
+    write-sharded partition keys (``1#<n>``: dataplane.shards)."""
 
     class Meta:
         index_name = "watermarks"
-        projection = AllProjection()
+        projection = IncludeProjection(INDEXED_NAMES)
 
     watermarked = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)

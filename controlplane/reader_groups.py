@@ -56,6 +56,7 @@ from controlplane.models import (
 )
 from controlplane.reader_items import ReaderItemRecord, ReaderItems, reader_sk
 from controlplane.store import _decode_token, _encode_token, failed_condition, versioned_update
+from dataplane.shards import query_every_shard, shard_key
 from rillet.api import (
     AssignedSegment,
     Assignment,
@@ -94,7 +95,7 @@ GROUP_KEY = "rg"
 # a reader's item is rewritten to renew its lease once its last renewal is this fraction of a lease old
 RENEW_FRACTION = 4
 LEASE_KEY = "lease"
-LEASE_SHARD = "reader-lease"  # the lease records' partition of the deadlines index
+LEASE_SHARD = "reader-lease"  # the lease records' partition keys of the deadlines index: reader-lease#<n>
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
 # A subscriber group's create or reset is one DynamoDB transaction, of at most 100 writes: the group's
@@ -854,8 +855,10 @@ class ReaderGroups:
     def groups_due_for_lease_check(self, limit: int = 100) -> dict[tuple[str, str], int]:
         """The groups whose earliest reader lease may have ended, (scope, group) -> the deadline that
         passed (a group is due again later with a new one): one index query."""
-        due = ReaderLeaseRecord.txn_deadlines.query(LEASE_SHARD, ReaderLeaseRecord.deadline_ms <= _now(), limit=limit)
-        return {(lease.scope, lease.group): lease.deadline_ms for lease in due}
+        now = _now()
+        due = query_every_shard(LEASE_SHARD, lambda key: ReaderLeaseRecord.txn_deadlines.query(
+            key, ReaderLeaseRecord.deadline_ms <= now, limit=limit))
+        return {(lease.scope, lease.group): lease.deadline_ms for lease in sorted(due, key=lambda x: x.deadline_ms)[:limit]}
 
     def sync(self, scope: str, group: str, reader: str, request: SyncRequest) -> Assignment:
         """A reader's sync. It writes the group record only when what the group shares changed (an
@@ -1030,7 +1033,7 @@ class ReaderGroups:
         in vain."""
         lease = ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY, scope=scope, group=group,
                                   group_version=version, deadline_ms=deadline,
-                                  deadline_shard=None if deadline is None else LEASE_SHARD)
+                                  deadline_shard=None if deadline is None else shard_key(LEASE_SHARD, f"{scope}/{group}"))
         try:
             lease.save(condition=ReaderLeaseRecord.group_version.does_not_exist()
                        | (ReaderLeaseRecord.group_version < version))

@@ -18,6 +18,7 @@ from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, 
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.segment_store import SegmentStore
+from dataplane.shards import shard_key
 from rillet.errors import (
     AlreadyExists,
     IllegalState,
@@ -58,7 +59,9 @@ from rillet.stream_cut import (
 )
 
 RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches every stream
-AUTOSCALED = "1"  # the value that puts a stream in the auto-scaling index
+# The auto-scaling index's partition keys: 1#<n> by the stream's name (dataplane.shards; "1" alone was
+# the one key before the index was sharded, still read for records written then).
+AUTOSCALED = "1"
 # The most current segments a stream may have, as many as it can be created with
 # (ScalingPolicy.min_num_segments). Its epoch and transaction records list every current segment
 # (about 25 B each) and its cuts give each an offset (about 28 B): DynamoDB's 400 KB item limit would
@@ -165,7 +168,7 @@ class StreamTasks:
             configuration=config.model_dump(mode="json"), tags=set(config.tags) or None, created_ms=now,
             current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=PENDING,
             pending_since=now, retention_bucket=_bucket(scope, stream, config),
-            autoscale=AUTOSCALED if _autoscaled(config) else None)
+            autoscale=shard_key(AUTOSCALED, f"{scope}/{stream}") if _autoscaled(config) else None)
         try:
             self.store.create_stream(record)
         except AlreadyExists:
@@ -238,7 +241,8 @@ class StreamTasks:
                      StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove(),
                      StreamRecord.retention_bucket.set(bucket) if bucket is not None
                      else StreamRecord.retention_bucket.remove(),
-                     StreamRecord.autoscale.set(AUTOSCALED) if _autoscaled(config) else StreamRecord.autoscale.remove())
+                     StreamRecord.autoscale.set(shard_key(AUTOSCALED, f"{record.scope}/{record.stream}"))
+                     if _autoscaled(config) else StreamRecord.autoscale.remove())
 
     def seal_stream(self, scope: str, stream: str, incarnation: int | None = None) -> None:
         """Seal the stream (only its ``incarnation``, if given: StreamNotFound once the name holds another)."""

@@ -61,6 +61,7 @@ from controlplane.store import (
     versioned_update,
 )
 from controlplane.streams import StreamTasks, _range
+from dataplane.shards import query_every_shard, shard_key
 from rillet.errors import (
     IllegalState,
     InvalidArgument,
@@ -74,7 +75,7 @@ from rillet.keyspace import segment_id
 from rillet.models import SegmentRange, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
-OPEN_SHARD = "open"
+OPEN_SHARD = "open"  # the open transactions' partition keys of the deadlines index: open#<n> (dataplane.shards)
 _BATCHES_PER_DRIVE = 20  # a call that finds more batches due leaves the rest to the sweeper
 _STAMPS_PER_WRITE = 24  # transactions stamped per TransactWriteItems, with the stream's condition check
 _COMMIT_STATES = [s.value for s in StreamState if s not in (StreamState.SEALING, StreamState.SEALED)]
@@ -143,10 +144,11 @@ class TransactionTasks:
         # No lease ends past the maximum execution time (here only if the bound is below the lease), so
         # the timeout job, which finds open transactions by their lease, aborts them by then.
         expiry = now + min(lease, max_execution)
-        txn = TxnRecord(stream_pk(scope, stream), "", scope=scope, stream=stream, txn_id=uuid.uuid4().hex,
+        txn_id = uuid.uuid4().hex
+        txn = TxnRecord(stream_pk(scope, stream), "", scope=scope, stream=stream, txn_id=txn_id,
                         state=TxnState.OPEN.value, epoch=record.current_epoch, segments=epoch.segments,
                         created_ms=now, lease_expiry_ms=expiry, max_expiry_ms=now + max_execution,
-                        deadline_shard=OPEN_SHARD, deadline_ms=expiry)
+                        deadline_shard=shard_key(OPEN_SHARD, f"{scope}/{stream}/{txn_id}"), deadline_ms=expiry)
         txn.sk = txn_sk(txn.txn_id)
         if not create_item(txn, TxnRecord.pk.does_not_exist()):  # a resend refused by its own save is True
             raise WriteConflict(f"transaction id {txn.txn_id} is taken; begin again")
@@ -268,7 +270,10 @@ class TransactionTasks:
 
     def expired(self, limit: int = 100) -> list[TxnRecord]:
         """Open transactions whose lease or maximum execution time has passed."""
-        return list(TxnRecord.txn_deadlines.query(OPEN_SHARD, TxnRecord.deadline_ms <= now_ms(), limit=limit))
+        now = now_ms()
+        due = query_every_shard(OPEN_SHARD, lambda key: TxnRecord.txn_deadlines.query(
+            key, TxnRecord.deadline_ms <= now, limit=limit))
+        return sorted(due, key=lambda t: t.deadline_ms)[:limit]
 
     def abort_expired(self, limit: int = 100) -> list[tuple[str, str]]:
         """Abort every expired open transaction; returns (scoped stream, txn id) of those aborted."""

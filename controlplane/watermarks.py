@@ -32,6 +32,7 @@ from controlplane.cuts import upper_bound
 from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks
+from dataplane.shards import query_every_shard, shard_key
 from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
 from rillet.framing import frame, unframe
 from rillet.models import ScalingPolicy, SegmentPosition, SegmentRange, StreamConfiguration, StreamState
@@ -39,6 +40,8 @@ from rillet.names import mark_stream_name, segment_name
 from rillet.stream_cut import Ordering, compare_positions
 
 DEFAULT_WRITER_TIMEOUT_MS = 60_000
+# The watermarking index's partition keys: 1#<n> by the stream's name (dataplane.shards; "1" alone was
+# the one key before the index was sharded, still read for records written then).
 WATERMARKED = "1"
 WATERMARK_WRITER = "watermarks"
 
@@ -93,7 +96,7 @@ class WatermarkTasks:
                 raise
             raise InvalidArgument(f"writer {writer} noted a later time meanwhile; time cannot go back to "
                                   f"{timestamp_ms}") from None
-        if record.watermarked != WATERMARKED:
+        if record.watermarked is None:
             self._start_watermarking(record)
 
     @staticmethod
@@ -116,12 +119,13 @@ class WatermarkTasks:
         self.streams.create_stream(record.scope, mark_stream_name(record.stream),
                                    StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)), internal=True)
         try:
-            self.store.update(record, [StreamRecord.watermarked.set(WATERMARKED)], "stream changed concurrently")
+            self.store.update(record, [StreamRecord.watermarked.set(shard_key(WATERMARKED, f"{record.scope}/{record.stream}"))],
+                              "stream changed concurrently")
         except WriteConflict:
             pass  # a concurrent mark or workflow: the next mark sets it
 
     def candidates(self) -> list[tuple[str, str]]:
-        return [(r.scope, r.stream) for r in StreamRecord.watermarking.query(WATERMARKED)]
+        return [(r.scope, r.stream) for r in query_every_shard(WATERMARKED, StreamRecord.watermarking.query)]
 
     def compute(self, scope: str, stream: str, now: int | None = None) -> Watermark | None:
         """Append the stream's next watermark if it moved forward; returns it (None when it did not, or

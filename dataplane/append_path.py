@@ -34,7 +34,6 @@ from pynamodb.transactions import TransactWrite
 
 from dataplane.journal import (
     MERGE_KEY,
-    TIER_SHARD,
     SegmentJournal,
     _Block,
     _cancelled_by_condition,
@@ -42,6 +41,7 @@ from dataplane.journal import (
     _holds,
     _same_incarnation,
     now_ms,
+    tier_shard,
 )
 from dataplane.models import (
     BYTES,
@@ -413,9 +413,10 @@ class AppendPath(SegmentJournal):
             orphans_after = now + self.settings.orphan_sweep_ms
             due.append(orphans_after)
             actions.append(SegmentMeta.orphans_after.set(orphans_after))
-        if due:
-            actions += [SegmentMeta.tier_shard.set(TIER_SHARD),
-                        SegmentMeta.tier_at.set(min(due) if meta.tier_at is None else min(*due, meta.tier_at))]
+        if due and (meta.tier_at is None or min(due) < meta.tier_at):
+            # Only when the due time moves earlier: the tiering index (keys only) is written when its keys
+            # change, so an append to a segment that is due already writes nothing to it.
+            actions += [SegmentMeta.tier_shard.set(tier_shard(meta.pk)), SegmentMeta.tier_at.set(min(due))]
         # The incarnation, so that a name deleted and created again (at the same length) never commits
         # a claim made for its earlier life.
         condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind \

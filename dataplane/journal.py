@@ -43,6 +43,7 @@ from dataplane.models import (
     chunk_key,
     entry_key,
 )
+from dataplane.shards import shard_key
 from rillet.errors import (
     InvalidArgument,
     SegmentNotFound,
@@ -52,7 +53,12 @@ from rillet.errors import (
 MERGE_KEY = "_merge"  # the writer name of a merge's index entry (no writer id can start with "_")
 
 
-TIER_SHARD = "due"
+TIER_PREFIX = "due"  # the tiering index's partition keys: due#<n> (dataplane.shards)
+
+
+def tier_shard(segment: str) -> str:
+    """The tiering index partition of ``segment``'s head record while it is due."""
+    return shard_key(TIER_PREFIX, segment)
 
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"

@@ -36,7 +36,7 @@ from pynamodb.attributes import (
     NumberAttribute,
     UnicodeAttribute,
 )
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from dataplane.deployment import Deployment
@@ -63,11 +63,15 @@ def chunk_key(offset: int) -> str:
 
 
 class TieringIndex(GlobalSecondaryIndex):
-    """Sparse index of segments whose inline bytes are due to move to S3 (``tier_at`` is set)."""
+    """Sparse index of segments whose inline bytes are due to move to S3 (``tier_at`` is set), under
+    write-sharded partition keys (``due#<n>``: dataplane.shards). Keys only: the job reads the segment
+    names, and an append that leaves ``ts``/``ta`` as they are writes nothing to the index. Beside the
+    keys it projects only ``k``, the discriminator PynamoDB filters a query of SegmentMeta on (it never
+    changes)."""
 
     class Meta:
         index_name = "tiering"
-        projection = AllProjection()
+        projection = IncludeProjection(["k"])
 
     tier_shard = UnicodeAttribute(hash_key=True, attr_name="ts")
     tier_at = NumberAttribute(range_key=True, attr_name="ta")

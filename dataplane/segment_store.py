@@ -19,10 +19,10 @@ from pynamodb.exceptions import DeleteError, PutError, UpdateError
 from dataplane.append_path import AppendPath, AppendResult
 from dataplane.journal import (
     MERGE_KEY,
-    TIER_SHARD,
     StoreSettings,
     _failed_condition,
     now_ms,
+    tier_shard,
     validate_segment_name,
 )
 from dataplane.models import (
@@ -125,7 +125,7 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
             meta = SegmentMeta(segment, META_KEY)
             meta.update(actions=[SegmentMeta.sealed.set(True),
                                  SegmentMeta.orphans_after.set(orphans_after),
-                                 SegmentMeta.tier_shard.set(TIER_SHARD),
+                                 SegmentMeta.tier_shard.set(tier_shard(segment)),
                                  SegmentMeta.tier_at.set(SegmentMeta.tier_at | orphans_after)],
                         condition=condition)
             return meta.length

@@ -12,13 +12,14 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from dataplane.journal import (
-    TIER_SHARD,
+    TIER_PREFIX,
     SegmentJournal,
     _cancelled_by_condition,
     _failed_condition,
     _IndexGap,
     _same_incarnation,
     now_ms,
+    tier_shard,
 )
 from dataplane.models import (
     CHUNK_PREFIX,
@@ -29,6 +30,7 @@ from dataplane.models import (
     chunk_key,
     entry_key,
 )
+from dataplane.shards import query_every_shard
 from rillet.errors import (
     SegmentNotFound,
 )
@@ -38,7 +40,12 @@ class StorageWriter(SegmentJournal):
     """Tiering and release of a segment's payload."""
 
     def segments_due_for_tiering(self, limit: int = 100) -> list[str]:
-        return [m.pk for m in SegmentMeta.tiering.query(TIER_SHARD, SegmentMeta.tier_at <= now_ms(), limit=limit)]
+        """The segments whose tiering pass is due, earliest first: one query per shard of the index
+        (``limit`` each, so at most ``limit`` from every shard before the cut)."""
+        now = now_ms()
+        due = query_every_shard(TIER_PREFIX, lambda key: SegmentMeta.tiering.query(
+            key, SegmentMeta.tier_at <= now, limit=limit))
+        return [m.pk for m in sorted(due, key=lambda m: m.tier_at)[:limit]]
 
     def tier(self, segment: str) -> int:
         """Move committed inline entries into S3 chunks of about ``chunk_target`` bytes.
@@ -98,8 +105,8 @@ class StorageWriter(SegmentJournal):
                 actions.append(SegmentMeta.orphans_after.remove())
             else:
                 due.append(meta.orphans_after)
-        if due:
-            actions.append(SegmentMeta.tier_at.set(min(due)))
+        if due:  # under its shard (a head record due since before the index was sharded moves there)
+            actions += [SegmentMeta.tier_at.set(min(due)), SegmentMeta.tier_shard.set(tier_shard(segment))]
         else:
             actions += [SegmentMeta.tier_at.remove(), SegmentMeta.tier_shard.remove()]
         try:

@@ -70,10 +70,11 @@ resource "aws_dynamodb_table" "metadata" {
   }
 
   global_secondary_index {
-    name            = "txn-deadlines"
-    hash_key        = "deadline_shard"
-    range_key       = "deadline_ms"
-    projection_type = "ALL"
+    name               = "txn-deadlines"
+    hash_key           = "deadline_shard"
+    range_key          = "deadline_ms"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["kind", "scope", "stream", "txn_id", "group"]
   }
 
   global_secondary_index {
@@ -84,17 +85,19 @@ resource "aws_dynamodb_table" "metadata" {
   }
 
   global_secondary_index {
-    name            = "autoscale"
-    hash_key        = "autoscale"
-    range_key       = "sk"
-    projection_type = "ALL"
+    name               = "autoscale"
+    hash_key           = "autoscale"
+    range_key          = "sk"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["kind", "scope", "stream", "txn_id", "group"]
   }
 
   global_secondary_index {
-    name            = "watermarks"
-    hash_key        = "watermarked"
-    range_key       = "sk"
-    projection_type = "ALL"
+    name               = "watermarks"
+    hash_key           = "watermarked"
+    range_key          = "sk"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["kind", "scope", "stream", "txn_id", "group"]
   }
 
   ttl {
@@ -113,7 +116,8 @@ resource "aws_dynamodb_table" "metadata" {
 
 # Segments: one partition per segment, holding its head record ("m") and its index entries ("e#...").
 # The sparse "tiering" index (attributes "ts"/"ta", the short attr_names of tier_shard/tier_at) lists
-# the segments whose inline bytes are due to move to S3.
+# the segments whose inline bytes are due to move to S3, under write-sharded keys "due#<n>"; it projects
+# only the discriminator "k", so an append that leaves "ts"/"ta" alone writes nothing to it.
 resource "aws_dynamodb_table" "segments" {
   #checkov:skip=CKV_AWS_119:encrypted at rest with the AWS managed key; a customer managed key adds KMS charges and key administration, and IAM on the table already decides who reads
   name                        = local.segments_table_name
@@ -143,10 +147,11 @@ resource "aws_dynamodb_table" "segments" {
   }
 
   global_secondary_index {
-    name            = "tiering"
-    hash_key        = "ts"
-    range_key       = "ta"
-    projection_type = "ALL"
+    name               = "tiering"
+    hash_key           = "ts"
+    range_key          = "ta"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["k"]
   }
 
   # Writer state items of writers idle longer than the writer expiry window (dataplane/models.py).

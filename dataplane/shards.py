@@ -1,0 +1,43 @@
+"""Write-sharded partition keys for the sparse "due" indexes (DynamoDB's write-sharding pattern).
+
+An index whose partition key is one constant ("due", "open", "1") puts every segment, transaction or
+stream of the deployment in one partition, which takes about 1,000 write units a second; an index
+that throttles pushes back on the base table's writes. So each item goes under ``<prefix>#<n>``, with
+``n`` a stable hash of the item's own key, and a job reads all ``n`` (in parallel). The hottest
+partition then takes 1/SHARDS of the index's writes (docs/limits.md states each index's figure).
+
+An item written before its index was sharded still carries the bare ``<prefix>`` value; the jobs read
+that key too until no such item is left, so a deployment upgrades in place.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+SHARDS = 16  # per index: 16 x 1,000 write units a second before any one partition throttles
+T = TypeVar("T")
+
+
+def shard_key(prefix: str, item_key: str, shards: int = SHARDS) -> str:
+    """The index partition key of the item whose own key is ``item_key``: stable across processes
+    (crc32, not Python's salted hash), so every writer of the item puts it under the same shard."""
+    return f"{prefix}#{zlib.crc32(item_key.encode()) % shards}"
+
+
+def every_shard(prefix: str, shards: int = SHARDS) -> list[str]:
+    """Every partition key of the index: the shards, and the bare prefix of items written before it."""
+    return [prefix] + [f"{prefix}#{n}" for n in range(shards)]
+
+
+def query_every_shard(prefix: str, query: Callable[[str], Iterable[T]], shards: int = SHARDS) -> list[T]:
+    """``query`` of each partition key of the index, the shards in parallel (each is a request, and a
+    job's tick should cost a few round trips, not one per shard), results in shard order. The first
+    query runs in the calling thread, so the connection's botocore client (whose creation is not
+    thread-safe) exists before the threads share it."""
+    first, *rest = every_shard(prefix, shards)
+    found = list(query(first))
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="shard-query") as pool:
+        return found + [item for items in pool.map(lambda key: list(query(key)), rest) for item in items]
