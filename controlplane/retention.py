@@ -46,6 +46,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from pynamodb.exceptions import DeleteError, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
@@ -89,14 +90,48 @@ FENCE_KEY = "subscribers"
 _ATTEMPTS = 10
 
 
-def _refusals(error: TransactWriteError) -> list[str | None]:
-    """Why each write of a refused transaction was refused (None: it was not)."""
-    return [r.code if r is not None else None for r in (error.cancellation_reasons or [])]
+_CONDITION = "ConditionalCheckFailed"
+_RACES = {_CONDITION, "TransactionConflict"}  # a concurrent write: reading again may help
 
 
-def _refused_by_condition(error: TransactWriteError, index: int) -> bool:
-    reasons = _refusals(error)
-    return len(reasons) > index and reasons[index] == "ConditionalCheckFailed"
+class _KeyedTransactWrite(TransactWrite):
+    """A TransactWrite of metadata items that tells which item a refusal names, by the item's key.
+
+    DynamoDB lists a refusal's reasons in the order of the items sent, and PynamoDB
+    (``Connection.transact_write_items``) sends the condition checks, then the deletes, the puts and
+    the updates, whatever order they were added in: a write's position is not the order of the calls.
+    """
+
+    _SENT_ORDER = ("condition_check", "delete", "save", "update")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._keys: dict[str, list[tuple[str, str]]] = {kind: [] for kind in self._SENT_ORDER}
+
+    def condition_check(self, model_cls, hash_key, range_key=None, condition=None):
+        super().condition_check(model_cls, hash_key, range_key, condition)
+        self._keys["condition_check"].append((hash_key, range_key))
+
+    def delete(self, model, condition=None, *, add_version_condition=True):
+        super().delete(model, condition, add_version_condition=add_version_condition)
+        self._keys["delete"].append((model.pk, model.sk))
+
+    def save(self, model, condition=None, return_values=None):
+        super().save(model, condition, return_values)
+        self._keys["save"].append((model.pk, model.sk))
+
+    def update(self, model, actions, condition=None, return_values=None, *, add_version_condition=True):
+        super().update(model, actions, condition, return_values, add_version_condition=add_version_condition)
+        self._keys["update"].append((model.pk, model.sk))
+
+    def refusals(self, error: TransactWriteError) -> dict[tuple[str, str], str]:
+        """Why DynamoDB refused each item it names, by (pk, sk); empty when it names none (an error
+        other than a cancelled transaction)."""
+        sent = [key for kind in self._SENT_ORDER for key in self._keys[kind]]
+        reasons = error.cancellation_reasons or []
+        if len(reasons) != len(sent):
+            return {}
+        return {key: reason.code for key, reason in zip(sent, reasons) if reason is not None}
 
 
 def now_ms() -> int:
@@ -240,16 +275,18 @@ class RetentionTasks:
         """
         absent = SubscriberRecord.pk.does_not_exist()
         condition = absent | (SubscriberRecord.generation <= generation) if replace else absent
+        own = (stream_pk(scope, stream), f"sub#{group}")
         for _ in range(_ATTEMPTS):
             fence, token = self.fence(scope, stream), uuid.uuid4().hex
             try:
-                with TransactWrite(connection=self.store.transaction_connection) as tx:
+                with _KeyedTransactWrite(connection=self.store.transaction_connection) as tx:
                     self.subscribe(tx, scope, stream, group, generation, start, fence, token, condition)
                 return
             except TransactWriteError as e:
-                if self.fence_moved_by(scope, stream, token) or _refused_by_condition(e, 0):
+                refused = tx.refusals(e)
+                if self.fence_moved_by(scope, stream, token) or refused.get(own) == _CONDITION:
                     return  # applied (its answer was lost), or a registration that stays
-                if not set(_refusals(e)) & {"ConditionalCheckFailed", "TransactionConflict"}:
+                if not set(refused.values()) & _RACES:
                     raise
         raise WriteConflict(f"the subscribers of {scope}/{stream} are too contended; try again")
 
@@ -418,18 +455,21 @@ class RetentionTasks:
                   fence: int | None) -> bool:
         """Truncate at ``target`` through the ordinary truncation workflow, its first step (the stream
         record's move to TRUNCATING at the new head) taken here in one transaction with the move of the
-        subscriber fence from ``fence`` when ``fenced``. False when the fence moved: a subscriber
-        registered or moved back since the cycle read the subscribers, and nothing is truncated.
+        subscriber fence from ``fence`` when ``fenced``. False when DynamoDB refuses the fence: a
+        subscriber registered or moved back since the cycle read the subscribers, and nothing is
+        truncated.
 
-        The stream record's step is conditioned on its version and incarnation; a change that leaves
-        what the cycle decided from (state, head, configuration) as it was (a watermark, say) is
-        retried on the fresh record.
+        The stream record's step is conditioned on its version and incarnation; when DynamoDB refuses
+        the stream record, a change that leaves what the cycle decided from (state, head,
+        configuration) as it was (a watermark, a writer's first time note) is retried on the fresh
+        record.
         """
         scope, stream = record.scope, record.stream
+        fence_key = (stream_pk(scope, stream), FENCE_KEY)
         for _ in range(_ATTEMPTS):
             token = uuid.uuid4().hex
             try:
-                with TransactWrite(connection=self.store.transaction_connection) as tx:
+                with _KeyedTransactWrite(connection=self.store.transaction_connection) as tx:
                     tx.update(record, actions=[
                         StreamRecord.state.set(StreamState.TRUNCATING.value),
                         StreamRecord.workflow.set({"name": "truncate"}), StreamRecord.pending.set(PENDING),
@@ -442,8 +482,11 @@ class RetentionTasks:
                 fresh = self.store.get_stream(scope, stream)
                 if fresh.write_id == token:
                     break  # applied: a resend after a lost answer was refused by its own first attempt
-                if fenced and _refused_by_condition(e, 1):
+                refused = tx.refusals(e)
+                if refused.get(fence_key) == _CONDITION:
                     return False
+                if not set(refused.values()) & _RACES:
+                    raise
                 decided_from = ("created_ms", "state", "workflow", "head", "configuration")
                 if any(getattr(fresh, a) != getattr(record, a) for a in decided_from):
                     raise WriteConflict(f"stream {scope}/{stream} changed while its retention was decided") from e
@@ -465,15 +508,16 @@ class RetentionTasks:
             latest = RetentionRecord(stream_pk(scope, stream), f"rs#{now:015d}", recorded_ms=now, size=size,
                                      cut=_wire(tail), write_id=uuid.uuid4().hex)
             try:
-                with TransactWrite(connection=self.store.transaction_connection) as tx:
+                with _KeyedTransactWrite(connection=self.store.transaction_connection) as tx:
                     tx.condition_check(StreamRecord, scope_pk(scope), stream,
                                        condition=StreamRecord.created_ms == record.created_ms)
                     tx.save(latest, condition=RetentionRecord.pk.does_not_exist())
             except TransactWriteError as e:
-                if _refused_by_condition(e, 0):
+                refused = tx.refusals(e)
+                if refused.get((scope_pk(scope), stream)) == _CONDITION:
                     raise StreamNotFound(f"stream {scope}/{stream} was deleted (and perhaps created again) "
                                          "while its retention was decided") from e
-                if not _refused_by_condition(e, 1):
+                if refused.get((latest.pk, latest.sk)) != _CONDITION:
                     raise
                 # there already: this cycle's own write (a lost answer), or a concurrent cycle's of that instant
                 latest = RetentionRecord.get(latest.pk, latest.sk, consistent_read=True)

@@ -388,3 +388,46 @@ def test_a_reset_whose_answer_was_lost_is_applied_once(controller, unique):
         assert _subscribers(controller, scope) == {f"{scope}/g": (1, 600)}
         if len(seen) < at:
             break
+
+
+# -- issue 39: a refused truncation is judged by the item DynamoDB names ----------------------------------
+
+
+@pytest.mark.parametrize("change", ["create at the head", "reset back"])
+def test_a_cycle_whose_fence_moved_records_kept(controller, unique, monkeypatch, change):
+    """The truncation's transaction is refused on the fence (sent first by PynamoDB, as a put before the
+    stream record's update): the cycle keeps everything and remembers why, instead of retrying with
+    the fence it read until it gives up."""
+    _stream(controller, unique)
+    groups = controller.reader_groups
+    if change == "reset back":
+        groups.create(unique, "g", _config(controller, unique, start=400))
+
+    def register():
+        if change == "reset back":
+            return groups.reset(unique, "g", _config(controller, unique, start=100))
+        return groups.create(unique, "g", _config(controller, unique))
+
+    _while_the_cycle_reads_subscribers(controller, monkeypatch, register)
+    decision = controller.retention.cycle(unique, "s", now=1_000)
+    assert (decision.outcome, decision.cut) == ("kept", None)
+    assert "a subscriber registered or moved back" in decision.reason
+    assert _head(controller, unique) == 0
+    last = controller.retention.status(unique, "s").last_decision
+    assert (last.decided_ms, last.outcome, last.reason) == (1_000, "kept", decision.reason)
+
+
+def test_a_cycle_whose_stream_record_changed_unrelatedly_truncates_on_the_fresh_record(controller, unique,
+                                                                                       monkeypatch):
+    """A writer's first time note (the stream joins the watermarking index) changes the stream record's
+    version while the cycle decides, and nothing it decided from: the truncation's transaction is
+    refused on the stream record, not the fence, and is retried on the fresh record."""
+    _stream(controller, unique)
+    assert controller.streams.store.get_stream(unique, "s").watermarked is None
+    _while_the_cycle_reads_subscribers(
+        controller, monkeypatch, lambda: controller.watermarks.note_time(unique, "s", "w", 1, {0: 800}))
+    decision = controller.retention.cycle(unique, "s", now=1_000)
+    assert controller.streams.store.get_stream(unique, "s").watermarked is not None
+    assert decision.outcome == "truncated", decision.reason
+    assert _head(controller, unique) == 800
+    assert controller.retention.status(unique, "s").last_decision.outcome == "truncated"
