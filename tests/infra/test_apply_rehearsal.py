@@ -195,7 +195,7 @@ def rehearsal(tmp_path_factory):
         (work / "terraform.tfvars").write_text(_inputs(rehearsal, tmp))
         init = rehearsal.terraform("init", "-input=false", "-backend=false")
         assert init.returncode == 0, init.stdout + init.stderr
-        applied = rehearsal.terraform("apply", "-auto-approve", "-input=false")
+        applied = rehearsal.terraform("apply", "-auto-approve", "-input=false", "-parallelism=30")
         assert applied.returncode == 0, applied.stdout[-4000:] + applied.stderr
         rehearsal.applied = rehearsal.state()
         yield rehearsal
@@ -365,7 +365,7 @@ def _project_changes(plan: dict) -> list[str]:
 
 
 def test_a_second_plan_changes_nothing_the_project_causes(rehearsal):
-    plan = rehearsal.terraform("plan", "-detailed-exitcode", "-input=false", "-out=second.tfplan")
+    plan = rehearsal.terraform("plan", "-detailed-exitcode", "-input=false", "-parallelism=30", "-out=second.tfplan")
     assert plan.returncode in (0, 2), plan.stdout[-6000:] + plan.stderr
     shown = rehearsal.terraform("show", "-json", "second.tfplan")
     assert shown.returncode == 0, shown.stderr
@@ -392,7 +392,7 @@ def test_the_drift_filter_still_sees_a_real_change():
 
 
 def test_destroy_removes_everything(rehearsal):
-    destroyed = rehearsal.terraform("destroy", "-auto-approve", "-input=false")
+    destroyed = rehearsal.terraform("destroy", "-auto-approve", "-input=false", "-parallelism=30")
     assert destroyed.returncode == 0, destroyed.stdout[-4000:] + destroyed.stderr
     assert rehearsal.state().get("values") is None
     assert rehearsal.client("dynamodb").list_tables()["TableNames"] == []
