@@ -71,6 +71,10 @@ def txn_sk(txn_id: str) -> str:
     return f"txn#{txn_id}"
 
 
+def committing_sk(txn_id: str) -> str:
+    return f"cm#{txn_id}"
+
+
 def segment_sk(segment_id: int) -> str:
     return f"segment#{segment_id:020d}"
 
@@ -281,6 +285,16 @@ class SubscriberRecord(MetadataItem, discriminator="subscriber"):
     updated_ms = NumberAttribute()
 
 
+class CommittingRecord(MetadataItem, discriminator="cm"):
+    """A transaction of the stream that is COMMITTING (``cm#<txn id>``): written in one DynamoDB
+    transaction with its move to COMMITTING and deleted once it is closed, so that planning and applying
+    a commit read the transactions being committed, never every transaction the stream kept (finished
+    ones stay a day, ``TxnSettings.keep_finished_ms``). A marker whose transaction is closed (a crash
+    between the close and the delete) is deleted by the next commit that reads it."""
+
+    txn_id = UnicodeAttribute()
+
+
 class WriterMarkRecord(MetadataItem, discriminator="mark"):
     """The latest time a writer noted, with its position then (its whole segment map, at the offsets
     after its last acknowledged writes)."""
@@ -340,11 +354,15 @@ class ReaderGroupNameRecord(MetadataItem, discriminator="rg-name"):
         return self.sk
 
 
+# The metadata table's models, each with a connection of its own once used.
+MODELS = (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, CommittingRecord,
+          RetentionRecord, RetentionDecisionRecord, SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord,
+          ReaderLeaseRecord, ReaderGroupNameRecord)
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, RetentionRecord,
-                  RetentionDecisionRecord, SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord,
-                  ReaderLeaseRecord, ReaderGroupNameRecord):
+    for model in MODELS:
         model.Meta.table_name = deployment.metadata_table
         model.Meta.region = deployment.region
         model.Meta.host = deployment.endpoint_url

@@ -94,6 +94,7 @@ class Sweeper:
             if item.state == "ABORTING":
                 self.transactions.abort(item.scope, item.stream, item.txn_id)
             else:
+                self.transactions.mark_committing(item)
                 self.transactions.drive_commits(item.scope, item.stream)
             return SweepOutcome(subject, workflow, "completed")
         except NotFound:

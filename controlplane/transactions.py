@@ -43,11 +43,13 @@ from pynamodb.transactions import TransactWrite
 
 from controlplane.models import (
     PENDING,
+    CommittingRecord,
     EpochRecord,
     SegmentRecord,
     SinkRecord,
     StreamRecord,
     TxnRecord,
+    committing_sk,
     scope_pk,
     stream_pk,
     txn_sk,
@@ -229,21 +231,30 @@ class TransactionTasks:
         return info(final)
 
     def _to_committing(self, txn: TxnRecord, actions: list) -> None:
-        """OPEN -> COMMITTING, atomically with a check that the stream is not being sealed: a seal
-        applies the commits requested before it began and aborts every transaction still open."""
+        """OPEN -> COMMITTING with its committing marker, atomically with a check that the stream is not
+        being sealed: a seal applies the commits requested before it began and aborts every transaction
+        still open."""
         try:
             with TransactWrite(connection=self.store.transaction_connection) as tx:
                 tx.condition_check(StreamRecord, scope_pk(txn.scope), txn.stream,
                                    condition=StreamRecord.state.is_in(*_COMMIT_STATES))
+                tx.save(_marker(txn))
                 tx.update(txn, actions=actions, condition=TxnRecord.state == TxnState.OPEN.value)
         except TransactWriteError as e:
+            # PynamoDB sends condition checks, then puts, then updates: the refusals in that order.
             reasons = [r.code if r else None for r in (e.cancellation_reasons or [])]
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 raise TxnFailed(f"stream {txn.scope}/{txn.stream} is sealed or being sealed: transaction "
                                 f"{txn.txn_id} is aborted with it", status="ABORTED") from e
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            if len(reasons) > 2 and reasons[2] == "ConditionalCheckFailed":
                 raise WriteConflict("transaction changed concurrently") from e
             raise
+
+    def mark_committing(self, txn: TxnRecord) -> None:
+        """Give a COMMITTING transaction its marker if it has none: one that moved to COMMITTING before
+        markers existed (the sweeper calls this before it drives the stream's commits)."""
+        if txn.state == TxnState.COMMITTING.value:
+            _marker(txn).save()
 
     def abort(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
         while True:
@@ -429,7 +440,7 @@ class TransactionTasks:
         The batch is a handful of numbers whatever the number of segments and transactions.
         """
         scope, stream = record.scope, record.stream
-        committing = self._transactions(scope, stream, TxnState.COMMITTING)
+        committing = self._committing(scope, stream)
         if not committing:
             return None
         epochs = {e: self.store.get_epoch(scope, stream, e)  # one read per epoch
@@ -486,10 +497,27 @@ class TransactionTasks:
 
     def _members(self, scope: str, stream: str, batch: dict) -> list[TxnRecord]:
         """The batch's transactions still to close, in the order their commits were requested."""
-        stamped = TxnRecord.query(stream_pk(scope, stream), TxnRecord.sk.startswith("txn#"),
-                                  filter_condition=(TxnRecord.state == TxnState.COMMITTING.value)
-                                  & (TxnRecord.batch == batch["id"]), consistent_read=True)
+        stamped = [txn for txn in self._committing(scope, stream) if txn.batch == batch["id"]]
         return sorted(stamped, key=lambda t: (t.commit_ms, t.txn_id))
+
+    def _committing(self, scope: str, stream: str) -> list[TxnRecord]:
+        """The stream's COMMITTING transactions, read through their markers: one query of the markers and
+        one consistent batch read of their records, whatever the number of transactions the stream kept.
+        Markers of transactions closed meanwhile (or left by a crash after a close) are deleted."""
+        markers = list(CommittingRecord.query(stream_pk(scope, stream), CommittingRecord.sk.startswith("cm#"),
+                                              consistent_read=True))
+        if not markers:
+            return []
+        found = {t.txn_id: t for t in TxnRecord.batch_get([(stream_pk(scope, stream), txn_sk(m.txn_id))
+                                                          for m in markers], consistent_read=True)}
+        committing = []
+        for marker in markers:
+            txn = found.get(marker.txn_id)
+            if txn is not None and txn.state == TxnState.COMMITTING.value:
+                committing.append(txn)
+            else:
+                _delete_marker(scope, stream, marker.txn_id)
+        return committing
 
     def _roll(self, record: StreamRecord, batch: dict, members: list[TxnRecord]) -> None:
         """Roll the batch (seed 003, Pravega's rolling transactions): a new epoch of fresh segments with
@@ -574,6 +602,18 @@ class TransactionTasks:
         except UpdateError as e:
             if not failed_condition(e):
                 raise  # otherwise a concurrent finisher closed it first: the outcome is the same
+        if expected == TxnState.COMMITTING:
+            _delete_marker(txn.scope, txn.stream, txn.txn_id)  # after the close: a crash between leaves garbage
+
+
+def _marker(txn: TxnRecord) -> CommittingRecord:
+    return CommittingRecord(txn.pk, committing_sk(txn.txn_id), txn_id=txn.txn_id)
+
+
+def _delete_marker(scope: str, stream: str, txn_id: str) -> None:
+    """Delete a committing marker. Unconditional: a marker is written only with its transaction's move
+    to COMMITTING, once per transaction, so whatever marker is there is of that closed transaction."""
+    CommittingRecord(stream_pk(scope, stream), committing_sk(txn_id)).delete()
 
 
 def _range_of(segment: list) -> SegmentRange:

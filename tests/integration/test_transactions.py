@@ -349,10 +349,11 @@ def test_commit_requested_while_the_stream_is_being_sealed_does_not_hang(control
         original(s, st)
         if not raced:  # a writer's commit request marks its transaction COMMITTING right now
             raced.append(True)
-            record = c.transactions._get(scope, STREAM, txn.txn_id)
-            record.update(actions=[TxnRecord.state.set(TxnState.COMMITTING.value), TxnRecord.commit_ms.set(now_ms()),
-                                   TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
-                                   TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now_ms())])
+            record = c.transactions._get(scope, STREAM, txn.txn_id)  # the request's own step, marker and all
+            c.transactions._to_committing(record, [
+                TxnRecord.state.set(TxnState.COMMITTING.value), TxnRecord.commit_ms.set(now_ms()),
+                TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
+                TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now_ms())])
 
     monkeypatch.setattr(c.transactions, "drive_commits", drive_then_race)
     c.streams.seal_stream(scope, STREAM)
