@@ -149,7 +149,7 @@ def rg_reset(args: argparse.Namespace) -> None:
     streams = []
     for s in config.streams:
         start = resolve_cut(groups.connection, s.scope, s.stream, args.from_cut)
-        streams.append(s.model_copy(update={"start": start}))
+        streams.append(s.model_copy(update={"start": list(start.positions), "incarnation": start.incarnation}))
     new = group.reset_reader_group(config.model_copy(update={"streams": streams}))
     _print(args, {"group": args.group, "generation": new.generation},
            f"reader group {args.group} reset to {args.from_cut} (generation {new.generation})")

@@ -23,7 +23,6 @@ from typing import TextIO
 from rillet.cli_format import human_bytes
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
-from rillet.models import SegmentPosition
 from rillet.names import split_scoped_name
 from rillet.reader import EventRead, StreamReader
 from rillet.serializers import BytesSerializer
@@ -104,19 +103,23 @@ def accept_relative_times(parser: argparse.ArgumentParser) -> None:
     parser._negative_number_matcher = NEGATIVE_OR_RELATIVE  # argparse's own hook; no option here looks like it
 
 
-def start_of(connection: Connection, scope: str, stream: str, args: argparse.Namespace) -> list[SegmentPosition]:
+def start_of(connection: Connection, scope: str, stream: str, args: argparse.Namespace) -> StreamCut:
     """Where ``read`` starts: the cut at ``--from-time``, else ``--from``."""
     if args.from_time is not None:
-        return connection.controller.cut_at_time(scope, stream, args.from_time).positions
+        at = connection.controller.cut_at_time(scope, stream, args.from_time)
+        return StreamCut.of(scope, stream, at.positions, at.incarnation)
     return resolve_cut(connection, scope, stream, args.from_cut or "head")
 
 
-def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> list[SegmentPosition]:
-    """``head``, ``tail`` or a stream cut in text form (as ``rillet stream cut`` prints it)."""
+def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> StreamCut:
+    """``head``, ``tail`` or a stream cut in text form (as ``rillet stream cut`` prints it), with the
+    stream incarnation it is of (a cut of another one is then refused: StreamRecreated)."""
     if text == "head":
-        return connection.controller.head(scope, stream)
+        head = connection.controller.head_cut(scope, stream)
+        return StreamCut.of(scope, stream, head.positions, head.incarnation)
     if text == "tail":
-        return connection.controller.stream_info(scope, stream).tail
+        info = connection.controller.stream_info(scope, stream)
+        return StreamCut.of(scope, stream, info.tail, info.created_at_ms)
     try:
         cut = StreamCut.from_text(text)
     except InvalidArgument as e:  # e.g. "nonsense": it would be reported as a bad SCOPE/STREAM
@@ -124,8 +127,7 @@ def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> l
                               "prints it)") from e
     if (cut.scope, cut.stream) != (scope, stream):  # before its shape: the mistake is the stream
         raise InvalidArgument(f"the cut is of {cut.scope}/{cut.stream}, not of {scope}/{stream}")
-    cut.validate()
-    return list(cut.positions)
+    return cut.validate()
 
 
 def _events_to_write(args: argparse.Namespace) -> Iterator[tuple[str, str | None]]:
@@ -195,8 +197,7 @@ def stream_read(args: argparse.Namespace) -> None:
     connection = Connection(args.endpoint)
     start = start_of(connection, scope, stream, args)
     end = resolve_cut(connection, scope, stream, args.to_cut)
-    ends = _end_offsets(connection, scope, stream, StreamCut.of(scope, stream, start).to_text(),
-                        StreamCut.of(scope, stream, end).to_text())
+    ends = _end_offsets(connection, scope, stream, start.to_text(), end.to_text())
     unfinished = set(ends)
     reader = StreamReader(connection, scope, stream, BytesSerializer(), start)
     progress = Progress("read")

@@ -125,9 +125,11 @@ def stream_cut(args: argparse.Namespace) -> None:
     connection = Connection(args.endpoint)
     if (args.where == "at") != (args.time is not None):
         raise InvalidArgument("give a time after `at` (and only there): cut head, cut tail or cut at TIME")
-    positions = (connection.controller.cut_at_time(scope, stream, args.time).positions if args.where == "at"
-                 else resolve_cut(connection, scope, stream, args.where))
-    cut = StreamCut.of(scope, stream, positions)
+    if args.where == "at":
+        at = connection.controller.cut_at_time(scope, stream, args.time)
+        cut = StreamCut.of(scope, stream, at.positions, at.incarnation)
+    else:
+        cut = resolve_cut(connection, scope, stream, args.where)
     if args.json:
         print(json.dumps({"stream": args.stream, "cut": cut.to_text(),
                           "positions": [{"segment_id": p.segment.segment_id, "offset": p.offset}
@@ -139,14 +141,14 @@ def stream_cut(args: argparse.Namespace) -> None:
 def stream_truncate(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
-    cut = StreamCut.of(scope, stream, resolve_cut(connection, scope, stream, args.cut))
+    cut = resolve_cut(connection, scope, stream, args.cut)
     behind = {Ordering.BEFORE: "before the stream's head", Ordering.OVERLAPPING: "before the head for some keys"}.get(
         compare_positions(list(cut.positions), connection.controller.head(scope, stream)))
     if behind:  # said in the user's terms, not as the slices' "start cut after the end cut"
         raise InvalidArgument(f"the cut lies {behind} (the stream is truncated up to there already): truncation "
                               f"only moves forward; `rillet stream cut {args.stream} head` prints the head")
     released = connection.controller.slices(scope, stream, None, cut.to_text()).size_bytes
-    connection.controller.truncate_stream(scope, stream, cut.offsets)
+    connection.controller.truncate_stream(scope, stream, cut.offsets, cut.incarnation)
     data = {"stream": args.stream, "truncated_at": cut.to_text(), "released_bytes": released}
     print(json.dumps(data, sort_keys=True) if args.json
           else f"{args.stream} truncated: {human_bytes(released)} before the cut released")
