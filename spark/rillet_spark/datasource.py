@@ -809,7 +809,7 @@ def _after_events(connection, piece: _Piece, count: int) -> int:
     position, counted = piece.start, 0
     while counted < count and position < piece.end:
         window = _fetch(connection.segments, piece.scope, piece.stream, piece.segment_id, position,
-                        min(COUNT_WINDOW_BYTES, piece.end - position))
+                        min(COUNT_WINDOW_BYTES, piece.end - position), piece.incarnation)
         at = 0
         while counted < count and at + HEADER_SIZE <= len(window):
             at += HEADER_SIZE + body_size(FRAME_HEADER.unpack_from(window, at)[0])

@@ -131,7 +131,7 @@ class _Segment:
         self.segments = self
         self.data, self.answer = data, answer
 
-    def read(self, scope, stream, segment_id, offset, length):
+    def read(self, scope, stream, segment_id, offset, length, incarnation=None):
         return SimpleNamespace(data=self.data[offset:offset + min(length, self.answer)])
 
 
