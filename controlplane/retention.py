@@ -307,9 +307,11 @@ class RetentionTasks:
         """The cut subscriber ``group`` ("scope/group") acknowledged in a stream; None if it is none of its."""
         try:
             record = SubscriberRecord.get(stream_pk(scope, stream), f"sub#{group}", consistent_read=True)
-        except SubscriberRecord.DoesNotExist:
+            incarnation = int(self.store.get_stream(scope, stream).created_ms)  # the stream's items go with it
+        except (SubscriberRecord.DoesNotExist, StreamNotFound):
             return None
-        return AcknowledgedCut(cut=StreamCutBody(scope=scope, stream=stream, positions=_positions(record.cut)),
+        return AcknowledgedCut(cut=StreamCutBody(scope=scope, stream=stream, positions=_positions(record.cut),
+                                                 incarnation=incarnation),
                                updated_ms=record.updated_ms, generation=record.generation)
 
     def status(self, scope: str, stream: str) -> RetentionStatus:
@@ -327,7 +329,7 @@ class RetentionTasks:
                 cut = _positions(sub.cut)
                 lags.append(SubscriberLag(
                     group=sub.group, generation=sub.generation, updated_ms=sub.updated_ms,
-                    cut=StreamCutBody(scope=scope, stream=stream, positions=cut),
+                    cut=StreamCutBody(scope=scope, stream=stream, positions=cut, incarnation=int(record.created_ms)),
                     active=None if timeout is None else now - sub.updated_ms <= timeout,
                     lag_bytes=tail_size - self.size_till(segments, cut)))
         return RetentionStatus(last_decision=self._last_decision(record), subscribers=lags)
@@ -340,8 +342,8 @@ class RetentionTasks:
             return None
         if last.stream_created_ms != record.created_ms:
             return None  # about an earlier stream of that name, written as it was deleted
-        cut = (StreamCutBody(scope=record.scope, stream=record.stream, positions=_positions(last.cut))
-               if last.cut else None)
+        cut = (StreamCutBody(scope=record.scope, stream=record.stream, positions=_positions(last.cut),
+                             incarnation=int(last.stream_created_ms)) if last.cut else None)
         return RetentionDecision(decided_ms=last.decided_ms, outcome=last.outcome, reason=last.reason,
                                  retained_bytes=last.retained_bytes, cut=cut)
 

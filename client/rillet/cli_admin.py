@@ -133,7 +133,7 @@ def rg_lag(args: argparse.Namespace) -> None:
 
 
 def _cut_text(body: StreamCutBody) -> str:
-    return StreamCut.of(body.scope, body.stream, list(body.positions)).to_text()
+    return StreamCut.of(body.scope, body.stream, list(body.positions), body.incarnation).to_text()
 
 
 def _ago(ms: float) -> str:
