@@ -252,7 +252,7 @@ class ByteStreamReader(io.RawIOBase):
         backoff = TailBackoff()
         while True:
             result = self.connection.segments.read(self.scope, self.stream, self.segment.segment_id, self._offset,
-                                                   want, self.incarnation)
+                                                   want, incarnation=self.incarnation)
             if result.data or result.end_of_segment:
                 self._offset = result.next_offset
                 return result.data
