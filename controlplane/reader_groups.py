@@ -941,7 +941,7 @@ class ReaderGroups:
         refuses (StreamRecreated), never the other way round (old positions read on the new stream)."""
         starts, streams = {}, []
         for spec in config.streams:
-            record = self.streams.store.get_stream(spec.scope, spec.stream)
+            record = self.streams.record(spec.scope, spec.stream)
             self.streams.check_incarnation(record, spec.incarnation)
             if spec.start:
                 offsets = {p.segment.segment_id: p.offset for p in spec.start}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -26,6 +27,7 @@ from controlplane.reader_groups import (
     new_state,
     sync,
 )
+from controlplane.streams import StreamTasks
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import IllegalState, ReaderGroupNotFound
 from rillet.models import ReaderGroupConfig, SegmentPosition, StreamRange, SuccessorInfo
@@ -83,9 +85,21 @@ class Scaling:
 
 
 class _Streams:
+    """The StreamTasks calls a reader group makes, answered from the simulated scaling (one incarnation)."""
+
+    check_incarnation = staticmethod(StreamTasks.check_incarnation)
+
     def __init__(self, scaling: Scaling) -> None:
-        self.head = scaling.head
-        self.successors = scaling.successors_for
+        self.scaling = scaling
+
+    def record(self, scope: str, stream: str) -> SimpleNamespace:
+        return SimpleNamespace(scope=scope, stream=stream, created_ms=1)
+
+    def head(self, scope: str, stream: str, record: object = None) -> list[SegmentPosition]:
+        return self.scaling.head(scope, stream)
+
+    def successors(self, scope: str, stream: str, sid: int, incarnation: int | None = None) -> list[SuccessorInfo]:
+        return self.scaling.successors_for(scope, stream, sid)
 
 
 def run_for_a_week(scaling: Scaling, scope: str) -> tuple[GroupState, list[str]]:
