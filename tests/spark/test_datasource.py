@@ -406,17 +406,27 @@ def test_a_query_of_a_stream_deleted_and_created_again_fails_rather_than_reading
     _write(stack, scope, "s", [("k", f"a:{i}".encode()) for i in range(50)])
     old_tail = manager.get_tail(scope, "s")
     batches = {}
-    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
-             .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8").load()
-             .writeStream.foreachBatch(_events_of_each_batch(batches))
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="300 milliseconds")
-             .start())
+
+    def start_query():
+        return (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+                .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8")
+                .load().writeStream.foreachBatch(_events_of_each_batch(batches))
+                .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="300 milliseconds")
+                .start())
+
+    # The query is stopped across the delete and the create: a running one may poll in between and fail
+    # with StreamNotFound instead, which is right but not what this test is about.
+    query = start_query()
     try:
         _stream_until(query, lambda: sum(len(events) for events in batches.values()) >= 50)
-        manager.seal_stream(scope, "s")
-        manager.delete_stream(scope, "s")
-        manager.create_stream(scope, "s", config)
-        _write(stack, scope, "s", [("k", f"b:{i}".encode()) for i in range(80)])
+    finally:
+        query.stop()
+    manager.seal_stream(scope, "s")
+    manager.delete_stream(scope, "s")
+    manager.create_stream(scope, "s", config)
+    _write(stack, scope, "s", [("k", f"b:{i}".encode()) for i in range(80)])
+    query = start_query()
+    try:
         deadline = time.monotonic() + 60
         while query.exception() is None and query.isActive:
             assert time.monotonic() < deadline, "the query went on after its stream was re-created"
