@@ -35,7 +35,7 @@ from controlplane.kvt_records import (
     partition_of,
     tables_pk,
 )
-from controlplane.models import PENDING, SCOPES_PK, ScopeRecord
+from controlplane.models import SCOPES_PK, ScopeRecord, workflow_shard
 from controlplane.store import MetadataStore, failed_condition
 from controlplane.streams import now_ms
 from rillet.errors import (
@@ -161,7 +161,7 @@ class KeyValueTables:
             return False
         if record.state != DELETING:
             self.store.update(record, [KeyValueTableRecord.state.set(DELETING),
-                                       KeyValueTableRecord.pending.set(PENDING),
+                                       KeyValueTableRecord.pending.set(workflow_shard(record.pk, record.sk)),
                                        KeyValueTableRecord.pending_since.set(now_ms())],
                               f"key-value table {scope}/{table} changed concurrently")
         self.finish_delete(record)

@@ -38,13 +38,21 @@ from pynamodb.attributes import (
     UnicodeSetAttribute,
     VersionAttribute,
 )
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, IncludeProjection
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from dataplane.deployment import Deployment
+from dataplane.shards import shard_key
 
 SCOPES_PK = "scopes"
 PENDING = "wf"
+
+
+def workflow_shard(pk: str, sk: str) -> str:
+    """The ``workflows`` index partition key of the record ``(pk, sk)``: ``wf#<n>``, write-sharded
+    (dataplane.shards), so the records of a deployment's workflows in flight (every transaction's commit
+    and abort among them) do not all meet on one index partition."""
+    return shard_key(PENDING, f"{pk}|{sk}")
 
 
 def scope_pk(scope: str) -> str:
@@ -79,22 +87,25 @@ def segment_sk(segment_id: int) -> str:
     return f"segment#{segment_id:020d}"
 
 
-class WorkflowIndex(GlobalSecondaryIndex):
-    """Sparse index of records with a workflow in flight, oldest first."""
-
-    class Meta:
-        index_name = "workflows"
-        projection = AllProjection()
-
-    pending = UnicodeAttribute(hash_key=True)
-    pending_since = NumberAttribute(range_key=True)
-
-
 # What the sharded "due" indexes of the metadata table project besides the keys: the names their jobs
 # act on, which never change once written. So an update of a record in such an index (a commit's, a
 # watermark's, a ping's other fields) writes nothing to the index unless it moves the item's index keys.
 # ("kind" is PynamoDB's discriminator: a query of a subclass filters on it.)
 INDEXED_NAMES = ["kind", "scope", "stream", "txn_id", "group"]
+
+
+class WorkflowIndex(GlobalSecondaryIndex):
+    """Sparse index of records with a workflow in flight, oldest first, under write-sharded partition
+    keys (``wf#<n>``: :func:`workflow_shard`). It projects only the names that identify the record: the
+    sweeper reads the few it acts on by key, so a workflow's own steps (which rewrite ``workflow``)
+    write nothing to the index."""
+
+    class Meta:
+        index_name = "workflows"
+        projection = IncludeProjection(INDEXED_NAMES)
+
+    pending = UnicodeAttribute(hash_key=True)
+    pending_since = NumberAttribute(range_key=True)
 
 
 class TxnDeadlineIndex(GlobalSecondaryIndex):
@@ -114,11 +125,13 @@ class TxnDeadlineIndex(GlobalSecondaryIndex):
 
 
 class RetentionIndex(GlobalSecondaryIndex):
-    """Sparse index of streams with a retention policy, by bucket: a retention run takes one bucket."""
+    """Sparse index of streams with a retention policy, by bucket: a retention run takes one bucket.
+    It projects only the stream's names (the cycle reads the record itself), so the updates of a
+    stream record (watermarks, scaling, writers' notes) write nothing to it."""
 
     class Meta:
         index_name = "retention"
-        projection = AllProjection()
+        projection = IncludeProjection(INDEXED_NAMES)
 
     retention_bucket = NumberAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)

@@ -53,7 +53,6 @@ from pynamodb.transactions import TransactWrite
 
 from controlplane.cuts import lower_bound
 from controlplane.models import (
-    PENDING,
     RetentionDecisionRecord,
     RetentionRecord,
     SegmentRecord,
@@ -61,6 +60,7 @@ from controlplane.models import (
     SubscriberRecord,
     scope_pk,
     stream_pk,
+    workflow_shard,
 )
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
@@ -474,7 +474,7 @@ class RetentionTasks:
                 with _KeyedTransactWrite(connection=self.store.transaction_connection) as tx:
                     tx.update(record, actions=[
                         StreamRecord.state.set(StreamState.TRUNCATING.value),
-                        StreamRecord.workflow.set({"name": "truncate"}), StreamRecord.pending.set(PENDING),
+                        StreamRecord.workflow.set({"name": "truncate"}), StreamRecord.pending.set(workflow_shard(record.pk, record.sk)),
                         StreamRecord.pending_since.set(now_ms()), StreamRecord.head.set(_wire(target)),
                         StreamRecord.write_id.set(token)], condition=StreamRecord.created_ms == record.created_ms)
                     if fenced:

@@ -32,6 +32,7 @@ from controlplane.models import (
     stream_pk,
 )
 from dataplane.deployment import Deployment
+from dataplane.shards import query_every_shard
 from rillet.errors import (
     AlreadyExists,
     IllegalState,
@@ -381,4 +382,13 @@ class MetadataStore:
     # -- workflows -------------------------------------------------------------------------------
 
     def pending_workflows(self, older_than_ms: int) -> list[MetadataItem]:
-        return list(MetadataItem.workflows.query(PENDING, MetadataItem.pending_since <= older_than_ms))
+        """Records with a workflow in flight since before ``older_than_ms``, oldest first. The index
+        (every shard, in parallel) gives their keys; one consistent BatchGetItem per 100 gives the records
+        as they are now, leaving out any whose workflow finished in between."""
+        found = query_every_shard(PENDING, lambda key: MetadataItem.workflows.query(
+            key, MetadataItem.pending_since <= older_than_ms))
+        found.sort(key=lambda item: item.pending_since)
+        current = {(record.pk, record.sk): record
+                   for record in MetadataItem.batch_get([(item.pk, item.sk) for item in found], consistent_read=True)}
+        return [current[key] for key in ((item.pk, item.sk) for item in found)
+                if key in current and current[key].pending is not None]

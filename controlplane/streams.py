@@ -14,11 +14,11 @@ import hashlib
 import time
 
 from controlplane.kvt_records import scope_has_key_value_tables
-from controlplane.models import PENDING, SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk
+from controlplane.models import SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk, workflow_shard
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.segment_store import SegmentStore
-from dataplane.shards import shard_key
+from dataplane.scale_signals import ScaleThresholds, watch
 from rillet.errors import (
     AlreadyExists,
     IllegalState,
@@ -33,6 +33,7 @@ from rillet.errors import (
 from rillet.keyspace import KeyRange, hash_routing_key, merge_adjacent, segment_id, split_evenly
 from rillet.models import (
     ScaleType,
+    ScalingPolicy,
     ScopeInfo,
     SegmentPosition,
     SegmentRange,
@@ -59,8 +60,10 @@ from rillet.stream_cut import (
 )
 
 RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches every stream
-# The auto-scaling index's partition keys: 1#<n> by the stream's name (dataplane.shards; "1" alone was
-# the one key before the index was sharded, still read for records written then).
+# The partition keys of the metadata table's ``autoscale`` index: 1#<n> by the stream's name
+# (dataplane.shards; "1" alone before the index was sharded). It lists the auto-scaled streams created
+# before their segments carried scale signals (dataplane/scale_signals.py): the auto-scaler moves them
+# over once and takes them out (AutoScaler.backfill). No stream enters it any more.
 AUTOSCALED = "1"
 # The most current segments a stream may have, as many as it can be created with
 # (ScalingPolicy.min_num_segments). Its epoch and transaction records list every current segment
@@ -94,8 +97,13 @@ def _bucket(scope: str, stream: str, config: StreamConfiguration) -> int | None:
     return int.from_bytes(digest, "big") % RETENTION_BUCKETS
 
 
-def _autoscaled(config: StreamConfiguration) -> bool:
-    return config.scaling_policy.scale_type != ScaleType.FIXED_NUM_SEGMENTS
+def scale_thresholds(policy: ScalingPolicy) -> ScaleThresholds | None:
+    """What a segment of a stream with ``policy`` carries for the append path's scale signals (None: a
+    fixed stream, which never scales by itself)."""
+    if policy.scale_type == ScaleType.FIXED_NUM_SEGMENTS:
+        return None
+    return ScaleThresholds(by_bytes=policy.scale_type == ScaleType.BY_RATE_IN_KBYTES_PER_SEC,
+                           target=float(policy.target_rate))
 
 
 def _range(record: SegmentRecord) -> SegmentRange:
@@ -137,7 +145,7 @@ class StreamTasks:
             return False
         if record.state == "ACTIVE":
             self.store.update(record, [ScopeRecord.state.set("DELETING"),
-                                              ScopeRecord.pending.set(PENDING),
+                                              ScopeRecord.pending.set(workflow_shard(record.pk, record.sk)),
                                               ScopeRecord.pending_since.set(now_ms())],
                                      f"scope {scope} changed concurrently")
         return self.finish_delete_scope(record)
@@ -166,9 +174,8 @@ class StreamTasks:
         record = StreamRecord(
             scope_pk(scope), stream, scope=scope, stream=stream, state=StreamState.CREATING.value,
             configuration=config.model_dump(mode="json"), tags=set(config.tags) or None, created_ms=now,
-            current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=PENDING,
-            pending_since=now, retention_bucket=_bucket(scope, stream, config),
-            autoscale=shard_key(AUTOSCALED, f"{scope}/{stream}") if _autoscaled(config) else None)
+            current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=workflow_shard(scope_pk(scope), stream),
+            pending_since=now, retention_bucket=_bucket(scope, stream, config))
         try:
             self.store.create_stream(record)
         except AlreadyExists:
@@ -191,7 +198,8 @@ class StreamTasks:
                 SegmentRecord(segment_id=sid, low=low, high=high, created_ms=record.created_ms)
                 for sid, low, high in epoch0], fence=record)
             for sid, _, _ in epoch0:
-                self.segments.create(segment_name(record.scope, record.stream, sid), int(record.created_ms))
+                self.segments.create(segment_name(record.scope, record.stream, sid), int(record.created_ms),
+                                     scale_thresholds(config.scaling_policy))
         except (StreamRecreated, StreamNotFound):
             return  # the name is gone, or holds another incarnation: nothing more is this finisher's
         self._finish(record, StreamState.ACTIVE)
@@ -237,12 +245,22 @@ class StreamTasks:
     def finish_update_stream(self, record: StreamRecord) -> None:
         config = StreamConfiguration.model_validate(record.workflow["configuration"])
         bucket = _bucket(record.scope, record.stream, config)
+        if config.scaling_policy != _config(record).scaling_policy:  # the record holds the old one until _finish
+            self.watch_scaling(record, config.scaling_policy)
         self._finish(record, StreamState.ACTIVE, StreamRecord.configuration.set(config.model_dump(mode="json")),
                      StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove(),
                      StreamRecord.retention_bucket.set(bucket) if bucket is not None
                      else StreamRecord.retention_bucket.remove(),
-                     StreamRecord.autoscale.set(shard_key(AUTOSCALED, f"{record.scope}/{record.stream}"))
-                     if _autoscaled(config) else StreamRecord.autoscale.remove())
+                     StreamRecord.autoscale.remove())  # a stream of the old autoscale index: watched now
+
+    def watch_scaling(self, record: StreamRecord, policy: ScalingPolicy) -> None:
+        """Give the current segments the thresholds of ``policy`` and mark them due now, or take both
+        away for a fixed policy (dataplane/scale_signals.py): a policy change may make a merge or split
+        due that no append signals. One update per current segment; sealed ones are left alone."""
+        thresholds = scale_thresholds(policy)
+        for segment in self.current_segments(record.scope, record.stream, record):
+            watch(segment_name(record.scope, record.stream, segment.segment_id), thresholds, now_ms(),
+                  int(record.created_ms))
 
     def seal_stream(self, scope: str, stream: str, incarnation: int | None = None) -> None:
         """Seal the stream (only its ``incarnation``, if given: StreamNotFound once the name holds another)."""
@@ -282,7 +300,7 @@ class StreamTasks:
                                state=record.state)
         if not record.workflow:
             self.store.update(record, [StreamRecord.workflow.set({"name": "delete"}),
-                                              StreamRecord.pending.set(PENDING),
+                                              StreamRecord.pending.set(workflow_shard(record.pk, record.sk)),
                                               StreamRecord.pending_since.set(now_ms())],
                                      f"stream {scope}/{stream} changed concurrently")
         self.finish_delete_stream(record)
@@ -307,8 +325,9 @@ class StreamTasks:
         if not self.store.delete_stream_partition(record.scope, record.stream,
                                                   still=lambda: self._still_deleting(record)):
             return
-        if record.watermarked:  # its watermark stream goes with it
-            self._delete_internal(record, mark_stream_name(record.stream))
+        # Its watermark stream goes with it, if it has one: a stream whose writers left the watermark set
+        # (``watermarked`` removed) keeps the watermarks it had, so the flag does not tell.
+        self._delete_internal(record, mark_stream_name(record.stream))
         self.store.delete_stream_record(record)
 
     def _get_stream(self, scope: str, stream: str, incarnation: int | None) -> StreamRecord:
@@ -392,7 +411,7 @@ class StreamTasks:
         """Step one of a workflow: leave ACTIVE for ``state`` and record what is to be done."""
         check_transition(_state(record), state, f"stream {record.scope}/{record.stream}")
         self.store.update(record, [StreamRecord.state.set(state.value), StreamRecord.workflow.set(workflow),
-                                          StreamRecord.pending.set(PENDING), StreamRecord.pending_since.set(now_ms()),
+                                          StreamRecord.pending.set(workflow_shard(record.pk, record.sk)), StreamRecord.pending_since.set(now_ms()),
                                           *actions],
                                  f"stream {record.scope}/{record.stream} changed concurrently")
 
@@ -482,7 +501,7 @@ class StreamTasks:
                 for n in new], fence=record)
             for segment in new:
                 self.segments.create(segment_name(record.scope, record.stream, segment.segment_id),
-                                     int(record.created_ms))
+                                     int(record.created_ms), scale_thresholds(_config(record).scaling_policy))
             for old in sealed.values():
                 self.store.set_successors(old, [n.segment_id for n in new if old.low < n.high and n.low < old.high],
                                           fence=record)

@@ -42,7 +42,6 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from controlplane.models import (
-    PENDING,
     CommittingRecord,
     EpochRecord,
     SegmentRecord,
@@ -53,6 +52,7 @@ from controlplane.models import (
     scope_pk,
     stream_pk,
     txn_sk,
+    workflow_shard,
 )
 from controlplane.store import (
     _decode_token,
@@ -213,7 +213,7 @@ class TransactionTasks:
                     TxnRecord.state.set(TxnState.COMMITTING.value), TxnRecord.commit_ms.set(now),
                     TxnRecord.timestamp_ms.set(timestamp_ms), TxnRecord.writer_id.set(writer_id),
                     TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
-                    TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now)])
+                    TxnRecord.pending.set(workflow_shard(txn.pk, txn.sk)), TxnRecord.pending_since.set(now)])
                 break
             except WriteConflict:
                 continue
@@ -267,7 +267,7 @@ class TransactionTasks:
                     with conditional("transaction changed concurrently"):
                         txn.update(actions=[TxnRecord.state.set(TxnState.ABORTING.value),
                                             TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
-                                            TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now)])
+                                            TxnRecord.pending.set(workflow_shard(txn.pk, txn.sk)), TxnRecord.pending_since.set(now)])
                 except WriteConflict:
                     continue
             if txn.state == TxnState.ABORTING.value:
@@ -312,7 +312,7 @@ class TransactionTasks:
                     with conditional("transaction changed concurrently"):
                         txn.update(actions=[TxnRecord.state.set(TxnState.ABORTING.value),
                                             TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
-                                            TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now_ms())],
+                                            TxnRecord.pending.set(workflow_shard(txn.pk, txn.sk)), TxnRecord.pending_since.set(now_ms())],
                                    condition=(TxnRecord.state == TxnState.OPEN.value)
                                    & (TxnRecord.lease_expiry_ms == txn.lease_expiry_ms))
                 except WriteConflict:

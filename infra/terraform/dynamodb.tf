@@ -63,10 +63,11 @@ resource "aws_dynamodb_table" "metadata" {
   }
 
   global_secondary_index {
-    name            = "workflows"
-    hash_key        = "pending"
-    range_key       = "pending_since"
-    projection_type = "ALL"
+    name               = "workflows"
+    hash_key           = "pending"
+    range_key          = "pending_since"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["kind", "scope", "stream", "txn_id", "group"]
   }
 
   global_secondary_index {
@@ -78,10 +79,11 @@ resource "aws_dynamodb_table" "metadata" {
   }
 
   global_secondary_index {
-    name            = "retention"
-    hash_key        = "retention_bucket"
-    range_key       = "sk"
-    projection_type = "ALL"
+    name               = "retention"
+    hash_key           = "retention_bucket"
+    range_key          = "sk"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["kind", "scope", "stream", "txn_id", "group"]
   }
 
   global_secondary_index {
