@@ -45,16 +45,26 @@ def workflow_sweeper_sensor(context: SensorEvaluationContext, rillet: RilletDepl
     keys = [f"{p.pk}|{p.sk}|{p.pending_since}" for p in pending]
     return RunRequest(run_key=work_key("sweep", keys), tags={"rillet/pending": str(len(keys))})
 
+SEGMENTS_LISTED = 20  # a run's metadata lists the segments that moved most and counts the rest
+
+
 class TierConfig(Config):
     segments: list[str]
 
-@op(description="Move due inline index entries of segments into S3 chunks.")
+@op(description="Move due inline index entries of segments into S3 chunks, several segments at once.")
 def tier_segments(context: OpExecutionContext, config: TierConfig, rillet: RilletDeployment) -> Output[int]:
-    store = rillet.controller().segments
-    moved = {segment: store.tier(segment) for segment in config.segments}
-    table = "| segment | bytes moved |\n|---|---|\n" + "\n".join(f"| `{s}` | {n} |" for s, n in moved.items())
-    return Output(sum(moved.values()), metadata={"bytes_moved": sum(moved.values()),
-                                                 "segments": MetadataValue.md(table)})
+    run = rillet.controller().segments.tier_many(config.segments)
+    context.log.info(run.summary())
+    largest = sorted(run.passes.items(), key=lambda item: -item[1].bytes_moved)[:SEGMENTS_LISTED]
+    table = "| segment | bytes moved | deletes |\n|---|---|---|\n" + "\n".join(
+        f"| `{s}` | {p.bytes_moved} | {p.deletes} |" for s, p in largest)
+    if len(run.passes) > len(largest):
+        table += f"\n\nand {len(run.passes) - len(largest)} more segment(s)"
+    seconds = max(run.seconds, 1e-9)
+    return Output(run.bytes_moved, metadata={
+        "bytes_moved": run.bytes_moved, "deletes": run.deletes, "segments_passed": len(run.passes),
+        "seconds": round(run.seconds, 3), "deletes_per_s": round(run.deletes / seconds, 1),
+        "bytes_per_s": round(run.bytes_moved / seconds, 1), "segments": MetadataValue.md(table)})
 
 @job(description="Tier the inline bytes of the given segments.")
 def tier_segments_job() -> None:
@@ -62,7 +72,8 @@ def tier_segments_job() -> None:
 
 @sensor(job=tier_segments_job, minimum_interval_seconds=sensor_interval("tiering", 60),
         default_status=DefaultSensorStatus.RUNNING,
-        description="Finds segments whose inline bytes are due to move to S3 (one index query per tick).")
+        description="Finds segments whose inline bytes are due to move to S3 (one query per index shard a "
+                    "tick, up to 1,000 segments a run).")
 def tiering_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
     due = rillet.controller().segments.segments_due_for_tiering()
     if not due:

@@ -154,6 +154,13 @@ def _holds(size: int, data: bytes | None, object_key: str | None, source: str | 
     return condition
 
 
+def _unchanged(entry: IndexEntry) -> Condition:
+    """True only while the item is still exactly ``entry`` as read: what every delete of an index item
+    is conditioned on."""
+    return (_holds(entry.size, entry.data, entry.object_key, entry.source)
+            & (IndexEntry.offset == entry.offset) & (IndexEntry.created_ms == entry.created_ms))
+
+
 class _IndexGap(RuntimeError):
     """No index entry covers an offset below the length: only a concurrent truncation causes that."""
 
@@ -220,8 +227,7 @@ class SegmentJournal:
     def _delete_unchanged(self, entry: IndexEntry) -> bool:
         """Delete the item only if it is still exactly ``entry``; False if it changed or is gone."""
         try:
-            entry.delete(condition=_holds(entry.size, entry.data, entry.object_key, entry.source)
-                         & (IndexEntry.offset == entry.offset) & (IndexEntry.created_ms == entry.created_ms))
+            entry.delete(condition=_unchanged(entry))
             return True
         except DeleteError as e:
             if _failed_condition(e):

@@ -6,7 +6,10 @@ append committed.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
@@ -18,6 +21,7 @@ from dataplane.journal import (
     _failed_condition,
     _IndexGap,
     _same_incarnation,
+    _unchanged,
     now_ms,
     tier_shard,
 )
@@ -35,11 +39,44 @@ from rillet.errors import (
     SegmentNotFound,
 )
 
+DELETE_BATCH = 100  # index items deleted per TransactWriteItems (its limit: 100 actions)
+TIER_WORKERS = 8  # segments a tiering run passes over at once (under PynamoDB's 10 pooled connections)
+TIER_RUN_LIMIT = 1_000  # due segments one tiering run takes (docs/limits.md: the ceiling it sets)
+
+
+@dataclass(frozen=True)
+class TierPass:
+    """What one tiering pass over a segment did."""
+
+    bytes_moved: int
+    deletes: int  # index items deleted: tiered entries, garbage, and items released below the start
+
+
+@dataclass(frozen=True)
+class TieringRun:
+    """What a run over many segments did, and how fast: the figure to compare with the inline append rate."""
+
+    passes: dict[str, TierPass]
+    seconds: float
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(p.bytes_moved for p in self.passes.values())
+
+    @property
+    def deletes(self) -> int:
+        return sum(p.deletes for p in self.passes.values())
+
+    def summary(self) -> str:
+        seconds = max(self.seconds, 1e-9)
+        return (f"tiered {len(self.passes)} segment(s) in {self.seconds:.2f} s: {self.deletes} deletes "
+                f"({self.deletes / seconds:,.0f}/s), {self.bytes_moved} bytes ({self.bytes_moved / seconds:,.0f} B/s)")
+
 
 class StorageWriter(SegmentJournal):
     """Tiering and release of a segment's payload."""
 
-    def segments_due_for_tiering(self, limit: int = 100) -> list[str]:
+    def segments_due_for_tiering(self, limit: int = TIER_RUN_LIMIT) -> list[str]:
         """The segments whose tiering pass is due, earliest first: one query per shard of the index
         (``limit`` each, so at most ``limit`` from every shard before the cut)."""
         now = now_ms()
@@ -47,7 +84,24 @@ class StorageWriter(SegmentJournal):
             key, SegmentMeta.tier_at <= now, limit=limit))
         return [m.pk for m in sorted(due, key=lambda m: m.tier_at)[:limit]]
 
+    def tier_many(self, segments: list[str], workers: int = TIER_WORKERS) -> TieringRun:
+        """A pass over each segment, ``workers`` segments at once: a pass is a chain of round trips on one
+        segment's partition, so passes over different segments overlap (each segment's own pass stays
+        serial: its steps are ordered, and its partition takes about 1,000 write units a second)."""
+        started = time.perf_counter()
+        if segments:
+            IndexEntry._get_connection().connection.client  # noqa: B018 - created once, before threads share it
+            SegmentMeta._get_connection().connection.client  # noqa: B018
+            self.deployment.s3  # noqa: B018
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(segments))), thread_name_prefix="tier") as pool:
+            passes = dict(zip(segments, pool.map(self.tier_pass, segments), strict=True))
+        return TieringRun(passes, time.perf_counter() - started)
+
     def tier(self, segment: str) -> int:
+        """One pass over the segment (:meth:`tier_pass`); returns the number of bytes moved."""
+        return self.tier_pass(segment).bytes_moved
+
+    def tier_pass(self, segment: str) -> TierPass:
         """Move committed inline entries into S3 chunks of about ``chunk_target`` bytes.
 
         The pass first bumps the head record's tiering epoch, then scans; it saves each chunk (at
@@ -56,7 +110,7 @@ class StorageWriter(SegmentJournal):
         repeat: put the chunk object (deterministic key), save the chunk entry, delete the run's
         entries (each only if unchanged), then adjust the head record's inline byte count. A crash
         between steps leaves entries inside the chunk, which readers skip and the next pass deletes,
-        like stale claims. Returns the number of bytes moved.
+        like stale claims. Entries go in batches (:meth:`_delete_all_unchanged`).
         """
         try:
             meta = self._meta(segment)
@@ -64,30 +118,31 @@ class StorageWriter(SegmentJournal):
         except (SegmentNotFound, UpdateError) as e:
             if isinstance(e, UpdateError) and not _failed_condition(e):
                 raise
-            return 0  # deleted
+            return TierPass(0, 0)  # deleted
         epoch = meta.tier_epoch
         try:
             parts, garbage = self._scan(segment, meta.start, meta.length, True, int(meta.created_ms)) \
                 if meta.length > meta.start else ([], [])
         except _IndexGap:
-            return 0  # a truncation released the range meanwhile; the segment stays due for the next pass
+            return TierPass(0, 0)  # a truncation released the range meanwhile; the segment stays due
         if meta.sealed:  # a claim at the final length never commits: its appender died before removing it
             garbage += list(IndexEntry.query(meta.pk, IndexEntry.sk.between(entry_key(meta.length), ENTRY_PREFIX + "~"),
                                              consistent_read=True))
         stale = [item for item in garbage if not _same_incarnation(item, int(meta.created_ms))]
         if stale:
             self._remove_other_incarnations(segment, stale)
-        for entry in garbage:
-            if _same_incarnation(entry, int(meta.created_ms)):
-                self._delete_unchanged(entry)  # only the item: its object may be another entry's too
+        # Only the items: a garbage item's object may be another entry's too.
+        deletes = self._delete_all_unchanged([e for e in garbage if _same_incarnation(e, int(meta.created_ms))])
         entries = [entry for entry, _, _ in parts]
         horizon = now_ms() - self.settings.tier_min_age_ms
         moved = 0
         chunk_end = meta.chunk_end or 0
         tiered: set[str] = set()
         for run in self._inline_runs(entries, meta, horizon):
-            if not self._tier_run(segment, run, epoch, chunk_end, int(meta.created_ms)):
-                return moved  # a newer pass took over; it finishes the job
+            run_deletes = self._tier_run(segment, run, epoch, chunk_end, int(meta.created_ms))
+            if run_deletes is None:
+                return TierPass(moved, deletes)  # a newer pass took over; it finishes the job
+            deletes += run_deletes
             moved += run[-1].end - run[0].offset
             chunk_end = max(chunk_end, run[-1].end)
             tiered.update(e.sk for e in run)
@@ -120,8 +175,8 @@ class StorageWriter(SegmentJournal):
         except UpdateError as e:
             if not _failed_condition(e):
                 raise
-        self._release_below(segment)
-        return moved
+        deletes += self._release_below(segment)
+        return TierPass(moved, deletes)
 
     def _inline_runs(self, entries: list[IndexEntry], meta: SegmentMeta, horizon: int) -> Iterator[list[IndexEntry]]:
         """Maximal runs of adjacent inline entries old enough to tier, each at most ``chunk_target``."""
@@ -138,8 +193,10 @@ class StorageWriter(SegmentJournal):
         if run:
             yield run
 
-    def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int, incarnation: int) -> bool:
-        """Pack one run into a chunk; False if a newer tiering pass began (nothing was saved)."""
+    def _tier_run(self, segment: str, run: list[IndexEntry], epoch: int, chunk_end: int,
+                  incarnation: int) -> int | None:
+        """Pack one run into a chunk; returns how many of its entries it deleted, None if a newer tiering
+        pass began (nothing was saved)."""
         first, last = run[0], run[-1]
         # The key names the pass's epoch: only this pass ever saves a chunk item naming the object, and
         # only while the epoch is its own, so an object it could not save is nobody's. It names the
@@ -166,10 +223,38 @@ class StorageWriter(SegmentJournal):
             # then the chunk item names our key, which nothing else ever names.
             if self._saved_object_key(segment, chunk.sk) != key:
                 self._delete_object(key)
-                return False
-        for entry in run:
-            self._delete_unchanged(entry)
-        return True
+                return None
+        return self._delete_all_unchanged(run)
+
+    def _delete_all_unchanged(self, items: list[IndexEntry]) -> int:
+        """Delete each item only if it is still exactly as read, up to DELETE_BATCH in one
+        TransactWriteItems; returns how many were deleted.
+
+        Not BatchWriteItem: its deletes take no condition, and an unconditional delete could remove an
+        item that changed since it was read, such as a committed entry of the segment deleted and created
+        again under the name meanwhile. A transaction costs twice a delete's write units, for a hundredth
+        of the round trips. One that a changed or vanished item refused (a concurrent pass deleted it,
+        or a resend found its own deletes applied) is done again item by item, each delete conditioned
+        the same way. The request token makes botocore's resend of an applied batch succeed.
+        """
+        deleted = 0
+        connection = IndexEntry._get_connection().connection
+        for i in range(0, len(items), DELETE_BATCH):
+            batch = items[i:i + DELETE_BATCH]
+            if len(batch) == 1:
+                deleted += self._delete_unchanged(batch[0])
+                continue
+            try:
+                with TransactWrite(connection=connection, client_request_token=uuid.uuid4().hex) as transaction:
+                    for item in batch:
+                        transaction.delete(item, condition=_unchanged(item))
+                deleted += len(batch)
+            except TransactWriteError as e:
+                if not any(r is not None and r.code in ("ConditionalCheckFailed", "TransactionConflict")
+                           for r in e.cancellation_reasons or []):
+                    raise
+                deleted += sum(self._delete_unchanged(item) for item in batch)
+        return deleted
 
     @staticmethod
     def _saved_object_key(segment: str, sk: str) -> str | None:
@@ -210,7 +295,7 @@ class StorageWriter(SegmentJournal):
                                                       "Quiet": True})
         return len(orphans)
 
-    def _release_below(self, segment: str) -> None:
+    def _release_below(self, segment: str) -> int:
         """Release what lies wholly below the start offset: objects, merged segments, index items.
 
         Payload goes first, and only that of committed entries, found by following the chain up from
@@ -218,12 +303,13 @@ class StorageWriter(SegmentJournal):
         moves up, and only then are the index items below it deleted, each only if unchanged. So a
         key below the start is free only below ``released``, and a stale claim that lands there
         later is deleted without its object, which the block's committed copy may still need.
-        A crash anywhere leaves work that the next truncation or tiering pass finishes.
+        A crash anywhere leaves work that the next truncation or tiering pass finishes. Returns how
+        many index items it deleted.
         """
         try:
             meta = self._meta(segment)
         except SegmentNotFound:
-            return
+            return 0
         start, released, incarnation = meta.start, meta.released, int(meta.created_ms)
         chunks = self._index_items(segment, CHUNK_PREFIX, below=start)
         entries = self._index_items(segment, ENTRY_PREFIX, below=start)
@@ -258,15 +344,12 @@ class StorageWriter(SegmentJournal):
                     if not _failed_condition(e):
                         raise
                 released = reached
-        for entry in entries:
-            if entry.offset < released:
-                self._delete_unchanged(entry)
-        for chunk in chunks:
-            if chunk.end <= released:
-                # A chunk's object is its alone (named by its range). This one may have been saved after
-                # the walk above (a tiering pass that read an older start): delete its object too.
-                self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=chunk.object_key)
-                self._delete_unchanged(chunk)
+        released_chunks = [chunk for chunk in chunks if chunk.end <= released]
+        for chunk in released_chunks:
+            # A chunk's object is its alone (named by its range). This one may have been saved after
+            # the walk above (a tiering pass that read an older start): delete its object too.
+            self.deployment.s3.delete_object(Bucket=self.deployment.bucket, Key=chunk.object_key)
+        return self._delete_all_unchanged([entry for entry in entries if entry.offset < released] + released_chunks)
 
 
 def _chunk_pass_over(name: str, epoch: int, incarnation: int) -> bool:

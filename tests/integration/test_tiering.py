@@ -25,6 +25,7 @@ from dataplane_model import (
     small_store,
 )
 
+from dataplane import storage_writer
 from dataplane.models import META_KEY, IndexEntry, SegmentMeta
 from dataplane.segment_store import SegmentStore, now_ms
 
@@ -163,14 +164,15 @@ def _reading(store: SegmentStore, seg: str, expected: bytes, seed: int) -> Itera
 
 
 @pytest.mark.parametrize("shape", ["several-runs", "one-long-run"])
-def test_crash_at_each_step_of_tiering(deployment, unique, shape):
+def test_crash_at_each_step_of_tiering(deployment, unique, shape, monkeypatch):
     """Kill tier() before its k-th write for k = 1, 2, ... until it completes: after every crash the
     segment reads the same (no gap, no duplicate) — also for readers running during the pass — and a
     second pass completes and leaves a clean index."""
     if shape == "several-runs":
         store, sizes = small_store(deployment), SIZES
-    else:  # 30 entries in one run: a crash between any two of its deletes
+    else:  # 30 entries in one run, deleted 7 a batch: a crash between any two of its batches
         store, sizes = small_store(deployment, chunk_target=10_000), [5 + i % 7 for i in range(30)]
+        monkeypatch.setattr(storage_writer, "DELETE_BATCH", 7)
     rng = random.Random(7)
     template = f"{unique}/template/0"
     store.create(template)
@@ -210,10 +212,10 @@ def test_crash_at_each_step_of_tiering(deployment, unique, shape):
         assert _chunks(object_keys(store, seg)) == _chunks(referenced)
     assert k > 2
     # Chunk entries are saved in a transaction fenced by the pass's epoch; the run's entries are
-    # deleted one by one, each only if unchanged (BatchWriteItem cannot condition a delete).
-    assert {"PutObject", "TransactWriteItems", "DeleteItem", "UpdateItem"} <= set(crashes_before)
+    # deleted in transactions of many, each delete only if unchanged (BatchWriteItem cannot condition one).
+    assert {"PutObject", "TransactWriteItems", "UpdateItem"} <= set(crashes_before)
     if shape == "one-long-run":
-        assert crashes_before.count("DeleteItem") >= 2
+        assert crashes_before.count("TransactWriteItems") >= 4  # the chunk, then batches of the deletes
 
 
 def test_a_lost_answer_at_each_step_of_tiering(deployment, unique):
