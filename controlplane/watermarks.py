@@ -11,6 +11,16 @@ bound of the active writers' positions (a stream cut at or after each of them), 
 that late). A watermark is appended to the stream's internal ``_MARK<stream>`` stream only when it
 moves forward: a later lowest time and a cut at or after the previous one.
 
+What the job looks at: each writer's mark is in the sparse, write-sharded ``txn-deadlines`` index under
+``watermark#<n>`` (n by the stream's name, so a stream's marks share a shard) with ``deadline_ms`` the
+time it next needs a look. A note makes its mark due at once; once the job has computed the stream's
+watermark from it, it re-arms the mark at the instant the writer would turn silent (its note time plus
+the timeout), conditioned on the note it read. So a tick queries the index's shards and nothing per
+stream whose writers' marks did not move: an idle watermarked stream costs a tick no request. A stream
+whose writers are all gone (silent for the timeout, or closed) leaves the watermark set: its record's
+``watermarked`` flag is removed, conditioned on the record it read, and a writer that comes back puts
+it in again.
+
 Numbering: the n-th watermark is event number n of the watermark stream's writer, and the stream
 record's ``watermark_count`` is n + 1 only once ``last_watermark`` names that event. A job that stops
 between the append and the record update, or two jobs that overlap, append under the same number;
@@ -24,15 +34,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from pynamodb.exceptions import DeleteError, PutError
+from pynamodb.exceptions import DeleteError, PutError, UpdateError
 
 from controlplane.cuts import upper_bound
 from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
+from controlplane.parallel import in_parallel
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks
-from dataplane.shards import query_every_shard, shard_key
+from dataplane.shards import SHARDS, query_every_shard, shard_key
 from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
 from rillet.framing import frame, unframe
 from rillet.models import ScalingPolicy, SegmentPosition, SegmentRange, StreamConfiguration, StreamState
@@ -43,7 +56,11 @@ DEFAULT_WRITER_TIMEOUT_MS = 60_000
 # The watermarking index's partition keys: 1#<n> by the stream's name (dataplane.shards; "1" alone was
 # the one key before the index was sharded, still read for records written then).
 WATERMARKED = "1"
+# The writers' marks' partition keys in the txn-deadlines index: watermark#<n> by the stream's name.
+MARKS_DUE = "watermark"
 WATERMARK_WRITER = "watermarks"
+T = TypeVar("T")
+_LEAVE_ATTEMPTS = 3  # a stream record busy with other changes leaves the set at its writers' next silence
 
 
 def now_ms() -> int:
@@ -85,9 +102,11 @@ class WatermarkTasks:
             if timestamp_ms < previous.timestamp_ms:
                 raise InvalidArgument(f"writer {writer} noted {previous.timestamp_ms}; time cannot go back to {timestamp_ms}")
         except WriterMarkRecord.DoesNotExist:
-            pass
+            previous = None
+        now = now_ms()
         mark = WriterMarkRecord(*key, writer=writer, timestamp_ms=timestamp_ms, position=_wire(position),
-                                updated_ms=now_ms(), write_id=uuid.uuid4().hex)
+                                updated_ms=now, write_id=uuid.uuid4().hex,
+                                deadline_shard=self._shard(scope, stream), deadline_ms=self._due_from(previous, now))
         try:  # a note of the same writer racing this one may have saved a later time meanwhile
             mark.save(condition=WriterMarkRecord.timestamp_ms.does_not_exist()
                       | (WriterMarkRecord.timestamp_ms <= timestamp_ms))
@@ -100,19 +119,87 @@ class WatermarkTasks:
             self._start_watermarking(record)
 
     @staticmethod
-    def _forget(mark: WriterMarkRecord) -> None:
-        """Delete a silent writer's mark as it was read: if the writer noted a time since, it stays (each
-        note writes a new token; the note's time stamp is no witness, clocks of two hosts may agree)."""
-        as_read = (WriterMarkRecord.write_id == mark.write_id if mark.write_id else
-                   WriterMarkRecord.write_id.does_not_exist() & (WriterMarkRecord.updated_ms == mark.updated_ms))
+    def _shard(scope: str, stream: str) -> str:
+        return shard_key(MARKS_DUE, f"{scope}/{stream}")
+
+    @classmethod
+    def shard_of(cls, scope: str, stream: str) -> int:
+        """The index shard of the stream's marks (a run computes the streams of some shards)."""
+        return int(cls._shard(scope, stream).rsplit("#", 1)[1])
+
+    @staticmethod
+    def _due_from(previous: WriterMarkRecord | None, now: int) -> int:
+        """A note's mark is due now; a mark already due keeps its instant, so notes between two ticks
+        leave the index entry as it is (DynamoDB writes an index only when its keys move)."""
+        if previous is not None and previous.deadline_ms is not None and previous.deadline_ms <= now:
+            return int(previous.deadline_ms)
+        return now
+
+    @staticmethod
+    def _as_read(mark: WriterMarkRecord):
+        """The condition that the mark is still the note that was read (each note writes a new token;
+        the note's time stamp is no witness, clocks of two hosts may agree)."""
+        return (WriterMarkRecord.write_id == mark.write_id if mark.write_id else
+                WriterMarkRecord.write_id.does_not_exist() & (WriterMarkRecord.updated_ms == mark.updated_ms))
+
+    def _forget(self, mark: WriterMarkRecord) -> bool:
+        """Delete a silent writer's mark as it was read; False if the writer noted a time since (it stays)."""
         try:
-            mark.delete(condition=as_read)
+            mark.delete(condition=self._as_read(mark))
+            return True
         except DeleteError as e:
             if not failed_condition(e):
                 raise
+            return False
+
+    def _rearm(self, scope: str, stream: str, marks: list[WriterMarkRecord], timeout: int, now: int) -> None:
+        """Give each due mark its next look at the instant its writer turns silent, unless the writer
+        noted again since it was read (that note left it due). A mark written before marks carried a
+        due time gets one here."""
+        for mark in marks:
+            if mark.deadline_ms is not None and mark.deadline_ms > now:
+                continue
+            try:
+                mark.update(actions=[WriterMarkRecord.deadline_shard.set(self._shard(scope, stream)),
+                                     WriterMarkRecord.deadline_ms.set(int(mark.updated_ms) + timeout + 1)],
+                            condition=self._as_read(mark))
+            except UpdateError as e:
+                if not failed_condition(e):
+                    raise
 
     def remove_writer(self, scope: str, stream: str, writer: str) -> None:
-        WriterMarkRecord(stream_pk(scope, stream), f"mark#{writer}").delete()
+        """A writer that closes counts as silent from now on: its mark is made due and silent (noted at
+        time 0), so the job forgets it as it forgets a silent writer's, recomputes the watermark without
+        it and takes the stream out of the watermark set when it was the last writer."""
+        try:
+            WriterMarkRecord(stream_pk(scope, stream), f"mark#{writer}").update(
+                actions=[WriterMarkRecord.updated_ms.set(0), WriterMarkRecord.write_id.set(uuid.uuid4().hex),
+                         WriterMarkRecord.deadline_shard.set(self._shard(scope, stream)),
+                         WriterMarkRecord.deadline_ms.set(now_ms())],
+                condition=WriterMarkRecord.pk.exists())
+        except UpdateError as e:
+            if not failed_condition(e):
+                raise
+
+    def _leave(self, record: StreamRecord) -> None:
+        """Take the stream out of the watermark set, conditioned on the record read; on a concurrent
+        change, read again and leave only while still no writer has a mark (a writer that notes time
+        meanwhile makes its mark due, and the job's next look puts the stream back)."""
+        for _ in range(_LEAVE_ATTEMPTS):
+            if record.watermarked is None:
+                return
+            try:
+                self.store.update(record, [StreamRecord.watermarked.remove()], "stream changed concurrently")
+                return
+            except WriteConflict:
+                record = self.store.get_stream(record.scope, record.stream)
+                if self._marks(record.scope, record.stream):
+                    return
+
+    @staticmethod
+    def _marks(scope: str, stream: str) -> list[WriterMarkRecord]:
+        return list(WriterMarkRecord.query(stream_pk(scope, stream), WriterMarkRecord.sk.startswith("mark#"),
+                                           consistent_read=True))
 
     def _start_watermarking(self, record: StreamRecord) -> None:
         """Create the stream's watermark stream, then put the stream in the watermarking index."""
@@ -125,25 +212,50 @@ class WatermarkTasks:
             pass  # a concurrent mark or workflow: the next mark sets it
 
     def candidates(self) -> list[tuple[str, str]]:
+        """The watermark set: every stream with a writer's mark (an operator's listing; the job reads
+        ``due`` instead)."""
         return [(r.scope, r.stream) for r in query_every_shard(WATERMARKED, StreamRecord.watermarking.query)]
+
+    def due(self, now: int | None = None, shards: list[int] | None = None) -> list[tuple[str, str]]:
+        """The streams with a writer's mark due for a look (noted since the last look, or turning silent),
+        from one query per shard (``shards``: some of them, for a run that takes a share of the work)."""
+        now = now if now is not None else now_ms()
+        keys = [f"{MARKS_DUE}#{n}" for n in (range(SHARDS) if shards is None else shards)]
+        streams: dict[tuple[str, str], None] = {}
+        for mark in _query_keys(keys, lambda key: WriterMarkRecord.txn_deadlines.query(
+                key, WriterMarkRecord.deadline_ms <= now)):
+            scope, stream = mark.pk.removeprefix("stream#").split("/", 1)
+            streams[(scope, stream)] = None
+        return list(streams)
 
     def compute(self, scope: str, stream: str, now: int | None = None) -> Watermark | None:
         """Append the stream's next watermark if it moved forward; returns it (None when it did not, or
-        when another job appended one under the same number meanwhile: that one is recorded instead)."""
+        when another job appended one under the same number meanwhile: that one is recorded instead).
+        Forgets silent writers, re-arms the marks it looked at, and takes a stream whose writers are
+        all gone out of the watermark set."""
         now = now if now is not None else now_ms()
         record = self.store.get_stream(scope, stream)
         timeout = StreamConfiguration.model_validate(record.configuration).timestamp_aggregation_timeout_ms
         timeout = timeout or DEFAULT_WRITER_TIMEOUT_MS
-        marks = list(WriterMarkRecord.query(stream_pk(scope, stream), WriterMarkRecord.sk.startswith("mark#"),
-                                            consistent_read=True))
-        active = []
-        for mark in marks:
-            if now - mark.updated_ms > timeout:
-                self._forget(mark)  # the writer stopped reporting: it no longer holds watermarks back
+        active, all_forgotten = [], True
+        for mark in self._marks(scope, stream):
+            if now - mark.updated_ms > timeout:  # the writer stopped reporting: it no longer holds watermarks back
+                all_forgotten = self._forget(mark) and all_forgotten
             else:
                 active.append(mark)
         if not active:
+            if all_forgotten:  # no writer noted time for the timeout
+                self._leave(record)
             return None
+        if record.watermarked is None:  # a writer came back after the stream left the set
+            self._start_watermarking(record)
+            record = self.store.get_stream(scope, stream)
+        watermark = self._advance(record, active)
+        self._rearm(scope, stream, active, timeout, now)
+        return watermark
+
+    def _advance(self, record: StreamRecord, active: list[WriterMarkRecord]) -> Watermark | None:
+        scope, stream = record.scope, record.stream
         records = {r.segment_id: r for r in self.store.list_segments(scope, stream)}
         previous = self.last(scope, stream, record)
         cuts = [_positions(m.position) for m in active] + ([previous.cut] if previous else [])
@@ -187,13 +299,24 @@ class WatermarkTasks:
         w = record.last_watermark
         return Watermark(int(w["lower_ms"]), int(w["upper_ms"]), _positions(w["cut"]))
 
-    def run(self, now: int | None = None) -> list[tuple[str, Watermark]]:
-        appended = []
-        for scope, stream in self.candidates():
+    def run(self, now: int | None = None, shards: list[int] | None = None,
+            streams: list[tuple[str, str]] | None = None) -> list[tuple[str, Watermark]]:
+        """Compute the watermark of each due stream (of ``shards``, or the ``streams`` a caller already
+        found due), several at once (controlplane.parallel); returns the watermarks appended."""
+        due = self.due(now, shards) if streams is None else streams
+
+        def one(name: tuple[str, str]) -> tuple[str, Watermark] | None:
             try:
-                watermark = self.compute(scope, stream, now)
+                watermark = self.compute(*name, now)
             except (StreamNotFound, WriteConflict, IllegalState):
-                continue
-            if watermark is not None:
-                appended.append((f"{scope}/{stream}", watermark))
-        return appended
+                return None  # deleted, sealing, or changed meanwhile: its marks stay due for the next look
+            return (f"{name[0]}/{name[1]}", watermark) if watermark is not None else None
+
+        return [found for found in in_parallel(one, due) if found is not None]
+
+
+
+def _query_keys(keys: list[str], query: Callable[[str], Iterable[T]]) -> list[T]:
+    """``query`` of each index partition key, in parallel (as dataplane.shards.query_every_shard, for an
+    index with no item under the bare prefix to read)."""
+    return [item for items in in_parallel(lambda key: list(query(key)), keys) for item in items]

@@ -20,13 +20,13 @@ from dagster_project.reader_groups import expire_reader_leases_job, reader_lease
 from dagster_project.resources import RilletDeployment
 from dagster_project.retention import retention_job, retention_schedule, stream_retention
 from dagster_project.transactions import abort_expired_transactions_job, txn_timeout_sensor
-from dagster_project.watermarks import watermark_sensor
+from dagster_project.watermarks import watermark_job, watermark_sensor
 
 defs = Definitions(
     assets=[stream_retention, stream_export],
     schedules=[retention_schedule],
     jobs=[sweep_workflows_job, tier_segments_job, abort_expired_transactions_job, retention_job, scale_stream_job,
-          expire_reader_leases_job],
+          expire_reader_leases_job, watermark_job],
     sensors=[workflow_sweeper_sensor, tiering_sensor, txn_timeout_sensor, autoscale_sensor, watermark_sensor,
              reader_lease_sensor, run_failure_reporter],
     resources={"rillet": RilletDeployment.from_env()},
