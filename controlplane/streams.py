@@ -17,8 +17,8 @@ from controlplane.kvt_records import scope_has_key_value_tables
 from controlplane.models import SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk, workflow_shard
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
-from dataplane.segment_store import SegmentStore
 from dataplane.scale_signals import ScaleThresholds, watch
+from dataplane.segment_store import SegmentStore
 from rillet.errors import (
     AlreadyExists,
     IllegalState,

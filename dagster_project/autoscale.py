@@ -1,9 +1,13 @@
-"""Auto-scaling: a sensor evaluates the auto-scaled streams and launches scale runs.
+"""Auto-scaling: a sensor decides for the streams whose segments signalled, and launches scale runs.
 
-The sensor reads the sparse ``autoscale`` index and each such stream's segment rates, and requests
-one run per needed scale with a deterministic run key (stream, epoch, segments, split or merge), so
-a decision seen on several ticks starts once. The run executes the scale workflow; if the stream
-moved on meanwhile (another scale, a commit), the run records that and the next tick decides anew.
+Each tick is ``AutoScaler.tick`` (controlplane/autoscale.py): the scale candidates due in the sharded
+``scale-candidates`` index (marked by the append path when a rate crosses a threshold, or due when an
+idle segment's rates will have decayed under the merge thresholds), their streams' decisions, and the
+marks moved or cleared. An idle auto-scaled stream costs a tick no request. The sensor requests one
+run per decision with a deterministic run key (stream, epoch, segments, split or merge), so a decision
+seen again (its segments are looked at again after a while, in case the run did not apply it) starts
+once. The run executes the scale workflow; if the stream moved on meanwhile (another scale, a commit),
+the run records that and the decision's segments are looked at again later.
 """
 
 from dagster import (
@@ -53,18 +57,12 @@ def scale_stream_job() -> None:
 
 @sensor(job=scale_stream_job, minimum_interval_seconds=sensor_interval("autoscale", 30),
         default_status=DefaultSensorStatus.RUNNING,
-        description="Evaluates split and merge decisions for streams scaled by event or byte rate.")
+        description="Decides splits and merges for the streams whose segments signalled a scale candidate.")
 def autoscale_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
-    autoscaler = rillet.controller().autoscaler
-    requests = []
-    for scope, stream in autoscaler.candidates():
-        epoch, decision = autoscaler.evaluate(scope, stream, now_ms())
-        if decision is None:
-            continue
-        requests.append(RunRequest(
-            run_key=f"scale-{scope}/{stream}-{epoch}-{decision.key}",
-            run_config={"ops": {"scale_stream": {"config": {
-                "scope": scope, "stream": stream, "seal": decision.seal,
-                "new_ranges": [list(r) for r in decision.new_ranges], "reason": decision.reason}}}},
-            tags={"rillet/stream": f"{scope}/{stream}"}))
+    requests = [RunRequest(
+        run_key=f"scale-{s.scope}/{s.stream}-{s.epoch}-{s.decision.key}",
+        run_config={"ops": {"scale_stream": {"config": {
+            "scope": s.scope, "stream": s.stream, "seal": s.decision.seal,
+            "new_ranges": [list(r) for r in s.decision.new_ranges], "reason": s.decision.reason}}}},
+        tags={"rillet/stream": f"{s.scope}/{s.stream}"}) for s in rillet.controller().autoscaler.tick(now_ms())]
     return requests or SkipReason("no stream needs scaling")

@@ -13,7 +13,8 @@ How an append commits (one S3 PUT for a large block, then three small DynamoDB r
    It carries the head record's ``created_ms``, the segment's incarnation (a name deleted and created
    again is another incarnation, whose reads, advances and tiering ignore the claim).
 4. *Advance*: update the head record on the condition that its length is still ``length``, it is not
-   sealed and it is the same incarnation, setting the new length and the writer's last block.
+   sealed and it is the same incarnation, setting the new length, the writer's last block, the rates
+   and, when they cross an auto-scaling threshold, the segment's scale mark (dataplane/scale_signals.py).
 
 The head record's length is the commit point: entries at or beyond it are claims, not data. If step 3
 finds another writer's claim, the appender first completes that claim's step 4 on its behalf and
@@ -54,6 +55,7 @@ from dataplane.models import (
     writer_key,
 )
 from dataplane.rates import Rates
+from dataplane.scale_signals import append_actions
 from rillet.errors import (
     InvalidArgument,
     OffsetMismatch,
@@ -383,8 +385,12 @@ class AppendPath(SegmentJournal):
         """Commit the block claimed at ``tail``: the head record's length moves past it."""
         now = now_ms()
         events = block.last - block.first + 1 if block.source is None else 0
-        rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).record(now, events, block.size)
+        before = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).decayed(now)
+        rates = before.record(now, events, block.size)
         actions = [SegmentMeta.length.set(tail + block.size), SegmentMeta.rates.set(rates.to_item())]
+        # A scale candidate's mark, when this append's rates cross a threshold (scale_signals): in this
+        # same update, and only then, so the scale-candidates index is written once per crossing.
+        actions += append_actions(meta, before, rates, now)
         if block.source is None:
             actions.append(SegmentMeta.writers[block.writer].set({"f": block.first, "l": block.last, "o": tail, "t": now}))
             order = SegmentMeta.writers[block.writer].does_not_exist() | (

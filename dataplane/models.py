@@ -4,7 +4,7 @@ Items of a segment's partition (hash key ``pk`` = the segment's name):
 
 * ``sk = "m"`` -- the :class:`SegmentMeta` head record: committed length, start offset (after
   truncation), sealed flag, the last block of the few most recently active writers (for
-  de-duplication), traffic rates and tiering bookkeeping. Every append ends with one conditional
+  de-duplication), traffic rates, scale signals and tiering bookkeeping. Every append ends with one conditional
   update of this item.
 * ``sk = "e#<offset>"`` -- :class:`IndexEntry` items, one per append block (a claim until the head
   record's length passes it), saying where the bytes are: inline in the item (small appends), in an S3
@@ -77,6 +77,21 @@ class TieringIndex(GlobalSecondaryIndex):
     tier_at = NumberAttribute(range_key=True, attr_name="ta")
 
 
+class ScaleCandidateIndex(GlobalSecondaryIndex):
+    """Sparse index of the segments auto-scaling should look at (``scale_at`` is set: see
+    dataplane/scale_signals.py), under write-sharded partition keys (``sc#<n>``: dataplane.shards), by
+    the time they are due. Keys only, as the tiering index: the job reads the segment names, and an
+    append that leaves ``ss``/``sa`` as they are writes nothing to the index. Beside the keys it projects
+    only ``k``, PynamoDB's discriminator (it never changes)."""
+
+    class Meta:
+        index_name = "scale-candidates"
+        projection = IncludeProjection(["k"])
+
+    scale_shard = UnicodeAttribute(hash_key=True, attr_name="ss")
+    scale_at = NumberAttribute(range_key=True, attr_name="sa")
+
+
 class SegmentItem(Model):
     class Meta:
         table_name = Deployment.segments_table
@@ -128,7 +143,14 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     # item names (StorageWriter._remove_orphans). Set by sealing (a grace period later), and by an S3
     # block's append on a segment where it is not set (a sweep period later).
     orphans_after = NumberAttribute(null=True, attr_name="oa")
+    # The thresholds of an auto-scaled stream's segment ({"u": "e" or "b", "t": target}: a few bytes,
+    # dataplane/scale_signals.py), and while the segment is a scale candidate, when it is due (the
+    # scale-candidates index). Absent on segments of fixed streams and transactions.
+    scaling = MapAttribute(null=True, attr_name="sp")
+    scale_shard = UnicodeAttribute(null=True, attr_name="ss")
+    scale_at = NumberAttribute(null=True, attr_name="sa")
     tiering = TieringIndex()
+    scale_candidates = ScaleCandidateIndex()
 
 
 class IndexEntry(SegmentItem, discriminator="e"):

@@ -1,5 +1,9 @@
 """Per-segment traffic rates, decayed over 2, 5, 10 and 20 minutes as Pravega's segment store does.
 
+Three rates are kept: events, bytes, and append requests (blocks and merges committed). Pravega's
+policies scale on the first two; the third tells auto-scaling when a segment nears the commits a
+second one segment takes (dataplane/scale_signals.py), whatever its events and bytes.
+
 (The windows can be shortened with RILLET_RATE_WINDOWS_S so that tests and demos see auto-scaling
 in seconds; the append path and the auto-scaler read the same setting.)
 
@@ -33,28 +37,35 @@ class Rates:
     at_ms: int
     events: tuple[float, ...]
     bytes: tuple[float, ...]
+    appends: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)  # append requests a second
 
     @classmethod
     def empty(cls, at_ms: int) -> Rates:
         zero = tuple(0.0 for _ in WINDOWS_S)
-        return cls(at_ms, zero, zero)
+        return cls(at_ms, zero, zero, zero)
 
     @classmethod
     def from_item(cls, item: dict | None, now_ms: int) -> Rates:
         if not item:
             return cls.empty(now_ms)
-        return cls(int(item["t"]), tuple(float(x) for x in item["e"]), tuple(float(x) for x in item["b"]))
+        # "a" is absent on head records written before append requests were counted: none counted yet.
+        return cls(int(item["t"]), tuple(float(x) for x in item["e"]), tuple(float(x) for x in item["b"]),
+                   tuple(float(x) for x in item.get("a", [0.0] * len(WINDOWS_S))))
 
     def to_item(self) -> dict:
-        return {"t": self.at_ms, "e": [round(x, 6) for x in self.events], "b": [round(x, 6) for x in self.bytes]}
+        return {"t": self.at_ms, "e": [round(x, 6) for x in self.events], "b": [round(x, 6) for x in self.bytes],
+                "a": [round(x, 6) for x in self.appends]}
 
     def decayed(self, now_ms: int) -> Rates:
         dt = max(0.0, (now_ms - self.at_ms) / 1000.0)
         factors = [math.exp(-dt / w) for w in WINDOWS_S]
         return Rates(max(now_ms, self.at_ms), tuple(r * f for r, f in zip(self.events, factors)),
-                     tuple(r * f for r, f in zip(self.bytes, factors)))
+                     tuple(r * f for r, f in zip(self.bytes, factors)),
+                     tuple(r * f for r, f in zip(self.appends, factors)))
 
     def record(self, now_ms: int, events: int, size: int) -> Rates:
+        """The rates after one append request of ``events`` events and ``size`` bytes at ``now_ms``."""
         base = self.decayed(now_ms)
         return Rates(base.at_ms, tuple(r + events / w for r, w in zip(base.events, WINDOWS_S)),
-                     tuple(r + size / w for r, w in zip(base.bytes, WINDOWS_S)))
+                     tuple(r + size / w for r, w in zip(base.bytes, WINDOWS_S)),
+                     tuple(r + 1 / w for r, w in zip(base.appends, WINDOWS_S)))

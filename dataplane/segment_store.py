@@ -43,6 +43,7 @@ from dataplane.read_index import (
     ReadResult,
     SegmentTail,
 )
+from dataplane.scale_signals import ScaleThresholds, first_check_ms, scale_shard, unmark_actions
 from dataplane.storage_writer import StorageWriter
 from rillet.errors import (
     InvalidArgument,
@@ -65,14 +66,19 @@ class SegmentInfo:
     event_rates: tuple[float, ...]
     byte_rates: tuple[float, ...]
     stream_incarnation: int | None = None  # the created_ms of the stream record it was created for (None: not recorded)
+    append_rates: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)  # append requests a second, as the other rates
+    scale_at: int | None = None  # when auto-scaling is due to look at it (None: not a candidate)
 
 
 class SegmentStore(AppendPath, ReadIndex, StorageWriter):
     """A segment's lifecycle, and every path of it (one object per function instance)."""
 
-    def create(self, segment: str, stream_incarnation: int | None = None) -> bool:
+    def create(self, segment: str, stream_incarnation: int | None = None,
+               scaling: ScaleThresholds | None = None) -> bool:
         """Create an empty segment of the stream incarnation ``stream_incarnation`` (its record's
-        ``created_ms``); returns False if it already existed (creation is idempotent).
+        ``created_ms``); returns False if it already existed (creation is idempotent). A segment of an
+        auto-scaled stream gets the stream's ``scaling`` thresholds and its first scale mark
+        (dataplane/scale_signals.py).
 
         A head left under the name by an older incarnation (a finisher that stalled across a delete and
         create again of the stream: nothing refers to it, and nothing of it can be read) is deleted and
@@ -81,8 +87,12 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         validate_segment_name(segment)
         for _ in range(3):
             try:
-                SegmentMeta(segment, META_KEY, created_ms=now_ms(), stream_incarnation=stream_incarnation).save(
-                    condition=SegmentMeta.pk.does_not_exist())
+                created = now_ms()
+                head = SegmentMeta(segment, META_KEY, created_ms=created, stream_incarnation=stream_incarnation)
+                if scaling is not None:
+                    head.scaling, head.scale_shard = scaling.to_item(), scale_shard(segment)
+                    head.scale_at = first_check_ms(created)
+                head.save(condition=SegmentMeta.pk.does_not_exist())
                 return True
             except PutError as e:
                 if not _failed_condition(e):
@@ -102,7 +112,8 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         meta = self._meta(segment)
         rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now_ms()).decayed(now_ms())
         return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms, rates.events, rates.bytes,
-                           None if meta.stream_incarnation is None else int(meta.stream_incarnation))
+                           None if meta.stream_incarnation is None else int(meta.stream_incarnation),
+                           rates.appends, None if meta.scale_at is None else int(meta.scale_at))
 
     def seal(self, segment: str, incarnation: int | None = None, stream_incarnation: int | None = None) -> int:
         """Seal the segment and return its final length (idempotent). With ``incarnation`` (the head
@@ -114,6 +125,7 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         # that failed or crashed appends left under the segment's prefix (_remove_orphans). Set even
         # where an S3 block's append booked a later look; the pass comes at ``tier_at`` (kept when set,
         # as a blind update cannot take a minimum), at the latest a sweep period after that append.
+        # A sealed segment never scales: it leaves the scale-candidates index in the same update.
         orphans_after = now_ms() + self.settings.orphan_grace_ms
         condition = SegmentMeta.pk.exists()
         if incarnation is not None:
@@ -126,7 +138,8 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
             meta.update(actions=[SegmentMeta.sealed.set(True),
                                  SegmentMeta.orphans_after.set(orphans_after),
                                  SegmentMeta.tier_shard.set(tier_shard(segment)),
-                                 SegmentMeta.tier_at.set(SegmentMeta.tier_at | orphans_after)],
+                                 SegmentMeta.tier_at.set(SegmentMeta.tier_at | orphans_after),
+                                 *unmark_actions()],
                         condition=condition)
             return meta.length
         except UpdateError as e:

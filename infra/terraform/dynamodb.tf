@@ -119,7 +119,10 @@ resource "aws_dynamodb_table" "metadata" {
 # Segments: one partition per segment, holding its head record ("m") and its index entries ("e#...").
 # The sparse "tiering" index (attributes "ts"/"ta", the short attr_names of tier_shard/tier_at) lists
 # the segments whose inline bytes are due to move to S3, under write-sharded keys "due#<n>"; it projects
-# only the discriminator "k", so an append that leaves "ts"/"ta" alone writes nothing to it.
+# only the discriminator "k", so an append that leaves "ts"/"ta" alone writes nothing to it. The sparse
+# "scale-candidates" index ("ss"/"sa": scale_shard/scale_at, keys "sc#<n>") lists the segments of
+# auto-scaled streams the auto-scaling sensor is due to look at, marked by the append path when a rate
+# crosses a threshold (dataplane/scale_signals.py); it projects only "k" too.
 resource "aws_dynamodb_table" "segments" {
   #checkov:skip=CKV_AWS_119:encrypted at rest with the AWS managed key; a customer managed key adds KMS charges and key administration, and IAM on the table already decides who reads
   name                        = local.segments_table_name
@@ -148,10 +151,28 @@ resource "aws_dynamodb_table" "segments" {
     type = "N"
   }
 
+  attribute {
+    name = "ss"
+    type = "S"
+  }
+
+  attribute {
+    name = "sa"
+    type = "N"
+  }
+
   global_secondary_index {
     name               = "tiering"
     hash_key           = "ts"
     range_key          = "ta"
+    projection_type    = "INCLUDE"
+    non_key_attributes = ["k"]
+  }
+
+  global_secondary_index {
+    name               = "scale-candidates"
+    hash_key           = "ss"
+    range_key          = "sa"
     projection_type    = "INCLUDE"
     non_key_attributes = ["k"]
   }

@@ -4,8 +4,9 @@ The stack's append workers decay the segments' rates over 1, 2, 3 and 4 s (RILLE
 instead of 2, 5, 10 and 20 minutes; the test process reads the same rates with the same windows
 (dataplane.rates.WINDOWS_S patched, AutoScaleSettings given explicitly). A stream scaled by event
 rate (target 10 events/s, factor 2, minimum 1 segment) gets a burst from two writer threads well
-above 5x the target: the auto-scaler splits it (the Dagster sensor requests the run, with the same
-run key on every tick, and scale_stream_job applies it). The burst stops there; a trickle of events
+above 5x the target: the appends mark the segment a scale candidate, and the auto-scaler splits it
+(the Dagster sensor, which reads only marked segments, requests the run once, and scale_stream_job
+applies it). The burst stops there; a trickle of events
 goes to the halves; during the mute period every evaluation returns None although, without the mute,
 the cold halves would already be merged (and not before they are older than the longest window);
 after it, the halves merge back into one segment, which gets another trickle. Meanwhile a reader
@@ -143,16 +144,16 @@ def _wait_for_decision(controller: Controller, scope: str, limit_s: float):
 
 
 def _request_through_dagster(resource: RilletDeployment, scope: str, epoch: int, decision) -> RunRequest:
-    """The sensor asks for the run, with the same run key on every tick."""
-    keys = []
-    for _ in range(2):
-        with build_sensor_context(resources={"rillet": resource}) as context:
-            requests = autoscale_sensor(context)
-        assert isinstance(requests, list) and len(requests) == 1, requests
-        (request,) = requests
-        assert isinstance(request, RunRequest)
-        keys.append(request.run_key)
-    assert keys[0] == keys[1] == f"scale-{scope}/s-{epoch}-{decision.key}"
+    """The sensor asks for the run once: its segments' marks move past the next tick (they are looked at
+    again after ``decided_recheck_ms``, with the same run key, in case the run did not apply it)."""
+    with build_sensor_context(resources={"rillet": resource}) as context:
+        requests = autoscale_sensor(context)
+    assert isinstance(requests, list) and len(requests) == 1, requests
+    (request,) = requests
+    assert isinstance(request, RunRequest)
+    assert request.run_key == f"scale-{scope}/s-{epoch}-{decision.key}"
+    with build_sensor_context(resources={"rillet": resource}) as context:
+        assert isinstance(autoscale_sensor(context), SkipReason)
     config = request.run_config["ops"]["scale_stream"]["config"]
     assert config["seal"] == decision.seal and [tuple(r) for r in config["new_ranges"]] == decision.new_ranges
     return request

@@ -9,6 +9,7 @@ every item, whichever shard it is in, and items written under the old single key
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 
@@ -17,6 +18,8 @@ import pytest
 
 from controlplane.models import INDEXED_NAMES, StreamRecord
 from controlplane.service import Controller
+from dataplane.models import META_KEY, SegmentMeta
+from dataplane.scale_signals import first_check_ms, unmark_actions
 from dataplane.segment_store import StoreSettings
 from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration
@@ -63,7 +66,7 @@ def test_each_due_index_spreads_its_items_and_projects_only_what_its_job_reads(c
     metadata, segments = c.deployment.metadata_table, c.deployment.segments_table
     for table, index, key, projected in [
             (segments, "tiering", "ts", {"pk", "sk", "ts", "ta", "k"}),
-            (metadata, "autoscale", "autoscale", {"pk", "sk", "autoscale", *INDEXED_NAMES}),
+            (segments, "scale-candidates", "ss", {"pk", "sk", "ss", "sa", "k"}),
             (metadata, "watermarks", "watermarked", {"pk", "sk", "watermarked", *INDEXED_NAMES}),
             (metadata, "txn-deadlines", "deadline_shard", {"pk", "sk", "deadline_shard", "deadline_ms",
                                                           *INDEXED_NAMES})]:
@@ -75,19 +78,29 @@ def test_each_due_index_spreads_its_items_and_projects_only_what_its_job_reads(c
         extra = {name for item in mine for name in item} - projected
         assert not extra, f"the {index} index copies {sorted(extra)}, which its job never reads"
 
-    assert {(scope, f"a{i}") for i in range(N)} <= set(c.autoscaler.candidates())
+    # created marked, due once their longest rate window has passed
+    later = first_check_ms(int(time.time() * 1000))
+    assert {segment_name(scope, f"a{i}", 0) for i in range(N)} <= {name for name, _ in c.autoscaler.candidates(later)}
     assert {(scope, f"a{i}") for i in range(N)} <= set(c.watermarks.candidates())
     due = set(c.segments.segments_due_for_tiering(limit=1_000))
     assert {segment_name(scope, f"a{i}", 0) for i in range(N)} <= due
     assert not set(txns) & {t.txn_id for t in c.transactions.expired(limit=1_000)}
 
 
-def test_a_record_indexed_under_the_old_single_key_is_still_found(controller):
-    """A deployment upgraded in place holds records written under the bare key ("1", "due", ...) until
-    they are rewritten: the jobs read that key too."""
+def test_a_stream_indexed_under_the_old_single_key_gets_its_segments_marked(controller):
+    """A deployment upgraded in place holds auto-scaled streams in the metadata table's old ``autoscale``
+    index (under the bare key "1" if written before it was sharded), whose segments carry no scale
+    signals: the auto-scaler's backfill marks their segments due now and takes them out of it."""
     c, scope = controller, "s" + uuid.uuid4().hex[:6]
     c.streams.create_scope(scope)
     c.streams.create_stream(scope, "old", StreamConfiguration(scaling_policy=ScalingPolicy.by_event_rate(100, 2, 1)))
+    name = segment_name(scope, "old", 0)
+    SegmentMeta.get(name, META_KEY).update(actions=[SegmentMeta.scaling.remove(), *unmark_actions()])
     record = c.store.get_stream(scope, "old")
     record.update(actions=[StreamRecord.autoscale.set("1")])  # as written before the index was sharded
-    assert (scope, "old") in c.autoscaler.candidates()
+    now = int(time.time() * 1000)
+    assert c.autoscaler.backfill(now) == 1
+    assert name in {n for n, _ in c.autoscaler.candidates(int(time.time() * 1000))}
+    assert SegmentMeta.get(name, META_KEY).scaling is not None  # appends signal from now on
+    assert c.store.get_stream(scope, "old").autoscale is None
+    assert c.autoscaler.backfill(now) == 0  # found empty: not asked again by this process
