@@ -89,10 +89,10 @@ class ScaleThresholds:
         return all(r < level for r, level, _ in self._cold_levels(rates))
 
     def cold_at(self, rates: Rates) -> int:
-        """When the rates, decaying without appends from ``rates.at_ms``, are all under the merge levels."""
-        wait_s = max((w * math.log(r / level) for r, level, w in self._cold_levels(rates) if r >= level > 0),
-                     default=0.0)
-        return rates.at_ms + math.ceil(wait_s * 1000) + 1
+        """When the rates, decaying without appends from ``rates.at_ms``, are all under the merge levels
+        (``rates.at_ms`` itself when they are already)."""
+        waits_s = [w * math.log(r / level) for r, level, w in self._cold_levels(rates) if r >= level > 0]
+        return rates.at_ms + math.ceil(max(waits_s) * 1000) + 1 if waits_s else rates.at_ms
 
 
 def append_actions(meta: SegmentMeta, before: Rates, after: Rates, now_ms: int) -> list:

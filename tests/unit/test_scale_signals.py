@@ -1,0 +1,76 @@
+"""The append path's scale signals (dataplane/scale_signals.py): which appends write the scale mark.
+
+An append writes the mark's index keys only when its rates cross a threshold, so the
+``scale-candidates`` index is written once per crossing, not once per append; a segment whose traffic
+stops is due when its rates will have decayed under the merge thresholds; and a segment whose append
+requests near what one segment commits is hot whatever its events.
+"""
+
+from __future__ import annotations
+
+import math
+
+from controlplane.autoscale import AutoScaleSettings, decide
+from dataplane.models import META_KEY, SegmentMeta
+from dataplane.rates import WINDOWS_S, Rates
+from dataplane.scale_signals import APPEND_REQUEST_SPLIT, ScaleThresholds, append_actions
+from dataplane.segment_store import SegmentInfo
+from rillet.models import ScalingPolicy, SegmentRange
+
+NOW = 10_000_000
+T = 10.0
+THRESHOLDS = ScaleThresholds(by_bytes=False, target=T)
+QUIET = (0.0, 0.0, 0.0, 0.0)
+
+
+def _head(scale_at: int | None, scaling: ScaleThresholds | None = THRESHOLDS) -> SegmentMeta:
+    return SegmentMeta("sc/st/0", META_KEY, created_ms=0, scaling=scaling.to_item() if scaling else None,
+                       scale_at=scale_at)
+
+
+def _rates(events=QUIET, appends=QUIET) -> Rates:
+    return Rates(NOW, tuple(events), QUIET, tuple(appends))
+
+
+QUIET_RATES = _rates()
+
+
+def _marked_at(actions: list) -> int | None:
+    """The due time an append's actions set, None when they leave the index keys alone."""
+    values = [a.values[1].value for a in actions if a.values[0].path == ["sa"]]
+    return int(values[0]["N"]) if values else None
+
+
+def test_the_append_that_crosses_the_split_threshold_marks_the_segment_due_now_and_the_next_ones_write_nothing():
+    warm, hot = _rates((4 * T, 0, 0, 0)), _rates((6 * T, 0, 0, 0))
+    later = NOW + 600_000  # marked for its cold time
+    assert _marked_at(append_actions(_head(later), warm, hot, NOW)) == NOW
+    assert append_actions(_head(NOW), hot, hot, NOW) == []  # hot already, and due: nothing written
+    assert append_actions(_head(later), hot, hot, NOW) == []  # no crossing: the auto-scaler set that time
+
+
+def test_an_append_to_an_unmarked_warm_segment_marks_it_for_when_it_would_be_cold():
+    warm = _rates((T, T, T, T))  # 20-minute rate at 2x the half target it must fall under
+    at = _marked_at(append_actions(_head(None), warm, warm, NOW))
+    assert at == NOW + math.ceil(WINDOWS_S[3] * math.log(2) * 1000) + 1
+    assert append_actions(_head(NOW + 1), warm, warm, NOW) == []  # marked: nothing written
+    assert append_actions(_head(None), QUIET_RATES, QUIET_RATES, NOW) == []  # cold: waits for a neighbour
+
+
+def test_a_segment_of_a_fixed_stream_never_signals():
+    hot = _rates((100 * T, 100 * T, 100 * T, 100 * T), (100.0,) * 4)
+    assert append_actions(_head(None, scaling=None), QUIET_RATES, hot, NOW) == []
+
+
+def test_append_requests_near_what_a_segment_commits_make_it_hot_whatever_its_events():
+    busy = _rates(appends=(APPEND_REQUEST_SPLIT + 5, 0, 0, 0))
+    assert THRESHOLDS.hot(busy) and not THRESHOLDS.cold(busy)
+    assert not THRESHOLDS.cold(_rates(appends=(0, 0, 0, APPEND_REQUEST_SPLIT / 2)))  # a merge would make it hot
+    settings = AutoScaleSettings(windows_ms=(2_000, 5_000, 10_000, 20_000), cooldown_ms=1_000, mute_ms=30_000)
+    old = NOW - 60_000
+    segments = [(SegmentRange(segment_id=0, low=0.0, high=1.0),
+                 SegmentInfo("sc/st/0", 0, 100, False, old, (1.0, 1.0, 1.0, 1.0), QUIET, None,
+                             (2.5 * APPEND_REQUEST_SPLIT, 0.0, 0.0, 0.0)))]
+    decision = decide(ScalingPolicy.by_event_rate(int(T), 4, 1), segments, NOW, 0, settings)
+    assert decision.seal == [0] and len(decision.new_ranges) == 2  # max(2, int(2.5))
+    assert "append requests/s" in decision.reason, decision.reason
