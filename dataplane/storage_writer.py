@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from dataplane.fanout import fan_out, per_second
 from dataplane.journal import (
     TIER_PREFIX,
     SegmentJournal,
@@ -68,9 +68,9 @@ class TieringRun:
         return sum(p.deletes for p in self.passes.values())
 
     def summary(self) -> str:
-        seconds = max(self.seconds, 1e-9)
         return (f"tiered {len(self.passes)} segment(s) in {self.seconds:.2f} s: {self.deletes} deletes "
-                f"({self.deletes / seconds:,.0f}/s), {self.bytes_moved} bytes ({self.bytes_moved / seconds:,.0f} B/s)")
+                f"({per_second(self.deletes, self.seconds):,.0f}/s), {self.bytes_moved} bytes "
+                f"({per_second(self.bytes_moved, self.seconds):,.0f} B/s)")
 
 
 class StorageWriter(SegmentJournal):
@@ -88,14 +88,8 @@ class StorageWriter(SegmentJournal):
         """A pass over each segment, ``workers`` segments at once: a pass is a chain of round trips on one
         segment's partition, so passes over different segments overlap (each segment's own pass stays
         serial: its steps are ordered, and its partition takes about 1,000 write units a second)."""
-        started = time.perf_counter()
-        if segments:
-            IndexEntry._get_connection().connection.client  # noqa: B018 - created once, before threads share it
-            SegmentMeta._get_connection().connection.client  # noqa: B018
-            self.deployment.s3  # noqa: B018
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(segments))), thread_name_prefix="tier") as pool:
-            passes = dict(zip(segments, pool.map(self.tier_pass, segments), strict=True))
-        return TieringRun(passes, time.perf_counter() - started)
+        passes, seconds = fan_out(self.tier_pass, segments, workers)
+        return TieringRun(dict(zip(segments, passes, strict=True)), seconds)
 
     def tier(self, segment: str) -> int:
         """One pass over the segment (:meth:`tier_pass`); returns the number of bytes moved."""
