@@ -62,6 +62,7 @@ from controlplane.models import (
     stream_pk,
     workflow_shard,
 )
+from controlplane.parallel import in_parallel
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
 from rillet.cli_format import human_bytes, human_duration, human_size, rounded_duration
@@ -179,6 +180,9 @@ class Decision:
     subscribers: list[SubscriberStatus] = field(default_factory=list)
     consumption: bool = False  # the stream's policy is consumption-based
     limits: ConsumptionLimits | None = None  # its subscriber timeout and fallback, for the operator's metrics
+    # False when the cycle decided without reading the stream's segments (it could not truncate yet): the
+    # sizes are unknown (0 here), and the last measured decision stays the one ``status`` shows.
+    measured: bool = True
 
 
 def fallback_due_in_ms(limits: ConsumptionLimits, subscribers: list[SubscriberStatus]) -> int | None:
@@ -388,20 +392,23 @@ class RetentionTasks:
         return list(StreamRecord.retention.query(bucket))
 
     def run_bucket(self, bucket: int, now: int | None = None) -> list[Decision]:
-        decisions = []
-        for record in self.streams_in_bucket(bucket):
+        """The retention cycle of every stream in ``bucket``, several streams at once (each is a few
+        round trips: controlplane.parallel), so a bucket's run takes a share of its streams' latency."""
+        def one(record: StreamRecord) -> Decision:
             try:
-                decisions.append(self.cycle(record.scope, record.stream, now))
+                return self.cycle(record.scope, record.stream, now)
             except RilletError as e:
-                decisions.append(Decision(f"{record.scope}/{record.stream}", "skipped", f"{e.code}: {e.message}"))
-        return decisions
+                return Decision(f"{record.scope}/{record.stream}", "skipped", f"{e.code}: {e.message}")
+
+        return in_parallel(one, self.streams_in_bucket(bucket))
 
     def cycle(self, scope: str, stream: str, now: int | None = None) -> Decision:
-        """Decide and apply one stream's retention, and remember the decision for ``status``."""
+        """Decide and apply one stream's retention, and remember a measured decision for ``status``."""
         now = now if now is not None else now_ms()
         record = self.store.get_stream(scope, stream)
         decision = self._decide(record, now)
-        self._remember(record, decision, now)
+        if decision.measured:
+            self._remember(record, decision, now)
         return decision
 
     def _remember(self, record: StreamRecord, decision: Decision, now: int) -> None:
@@ -428,12 +435,18 @@ class RetentionTasks:
             return Decision(name, "skipped", f"the stream is {record.state}")
         fenced = policy.consumption is not None
         fence = self.fence(scope, stream) if fenced else None  # before the subscribers are read
+        retention_set = self._retention_set(record)
+        if self._too_young_to_truncate(policy, retention_set, now):
+            oldest = min(retention_set, key=lambda r: r.recorded_ms)
+            return Decision(name, "kept", f"no cut to truncate at yet: the oldest recorded cut is "
+                            f"{rounded_duration(now - oldest.recorded_ms)} old, the minimum is "
+                            f"{human_duration(policy.retention_param)} (not measured this cycle)", measured=False)
         segments = self.store.list_segments(scope, stream)
         by_id = {s.segment_id: s for s in segments}
         head = self.streams.head(scope, stream, record)
         tail = self.streams.tail(scope, stream, record)
         head_size, tail_size = self.size_till(segments, head), self.size_till(segments, tail)
-        retention_set = self._record_tail(record, tail, tail_size, now)
+        retention_set = self._record_tail(record, retention_set, tail, tail_size, now)
         decision = Decision(name, "kept", "", size_bytes=tail_size - head_size, retained_bytes=tail_size - head_size)
         target = self._choose(policy, retention_set, tail_size, head, head_size, now, scope, stream, segments,
                               by_id, decision)
@@ -498,15 +511,29 @@ class RetentionTasks:
         self.streams.truncate_stream(scope, stream, {p.segment.segment_id: p.offset for p in target})
         return True
 
-    def _record_tail(self, record: StreamRecord, tail: list[SegmentPosition], size: int,
-                     now: int) -> list[RetentionRecord]:
-        """The retention set, with the tail recorded in it when the latest record is old enough: only
-        while the stream is the incarnation the cycle read (a cycle racing a delete and create again
-        must not put the old stream's cut in the new stream's set)."""
+    @staticmethod
+    def _retention_set(record: StreamRecord) -> list[RetentionRecord]:
+        return list(RetentionRecord.query(stream_pk(record.scope, record.stream), RetentionRecord.sk.startswith("rs#"),
+                                          consistent_read=True))
+
+    def _record_due(self, records: list[RetentionRecord], now: int) -> bool:
+        return not records or now - records[-1].recorded_ms >= self.settings.frequency_ms
+
+    def _too_young_to_truncate(self, policy: RetentionPolicy, records: list[RetentionRecord], now: int) -> bool:
+        """Whether the cycle can skip the stream's segments and tail: a plain time policy (no subscribers
+        to report on), no tail to record yet, and no recorded cut old enough to keep the minimum (the
+        only cuts it could truncate at)."""
+        return (policy.consumption is None and policy.retention_type == RetentionType.TIME
+                and not self._record_due(records, now)
+                and all(now - r.recorded_ms < policy.retention_param for r in records))
+
+    def _record_tail(self, record: StreamRecord, records: list[RetentionRecord], tail: list[SegmentPosition],
+                     size: int, now: int) -> list[RetentionRecord]:
+        """The retention set as read (``records``), with the tail recorded in it when the latest record is
+        old enough: only while the stream is the incarnation the cycle read (a cycle racing a delete and
+        create again must not put the old stream's cut in the new stream's set)."""
         scope, stream = record.scope, record.stream
-        records = list(RetentionRecord.query(stream_pk(scope, stream), RetentionRecord.sk.startswith("rs#"),
-                                             consistent_read=True))
-        if not records or now - records[-1].recorded_ms >= self.settings.frequency_ms:
+        if self._record_due(records, now):
             latest = RetentionRecord(stream_pk(scope, stream), f"rs#{now:015d}", recorded_ms=now, size=size,
                                      cut=_wire(tail), write_id=uuid.uuid4().hex)
             try:
@@ -523,7 +550,7 @@ class RetentionTasks:
                     raise
                 # there already: this cycle's own write (a lost answer), or a concurrent cycle's of that instant
                 latest = RetentionRecord.get(latest.pk, latest.sk, consistent_read=True)
-            records.append(latest)
+            records = [*records, latest]
         return self._thin(records)
 
     def _thin(self, records: list[RetentionRecord]) -> list[RetentionRecord]:

@@ -97,13 +97,14 @@ def test_materializing_a_bucket_truncates_its_streams_and_reports_each_decision(
     assert row[3:6] == ["600 B", "300 B", "0@300"]
     assert _check(result).passed or f"{unique}/s" not in str(_check(result).metadata)
 
-    # the next run of the same bucket keeps it: nothing new to truncate
+    # the next run of the same bucket keeps it: nothing new to truncate, so it is counted, not listed
     job = Definitions(assets=[stream_retention], jobs=[retention_job],
                       resources={"rillet": resource}).resolve_job_def("retention_job")
     result = job.execute_in_process(run_config=_buckets(bucket))
     assert result.success
-    row = _row(_materialization(result)["decisions"].value, f"{unique}/s")
-    assert row[1] == "kept"
+    metadata = _materialization(result)
+    assert f"`{unique}/s`" not in metadata["decisions"].value and metadata["kept"].value >= 1
+    assert controller.retention.status(unique, "s").last_decision.outcome == "kept"
     assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, "s")} == {0: 300}
     _drop(controller, unique, "s")
 
@@ -248,3 +249,34 @@ def test_the_run_reports_consumption_metrics_per_stream_and_subscriber(isolated,
         assert seen["retention_subscriber"]["SubscriberLagBytes"] == 100
     finally:
         _drop(controller, unique, "s")
+
+
+def test_the_metadata_lists_what_needs_an_eye_and_counts_the_rest(isolated, unique, monkeypatch):
+    """At 10,000 streams a table of every stream would add megabytes to Dagster's event log each cycle
+    (issue 39): a run lists truncations, fallbacks and skipped streams, at most LISTED_PER_KIND of each,
+    and counts the others."""
+    from dagster_project import retention as retention_module
+
+    mine, resource = isolated
+    controller = Controller.for_deployment(mine)
+    monkeypatch.setattr(retention_module, "LISTED_PER_KIND", 2)
+    with_policy = StreamConfiguration(retention_policy=RetentionPolicy.by_size(0))
+    bucket = _bucket(unique, "s0", with_policy)
+    same_bucket = [f"s{i}" for i in range(400) if _bucket(unique, f"s{i}", with_policy) == bucket][:5]
+    kept, truncated = same_bucket[:2], same_bucket[2:]  # a minimum of 1 MB keeps a 100-byte stream
+    for name in same_bucket:
+        _stream(controller, unique, name, RetentionPolicy.by_size(1_000_000 if name in kept else 0))
+        _append(controller, unique, name, 0, 1)
+    try:
+        result = materialize([stream_retention], run_config=_buckets(bucket), resources={"rillet": resource})
+        assert result.success
+        metadata = _materialization(result)
+        report = metadata["decisions"].value
+        listed = [s for s in truncated + kept if f"`{unique}/{s}`" in report]
+        assert len([s for s in listed if s in truncated]) == 2 and not set(listed) & set(kept)
+        assert metadata["truncated"].value >= 3 and metadata["kept"].value >= 2
+        assert "more truncated" in report and "kept as they were" in report
+        assert len(report.splitlines()) <= 2 + 3 * 2 + 2  # header, two rows of each kind, the counts
+    finally:
+        for name in kept + truncated:
+            _drop(controller, unique, name)

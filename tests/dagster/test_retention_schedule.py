@@ -1,6 +1,7 @@
 """The retention schedule launches work in proportion to what is due (tables of its own, so "nothing is
-due" is true): no run while no stream has a retention policy, and one run per cycle, whatever the number
-of buckets, over the buckets that hold streams; that run retains every stream in them. Every job runs
+due" is true): no run while no stream has a retention policy, and one run per occupied bucket each
+cycle (issue 39: the buckets' runs queue side by side, so a cycle's time does not grow with the sum of
+every stream's); each run retains every stream of its bucket. Every job runs
 its ops in the run's own process (a process per op or per bucket bought nothing but load), and the
 standalone instance queues runs, at most two at once."""
 
@@ -80,27 +81,29 @@ def test_no_stream_with_a_retention_policy_launches_no_run(empty, unique):
     assert isinstance(_tick(resource), SkipReason)
 
 
-def test_one_run_per_cycle_retains_the_streams_of_every_occupied_bucket(empty, unique):
+def test_one_run_per_occupied_bucket_retains_the_streams_of_its_bucket(empty, unique):
     mine, resource = empty
     controller = Controller.for_deployment(mine)
     buckets = _streams_in_two_buckets(controller, unique)
 
-    request = _tick(resource)
-    assert isinstance(request, RunRequest)
-    assert request.run_config["ops"]["stream_retention"]["config"]["buckets"] == sorted(buckets.values())
-    # the same tick names the same run (the daemon launches it once), the next cycle a new one
-    assert _tick(resource).run_key == request.run_key
-    assert _tick(resource, AT + datetime.timedelta(minutes=1)).run_key != request.run_key
+    requests = _tick(resource)
+    assert isinstance(requests, list) and all(isinstance(r, RunRequest) for r in requests)
+    assert [r.run_config["ops"]["stream_retention"]["config"]["buckets"] for r in requests] == [
+        [b] for b in sorted(buckets.values())]
+    # the same tick names the same runs (the daemon launches each once), the next cycle new ones
+    assert [r.run_key for r in _tick(resource)] == [r.run_key for r in requests]
+    assert not {r.run_key for r in _tick(resource, AT + datetime.timedelta(minutes=1))} & {r.run_key for r in requests}
 
     job = Definitions(assets=defs.assets, jobs=defs.jobs, resources={"rillet": resource}).resolve_job_def(
         "retention_job")
-    result = job.execute_in_process(run_config=request.run_config)
-    assert result.success
-    for stream in buckets:
-        assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, stream)} == {0: 200}
-    (materialization,) = result.asset_materializations_for_node("stream_retention")  # one per run, not per bucket
-    table = materialization.metadata["decisions"].value
-    assert all(f"`{unique}/{stream}` | truncated" in table for stream in buckets)
+    by_bucket = {bucket: stream for stream, bucket in buckets.items()}
+    for request in requests:
+        result = job.execute_in_process(run_config=request.run_config)
+        assert result.success
+        (bucket,) = request.run_config["ops"]["stream_retention"]["config"]["buckets"]
+        assert {p.segment.segment_id: p.offset for p in controller.streams.head(unique, by_bucket[bucket])} == {0: 200}
+        (materialization,) = result.asset_materializations_for_node("stream_retention")  # one per run
+        assert f"`{unique}/{by_bucket[bucket]}` | truncated" in materialization.metadata["decisions"].value
 
 
 def test_every_job_executes_in_process():
