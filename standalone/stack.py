@@ -40,13 +40,18 @@ from standalone.resources import create_resources
 # invocation meter bills GB-seconds with it).
 FUNCTION_MEMORY_MB = {"tails": 128}
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "standalone", "AWS_SECRET_ACCESS_KEY": "standalone"}
-# Runs queue and at most two run at once: each is a process, and a laptop has a few cores.
+# Runs queue and at most two run at once: each is a process, and a laptop has a few cores. Sensors are
+# evaluated in threads, as on AWS (infra/terraform/templates/dagster.yaml.tftpl): a long tick delays
+# no other sensor's.
 DAGSTER_INSTANCE = """\
 telemetry:
   enabled: false
 concurrency:
   runs:
     max_concurrent_runs: 2
+sensors:
+  use_threads: true
+  num_workers: 4
 """
 
 
