@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from controlplane.models import StreamRecord
+from controlplane.parallel import in_parallel
 from controlplane.streams import AUTOSCALED, MAX_CURRENT_SEGMENTS, StreamTasks, scale_thresholds
 from dataplane.rates import WINDOWS_S, Rates
 from dataplane.scale_signals import (
@@ -204,13 +205,14 @@ class AutoScaler:
         return due_candidates(now_ms, self.settings.tick_limit)
 
     def tick(self, now_ms: int) -> list[StreamScale]:
-        """Decide for every stream with a due candidate, and move or clear the marks it read."""
+        """Decide for every stream with a due candidate (a few at once: each is a few round trips), and
+        move or clear the marks it read. At most ``tick_limit`` candidates a tick, earliest due first."""
         self.backfill(now_ms)
         marks: dict[tuple[str, str], dict[int, int]] = {}
         for name, at in self.candidates(now_ms):
             scope, stream, sid = name.split("/")
             marks.setdefault((scope, stream), {})[int(sid)] = at
-        scales = [self._decide_for(scope, stream, due, now_ms) for (scope, stream), due in marks.items()]
+        scales = in_parallel(lambda item: self._decide_for(*item[0], item[1], now_ms), list(marks.items()))
         return [s for s in scales if s is not None]
 
     def evaluate(self, scope: str, stream: str, now_ms: int) -> tuple[int, ScaleDecision | None]:
