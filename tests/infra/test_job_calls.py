@@ -197,7 +197,7 @@ def test_every_sensor_schedule_and_job_is_granted(isolated, unique, recorded):
     now = int(time.time() * 1000)
     SegmentMeta.get(segment_name(unique, "hot", 0), META_KEY, consistent_read=True).update(actions=[
         SegmentMeta.rates.set({"t": now, "e": [100.0, 0.0, 0.0, 0.0], "b": [0.0] * 4}),
-        SegmentMeta.created_ms.set(now - 3_600_000)])
+        SegmentMeta.created_ms.set(now - 3_600_000), SegmentMeta.scale_at.set(now)])  # as the append path marks it
     setup = len(recorded)
     (request,) = [r for r in _sensor(autoscale_sensor, resource) if r.tags.get("rillet/stream") == f"{unique}/hot"]
     assert scale_stream_job.execute_in_process(run_config=request.run_config, resources={"rillet": resource}).success
