@@ -63,6 +63,7 @@ from controlplane.store import (
     versioned_update,
 )
 from controlplane.streams import StreamTasks, _range
+from dataplane.fanout import fan_out, per_second
 from dataplane.shards import query_every_shard, shard_key
 from rillet.errors import (
     IllegalState,
@@ -78,6 +79,12 @@ from rillet.models import SegmentRange, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
 OPEN_SHARD = "open"  # the open transactions' partition keys of the deadlines index: open#<n> (dataplane.shards)
+# The timeout job (docs/limits.md): a run takes at most TIMEOUT_RUN_LIMIT expired transactions, earliest
+# first, and the next tick the rest; it aborts TIMEOUT_WORKERS at once (an abort is 10 to 30 round trips,
+# a third of its time in S3, whose client pools 32 connections; the rest spread over models of 10 each).
+# 1,500 a 10 s tick is 150 aborts a second, and a run of them ends within the tick at AWS latencies.
+TIMEOUT_RUN_LIMIT = 1_500
+TIMEOUT_WORKERS = 32
 _BATCHES_PER_DRIVE = 20  # a call that finds more batches due leaves the rest to the sweeper
 _STAMPS_PER_WRITE = 24  # transactions stamped per TransactWriteItems, with the stream's condition check
 _COMMIT_STATES = [s.value for s in StreamState if s not in (StreamState.SEALING, StreamState.SEALED)]
@@ -122,6 +129,22 @@ def info(record: TxnRecord) -> TxnInfo:
                    epoch=record.epoch, segments=[SegmentRange(segment_id=int(s), low=lo, high=hi)
                                                  for s, lo, hi in record.segments],
                    lease_expiry_ms=record.lease_expiry_ms, max_expiry_ms=record.max_expiry_ms)
+
+
+@dataclass(frozen=True)
+class TimeoutRun:
+    """What a timeout run did with each transaction it was given, and how fast."""
+
+    outcomes: dict[str, str]  # "scope/stream/txn id" -> its state after the run, or why it was not aborted
+    seconds: float
+
+    @property
+    def aborted(self) -> list[str]:
+        return [item for item, outcome in self.outcomes.items() if outcome == TxnState.ABORTED.value]
+
+    def summary(self) -> str:
+        return (f"aborted {len(self.aborted)} of {len(self.outcomes)} expired transaction(s) in {self.seconds:.2f} s "
+                f"({per_second(len(self.aborted), self.seconds):,.1f}/s)")
 
 
 class TransactionTasks:
@@ -279,23 +302,31 @@ class TransactionTasks:
             self.segments.delete(segment_name(txn.scope, txn.stream, txn_segment_token(int(sid), txn.txn_id)))
         self._close(txn, TxnState.ABORTED, TxnState.ABORTING)
 
-    def expired(self, limit: int = 100) -> list[TxnRecord]:
-        """Open transactions whose lease or maximum execution time has passed."""
+    def expired(self, limit: int = TIMEOUT_RUN_LIMIT) -> list[TxnRecord]:
+        """Open transactions whose lease or maximum execution time has passed: at most ``limit``, the
+        earliest deadlines first (each shard's query stops at ``limit``; the next call finds the rest)."""
         now = now_ms()
         due = query_every_shard(OPEN_SHARD, lambda key: TxnRecord.txn_deadlines.query(
             key, TxnRecord.deadline_ms <= now, limit=limit))
         return sorted(due, key=lambda t: t.deadline_ms)[:limit]
 
-    def abort_expired(self, limit: int = 100) -> list[tuple[str, str]]:
-        """Abort every expired open transaction; returns (scoped stream, txn id) of those aborted."""
-        aborted = []
-        for txn in self.expired(limit):
+    def abort_expired(self, limit: int = TIMEOUT_RUN_LIMIT) -> list[tuple[str, str]]:
+        """Abort up to ``limit`` expired open transactions; returns (scoped stream, txn id) of those aborted."""
+        run = self.abort_all_if_expired([f"{t.scope}/{t.stream}/{t.txn_id}" for t in self.expired(limit)])
+        return [(item.rsplit("/", 1)[0], item.rsplit("/", 1)[1]) for item in run.aborted]
+
+    def abort_all_if_expired(self, transactions: list[str], workers: int = TIMEOUT_WORKERS) -> TimeoutRun:
+        """:meth:`abort_if_expired` of each "scope/stream/txn id", ``workers`` at once: each abort is
+        conditioned on what it read of its own transaction, so they need no order among them."""
+        def outcome(item: str) -> str:
+            scope, stream, txn_id = item.split("/")
             try:
-                if self.abort_if_expired(txn.scope, txn.stream, txn.txn_id).state == TxnState.ABORTED:
-                    aborted.append((f"{txn.scope}/{txn.stream}", txn.txn_id))
-            except (TxnFailed, TxnNotFound):
-                pass  # committed (or gone) in the meantime: the outcome stands
-        return aborted
+                return self.abort_if_expired(scope, stream, txn_id).state.value
+            except (TxnFailed, TxnNotFound) as e:  # committed (or gone) in the meantime: the outcome stands
+                return f"not aborted: {e.code} {e.details.get('status', '')}".strip()
+
+        outcomes, seconds = fan_out(outcome, transactions, workers)
+        return TimeoutRun(dict(zip(transactions, outcomes, strict=True)), seconds)
 
     def abort_if_expired(self, scope: str, stream: str, txn_id: str) -> TxnInfo:
         """The timeout job's abort: only of a transaction whose lease has run out, by a write conditioned
