@@ -41,6 +41,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -56,6 +57,7 @@ from controlplane.models import (
 )
 from controlplane.reader_items import ReaderItemRecord, ReaderItems, reader_sk
 from controlplane.store import _decode_token, _encode_token, failed_condition, versioned_update
+from dataplane.fanout import fan_out, per_second
 from dataplane.shards import query_every_shard, shard_key
 from rillet.api import (
     AssignedSegment,
@@ -96,6 +98,10 @@ GROUP_KEY = "rg"
 RENEW_FRACTION = 4
 LEASE_KEY = "lease"
 LEASE_SHARD = "reader-lease"  # the lease records' partition keys of the deadlines index: reader-lease#<n>
+# The lease job (docs/limits.md): a run takes at most LEASE_RUN_LIMIT due groups, earliest first, and the
+# next tick the rest; it looks at LEASE_WORKERS groups at once.
+LEASE_RUN_LIMIT = 1_000
+LEASE_WORKERS = 16
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
 # A subscriber group's create or reset is one DynamoDB transaction, of at most 100 writes: the group's
@@ -579,6 +585,19 @@ def checkpoint_info(state: GroupState, name: str) -> CheckpointInfo:
 # -- the store side: read-modify-write with retries ------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LeaseRun:
+    """What a lease run did: the readers it took offline, per group it looked at, and how fast."""
+
+    expired: dict[tuple[str, str], list[str]]
+    seconds: float
+
+    def summary(self) -> str:
+        readers = sum(len(names) for names in self.expired.values())
+        return (f"looked at {len(self.expired)} reader group(s) in {self.seconds:.2f} s "
+                f"({per_second(len(self.expired), self.seconds):,.1f}/s), took {readers} reader(s) offline")
+
+
 class ReaderGroups:
     """Reader group operations, each a conditional read-modify-write of the group's record.
 
@@ -852,9 +871,16 @@ class ReaderGroups:
             self._drop_lease(scope, group, ReaderLeaseRecord.group_version == orphan.group_version)
             return []
 
-    def groups_due_for_lease_check(self, limit: int = 100) -> dict[tuple[str, str], int]:
+    def expire_readers_of(self, groups: list[tuple[str, str]], workers: int = LEASE_WORKERS) -> LeaseRun:
+        """:meth:`expire_readers` of each (scope, group), ``workers`` at once (each changes only its own
+        group's records, by conditioned writes)."""
+        expired, seconds = fan_out(lambda group: self.expire_readers(*group), groups, workers)
+        return LeaseRun(dict(zip(groups, expired, strict=True)), seconds)
+
+    def groups_due_for_lease_check(self, limit: int = LEASE_RUN_LIMIT) -> dict[tuple[str, str], int]:
         """The groups whose earliest reader lease may have ended, (scope, group) -> the deadline that
-        passed (a group is due again later with a new one): one index query."""
+        passed (a group is due again later with a new one): one query per index shard, at most
+        ``limit`` groups, earliest first (the next call finds the rest)."""
         now = _now()
         due = query_every_shard(LEASE_SHARD, lambda key: ReaderLeaseRecord.txn_deadlines.query(
             key, ReaderLeaseRecord.deadline_ms <= now, limit=limit))

@@ -21,6 +21,8 @@ from dagster import (
 
 from dagster_project.resources import RilletDeployment, sensor_interval, work_key
 
+LISTED = 20  # a run's metadata lists the groups that lost readers (up to this many) and counts the rest
+
 
 class DueGroups(Config):
     groups: list[str]  # "scope/group"
@@ -29,15 +31,17 @@ class DueGroups(Config):
 @op(description="Take offline, at their last reported positions, the readers whose lease ended; their "
                 "segments go to the other readers and checkpoints they held up complete.")
 def expire_reader_leases(context: OpExecutionContext, config: DueGroups, rillet: RilletDeployment) -> Output[int]:
-    groups = rillet.controller().reader_groups
-    expired = {}
-    for item in config.groups:
-        scope, group = item.split("/", 1)
-        expired[item] = groups.expire_readers(scope, group)
-    count = sum(len(readers) for readers in expired.values())
+    groups = [tuple(item.split("/", 1)) for item in config.groups]
+    run = rillet.controller().reader_groups.expire_readers_of(groups)
+    context.log.info(run.summary())
+    count = sum(len(readers) for readers in run.expired.values())
+    changed = [(group, readers) for group, readers in run.expired.items() if readers]
     table = "| reader group | readers taken offline |\n|---|---|\n" + "\n".join(
-        f"| `{g}` | {', '.join(r) or '-'} |" for g, r in expired.items())
-    return Output(count, metadata={"readers_taken_offline": count, "groups": MetadataValue.md(table)})
+        f"| `{scope}/{group}` | {', '.join(readers)} |" for (scope, group), readers in changed[:LISTED])
+    if len(changed) > LISTED:
+        table += f"\n\nand {len(changed) - LISTED} more group(s)"
+    return Output(count, metadata={"readers_taken_offline": count, "groups_looked_at": len(groups),
+                                   "seconds": round(run.seconds, 3), "groups": MetadataValue.md(table)})
 
 
 @job(description="Take offline the readers of the given groups whose lease ended.")
@@ -47,8 +51,8 @@ def expire_reader_leases_job() -> None:
 
 @sensor(job=expire_reader_leases_job, minimum_interval_seconds=sensor_interval("reader_lease", 10),
         default_status=DefaultSensorStatus.RUNNING,
-        description="Reads the sparse deadlines index (one query per tick) for reader groups whose earliest "
-                    "reader lease may have ended.")
+        description="Reads the sparse deadlines index (one query per shard a tick) for reader groups whose "
+                    "earliest reader lease may have ended, up to 1,000 a run; the next tick takes the rest.")
 def reader_lease_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
     due = rillet.controller().reader_groups.groups_due_for_lease_check()
     if not due:
