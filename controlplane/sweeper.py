@@ -16,9 +16,15 @@ from controlplane.kvtables import KeyValueTables
 from controlplane.models import ScopeRecord, StreamRecord, TxnRecord
 from controlplane.streams import StreamTasks, now_ms
 from controlplane.transactions import TransactionTasks
+from dataplane.fanout import fan_out
 from rillet.errors import NotFound, RilletError, ScopeNotEmpty
 
 log = logging.getLogger(__name__)
+
+# A run finishes at most SWEEP_RUN_LIMIT workflows, the oldest first (the next run the rest), the
+# workflows of SWEEP_WORKERS partitions at once (docs/limits.md).
+SWEEP_RUN_LIMIT = 1_000
+SWEEP_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,15 @@ class Sweeper:
     def transactions(self) -> TransactionTasks:
         return self.tasks.transactions
 
-    def sweep(self) -> list[SweepOutcome]:
-        outcomes = []
-        for item in self.tasks.store.pending_workflows(now_ms() - self.grace_ms):
-            outcomes.append(self._finish(item))
-        return outcomes
+    def sweep(self, limit: int = SWEEP_RUN_LIMIT, workers: int = SWEEP_WORKERS) -> list[SweepOutcome]:
+        """Finish up to ``limit`` of the workflows pending past the grace period, the oldest first. Those
+        of one partition (a stream and its transactions, a scope) are finished in order, as one caller
+        would; partitions in parallel, ``workers`` at once."""
+        partitions: dict[str, list[ScopeRecord | StreamRecord | TxnRecord | KeyValueTableRecord]] = {}
+        for item in self.tasks.store.pending_workflows(now_ms() - self.grace_ms)[:limit]:
+            partitions.setdefault(item.pk, []).append(item)
+        finished, _ = fan_out(lambda items: [self._finish(item) for item in items], list(partitions.values()), workers)
+        return [outcome for outcomes in finished for outcome in outcomes]
 
     def _finish(self, item: ScopeRecord | StreamRecord | TxnRecord | KeyValueTableRecord) -> SweepOutcome:
         store = self.tasks.store

@@ -4,6 +4,8 @@ Sensors only read (one index query per tick) and request a run when there is wor
 work and record what they did as output metadata, which the Dagster UI shows per run.
 """
 
+import time
+
 from dagster import (
     Config,
     DefaultSensorStatus,
@@ -19,16 +21,24 @@ from dagster import (
 )
 
 from dagster_project.resources import RilletDeployment, sensor_interval, work_key
+from dataplane.fanout import per_second
 from dataplane.segment_store import now_ms
 
 
 @op(description="Finish workflows (create, update, seal, delete, ...) that a crash left half done.")
 def sweep_workflows(context: OpExecutionContext, rillet: RilletDeployment) -> Output[int]:
+    started = time.perf_counter()
     outcomes = rillet.controller().sweeper.sweep()
-    lines = [f"| `{o.subject}` | {o.workflow} | {o.outcome} |" for o in outcomes]
-    table = "| subject | workflow | outcome |\n|---|---|---|\n" + "\n".join(lines)
-    context.log.info("sweeper finished %d workflow(s)", len(outcomes))
-    return Output(len(outcomes), metadata={"workflows": len(outcomes), "outcomes": MetadataValue.md(table)})
+    seconds = time.perf_counter() - started
+    unusual = [o for o in outcomes if o.outcome != "completed"]  # listed first: they need a look
+    lines = [f"| `{o.subject}` | {o.workflow} | {o.outcome} |" for o in (unusual + [o for o in outcomes if o not in unusual])]
+    table = "| subject | workflow | outcome |\n|---|---|---|\n" + "\n".join(lines[:LISTED])
+    if len(lines) > LISTED:
+        table += f"\n\nand {len(lines) - LISTED} more"
+    context.log.info("sweeper finished %d workflow(s) in %.2f s (%.1f/s)", len(outcomes), seconds,
+                     per_second(len(outcomes), seconds))
+    return Output(len(outcomes), metadata={"workflows": len(outcomes), "seconds": round(seconds, 3),
+                                           "outcomes": MetadataValue.md(table)})
 
 @job(description="Run the workflow sweeper once.")
 def sweep_workflows_job() -> None:
@@ -45,7 +55,7 @@ def workflow_sweeper_sensor(context: SensorEvaluationContext, rillet: RilletDepl
     keys = [f"{p.pk}|{p.sk}|{p.pending_since}" for p in pending]
     return RunRequest(run_key=work_key("sweep", keys), tags={"rillet/pending": str(len(keys))})
 
-SEGMENTS_LISTED = 20  # a run's metadata lists the segments that moved most and counts the rest
+LISTED = 20  # a run's metadata lists this many segments or workflows (the most telling) and counts the rest
 
 
 class TierConfig(Config):
@@ -55,7 +65,7 @@ class TierConfig(Config):
 def tier_segments(context: OpExecutionContext, config: TierConfig, rillet: RilletDeployment) -> Output[int]:
     run = rillet.controller().segments.tier_many(config.segments)
     context.log.info(run.summary())
-    largest = sorted(run.passes.items(), key=lambda item: -item[1].bytes_moved)[:SEGMENTS_LISTED]
+    largest = sorted(run.passes.items(), key=lambda item: -item[1].bytes_moved)[:LISTED]
     table = "| segment | bytes moved | deletes |\n|---|---|---|\n" + "\n".join(
         f"| `{s}` | {p.bytes_moved} | {p.deletes} |" for s, p in largest)
     if len(run.passes) > len(largest):
