@@ -44,6 +44,7 @@ from rillet.errors import (
 )
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_SEGMENTS_END = "segment#~"  # sorts after every segment_sk (digits sort before "~")
 
 
 def failed_condition(error: PutError | UpdateError | DeleteError) -> bool:
@@ -351,8 +352,13 @@ class MetadataStore:
             raise StreamNotFound(f"stream {scope}/{stream} has no segment(s) {missing}")
         return [found[s] for s in segment_ids]
 
-    def list_segments(self, scope: str, stream: str) -> list[SegmentRecord]:
-        return list(SegmentRecord.query(stream_pk(scope, stream), SegmentRecord.sk.startswith("segment#"),
+    def list_segments(self, scope: str, stream: str, from_segment: int = 0) -> list[SegmentRecord]:
+        """The stream's segment records from segment id ``from_segment`` on. A stream keeps one record per
+        segment it ever had; ids grow with the epoch that created them (rillet.keyspace.segment_id), so
+        from the lowest id of a complete cut this is every segment not wholly before the cut: the readers'
+        listings skip what scaling and truncation left behind."""
+        return list(SegmentRecord.query(stream_pk(scope, stream),
+                                        SegmentRecord.sk.between(segment_sk(from_segment), _SEGMENTS_END),
                                         consistent_read=True))
 
     def update_segment(self, record: SegmentRecord, actions: list) -> bool:

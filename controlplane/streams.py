@@ -627,7 +627,7 @@ class StreamTasks:
         to_offsets = {p.segment.segment_id: p.offset for p in to}
         frm_cut, to_cut = [p.segment for p in frm], [p.segment for p in to]
         slices = []
-        for r in self.store.list_segments(scope, stream):
+        for r in self.store.list_segments(scope, stream, min(s.segment_id for s in frm_cut)):
             segment = _range(r)
             if segment.segment_id not in frm_offsets and segment_is_before(segment, frm_cut):
                 continue
@@ -650,7 +650,7 @@ class StreamTasks:
         segment and from its successor, so a consumer of consecutive ranges keeps per-key order.
         """
         start = self.resolve_cut(scope, stream, offsets)
-        records = {r.segment_id: r for r in self.store.list_segments(scope, stream)}
+        records = {r.segment_id: r for r in self.store.list_segments(scope, stream, min(offsets))}
         done = {p.segment.segment_id for p in start
                 if records[p.segment.segment_id].sealed_size is not None
                 and p.offset >= records[p.segment.segment_id].sealed_size}

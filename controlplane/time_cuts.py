@@ -36,7 +36,10 @@ def cut_at_time(streams: StreamTasks, scope: str, stream: str, time_ms: int) -> 
     epoch = _epoch_at(streams, scope, stream, record.current_epoch, time_ms)
     while epoch.epoch > 0 and _sealed_after(streams, scope, stream, epoch, time_ms):
         epoch = streams.store.get_epoch(scope, stream, epoch.epoch - 1)
-    records = {r.segment_id: r for r in streams.store.list_segments(scope, stream)}
+    head = streams.head(scope, stream, record)
+    first = min(int(sid) for sid, _, _ in epoch.segments)
+    records = {r.segment_id: r for r in streams.store.list_segments(
+        scope, stream, min([first, *(p.segment.segment_id for p in head)]))}
     cut = []
     for sid, low, high in epoch.segments:
         segment = SegmentRange(segment_id=int(sid), low=low, high=high)
@@ -45,7 +48,7 @@ def cut_at_time(streams: StreamTasks, scope: str, stream: str, time_ms: int) -> 
         except SegmentNotFound:  # deleted by truncation: wholly before the head, which wins below
             offset = records[segment.segment_id].sealed_size or 0
         cut.append(SegmentPosition(segment=segment, offset=offset))
-    return upper_bound([cut, streams.head(scope, stream, record)], records)
+    return upper_bound([cut, head], records)
 
 
 def _epoch_at(streams: StreamTasks, scope: str, stream: str, current: int, time_ms: int) -> EpochRecord:

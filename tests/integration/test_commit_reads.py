@@ -5,11 +5,10 @@ stay a day). Counted here as DynamoDB counts a query's reads: the items each Que
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
+from scanned_items import ScannedItems
 
-from controlplane.models import MODELS, PENDING, CommittingRecord, TxnRecord, stream_pk
+from controlplane.models import PENDING, CommittingRecord, TxnRecord, stream_pk
 from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
 from rillet.names import segment_name, txn_segment_token
@@ -20,27 +19,6 @@ def stream(controller, unique):
     controller.streams.create_scope(unique)
     controller.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
     return unique, "s"
-
-
-class _ScannedItems:
-    """Items scanned by the metadata table's queries while it is registered (botocore's after-call on
-    the client of every model of the table: each has a connection of its own)."""
-
-    def __init__(self) -> None:
-        self.items = 0
-        self.clients = {id(c): c for c in (model._get_connection().connection.client for model in MODELS)}.values()
-
-    def __call__(self, parsed=None, **_) -> None:
-        self.items += int((parsed or {}).get("ScannedCount", 0))
-
-    def __enter__(self) -> _ScannedItems:
-        for client in self.clients:
-            client.meta.events.register("after-call.dynamodb.Query", self)
-        return self
-
-    def __exit__(self, *_) -> None:
-        for client in self.clients:
-            client.meta.events.unregister("after-call.dynamodb.Query", self)
 
 
 def _begin_and_commit(controller, scope: str, stream: str) -> None:
@@ -54,7 +32,7 @@ def test_the_items_a_commit_reads_do_not_grow_with_the_transactions_the_stream_k
     scope, name = stream
     scanned = []
     for _ in range(40):
-        with _ScannedItems() as counter:
+        with ScannedItems() as counter:
             _begin_and_commit(controller, scope, name)
         scanned.append(counter.items)
     kept = [t for t in TxnRecord.query(stream_pk(scope, name), TxnRecord.sk.startswith("txn#"))]
