@@ -45,13 +45,18 @@ class Sweeper:
 
     def sweep(self, limit: int = SWEEP_RUN_LIMIT, workers: int = SWEEP_WORKERS) -> list[SweepOutcome]:
         """Finish up to ``limit`` of the workflows pending past the grace period, the oldest first. Those
-        of one partition (a stream and its transactions, a scope) are finished in order, as one caller
-        would; partitions in parallel, ``workers`` at once."""
-        partitions: dict[str, list[ScopeRecord | StreamRecord | TxnRecord | KeyValueTableRecord]] = {}
+        of one partition (a stream and its transactions, a table) are finished in order, as one caller
+        would; partitions in parallel, ``workers`` at once. Scope deletes come last, in order: one finds
+        its scope empty only once the deletes of the streams and tables in it are finished."""
+        partitions: dict[str, list[StreamRecord | TxnRecord | KeyValueTableRecord]] = {}
+        scopes: list[ScopeRecord] = []
         for item in self.tasks.store.pending_workflows(now_ms() - self.grace_ms)[:limit]:
-            partitions.setdefault(item.pk, []).append(item)
+            if isinstance(item, ScopeRecord):
+                scopes.append(item)
+            else:
+                partitions.setdefault(item.pk, []).append(item)
         finished, _ = fan_out(lambda items: [self._finish(item) for item in items], list(partitions.values()), workers)
-        return [outcome for outcomes in finished for outcome in outcomes]
+        return [outcome for outcomes in finished for outcome in outcomes] + [self._finish(item) for item in scopes]
 
     def _finish(self, item: ScopeRecord | StreamRecord | TxnRecord | KeyValueTableRecord) -> SweepOutcome:
         store = self.tasks.store
