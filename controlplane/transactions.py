@@ -62,7 +62,7 @@ from controlplane.store import (
     failed_condition,
     versioned_update,
 )
-from controlplane.streams import StreamTasks, _range
+from controlplane.streams import StreamTasks, _range, scale_thresholds
 from dataplane.fanout import fan_out, per_second
 from dataplane.shards import query_every_shard, shard_key
 from rillet.errors import (
@@ -75,7 +75,7 @@ from rillet.errors import (
     WriteConflict,
 )
 from rillet.keyspace import segment_id
-from rillet.models import SegmentRange, StreamState, TxnInfo, TxnState
+from rillet.models import SegmentRange, StreamConfiguration, StreamState, TxnInfo, TxnState
 from rillet.names import segment_name, txn_segment_token
 
 OPEN_SHARD = "open"  # the open transactions' partition keys of the deadlines index: open#<n> (dataplane.shards)
@@ -565,8 +565,10 @@ class TransactionTasks:
                   for i, (_, lo, hi) in enumerate(reference)]
         duplicates = [SegmentRange(segment_id=segment_id(epoch, first + len(rolled) + i), low=s.low, high=s.high)
                       for i, s in enumerate(previous)]
+        # The duplicates become current: they signal auto-scaling as any segment of the stream does.
+        scaling = scale_thresholds(StreamConfiguration.model_validate(record.configuration).scaling_policy)
         for segment in rolled + duplicates:
-            self.segments.create(segment_name(scope, stream, segment.segment_id), int(record.created_ms))
+            self.segments.create(segment_name(scope, stream, segment.segment_id), int(record.created_ms), scaling)
         rolled_ranges = [[s.segment_id, s.low, s.high] for s in rolled]
         for txn in members:
             for source, target in _same_ranges(txn.segments, rolled_ranges):
