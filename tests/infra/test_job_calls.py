@@ -213,7 +213,7 @@ def test_every_sensor_schedule_and_job_is_granted(isolated, unique, recorded):
     setup = len(recorded)
     at = datetime.datetime.now(datetime.UTC)
     with build_schedule_context(scheduled_execution_time=at, resources={"rillet": resource}) as context:
-        request = retention_schedule(context)
+        (request,) = retention_schedule(context)  # a run per occupied bucket: the one of this stream
     assert isinstance(request, RunRequest)
     job = Definitions(assets=defs.assets, jobs=defs.jobs, resources={"rillet": resource}).resolve_job_def(
         "retention_job")
