@@ -647,6 +647,25 @@ def per_unit_lines(result: Result) -> list[str]:
     return lines
 
 
+def formula(hottest: Hottest, rates: dict[str, float]) -> str:
+    """The hottest key's units a second as a sum over the kinds of work: ``c x <kind>`` with ``c`` its
+    units per unit of the deployment's work of that kind (of its stream's, for a key naming a stream;
+    ``/ 16`` for a write-sharded key)."""
+    per_stream = "<stream>" in hottest.partition or "<group>" in hottest.partition
+    sharded = hottest.partition.endswith("#<n>")
+    terms = []
+    for column, unit in ((0, "W"), (1, "R")):
+        parts = []
+        for kind, loads in sorted(hottest.by_kind.items(), key=lambda item: -item[1][column]):
+            if loads[column] <= 0:
+                continue
+            coefficient = loads[column] / rates[kind] * (TARGET_STREAMS if per_stream else 1) * (SHARDS if sharded else 1)
+            parts.append(f"{coefficient:.3g} x {kind}" + (" of its stream" if per_stream else ""))
+        if parts:
+            terms.append(f"{unit} = ({' + '.join(parts)})" + (f" / {SHARDS}" if sharded else ""))
+    return "; ".join(terms) or "-"
+
+
 def report(result: Result) -> str:
     lines = [(f"partition heat: {result.streams} streams in one scope, each with a group of {result.readers} readers "
              "(moto, in-process; units as AWS charges them)"), ""]
@@ -663,6 +682,9 @@ def report(result: Result) -> str:
             old = f"`{before[0].partition}` | {before[0].share:.1%}" if before else "- | -"
             lines.append(f"| {resource} | `{h.partition}` | {h.write_units_s:,.0f} | {h.read_units_s:,.0f} | "
                          f"{h.share:.1%} | {h.mostly_from} | {old} |")
+    lines += ["", "the hottest key of each, in units a second, W (writes) and R (reads) by kind of work a second:"]
+    for resource in sorted(result.after):
+        lines.append(f"  {resource} `{result.after[resource][0].partition}`: {formula(result.after[resource][0], result.rates)}")
     return "\n".join(lines)
 
 
