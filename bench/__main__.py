@@ -11,6 +11,7 @@ from bench import (
     idle_stack,
     inflight_appends,
     latency,
+    partition_heat,
     reader_group_state,
     record_sizes,
     retention_cycle,
@@ -57,6 +58,8 @@ def main() -> None:
     print(fault_history.report(fault_history.run()))
     print()
     print(idle_stack.report(idle_stack.run()))
+    print()
+    print(partition_heat.report(partition_heat.run()))
 
 
 if __name__ == "__main__":
