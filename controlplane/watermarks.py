@@ -60,7 +60,9 @@ WATERMARKED = "1"
 MARKS_DUE = "watermark"
 WATERMARK_WRITER = "watermarks"
 T = TypeVar("T")
-_LEAVE_ATTEMPTS = 3  # a stream record busy with other changes leaves the set at its writers' next silence
+# Tries to take a stream out of the set while its record keeps changing; past them it stays listed (at no
+# cost per tick: no mark of it is due) until a writer notes time and falls silent again.
+_LEAVE_ATTEMPTS = 3
 
 
 def now_ms() -> int:
