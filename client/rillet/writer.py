@@ -88,6 +88,7 @@ import random
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -166,6 +167,24 @@ class EventWriterConfig:
         """The lowest dollars per GB: a budget of about a second, so blocks are large (about 1 MB at
         1 MB/s: one S3 PUT and a few small DynamoDB writes per MB), at about a second of latency."""
         return cls(**{"max_latency_ms": COST_OPTIMIZED_LATENCY_MS, "batch_size_bytes": MAX_EVENT_SIZE, **overrides})
+
+
+_dataclass_init = EventWriterConfig.__init__
+
+
+def _init_accepting_linger_ms(self: EventWriterConfig, *args: Any, linger_ms: int | None = None, **kwargs: Any) -> None:
+    """``linger_ms``, the previous release's knob, still accepted for this release (then removed), as the
+    ``max_latency_ms`` it became: code written against that release keeps working, warned."""
+    if linger_ms is not None:
+        if "max_latency_ms" in kwargs:
+            raise TypeError("EventWriterConfig: give max_latency_ms, not also the deprecated linger_ms")
+        warnings.warn("EventWriterConfig(linger_ms=...) is deprecated and will be removed in the next release: "
+                      "use max_latency_ms, the latency budget that replaced it", DeprecationWarning, stacklevel=2)
+        kwargs["max_latency_ms"] = linger_ms
+    _dataclass_init(self, *args, **kwargs)
+
+
+EventWriterConfig.__init__ = _init_accepting_linger_ms  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
