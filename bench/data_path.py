@@ -22,6 +22,7 @@ import boto3
 
 import rillet
 from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
+from rillet.framing import frame, unframe, unframe_batch
 from rillet.segments import PREFETCH, SegmentClient
 from standalone.stack import Stack, StackConfig
 
@@ -126,6 +127,14 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         read_gets = stack.requests.snapshot()[0][("s3", "GetObject")]
         assert count == events, f"read {count} events, wrote {events}"
 
+        # The same catch-up through the batch read (StreamReader.read_events: a block decoded at once).
+        started = time.perf_counter()
+        batch_reader = factory.create_stream_reader("data", rillet.BytesSerializer())
+        batch_count = sum(len(batch) for batch in batch_reader.iter_events())
+        batch_s = time.perf_counter() - started
+        assert batch_count == events, f"read {batch_count} events in batches, wrote {events}"
+        decode_s = _decode_seconds(payload, MB * 4 // (event_size + 4))
+
         # The same catch-up at the level of bytes (locations and object GETs, no event framing), and
         # raw GetObject of the very objects that hold them, one after another, in the same run.
         started = time.perf_counter()
@@ -159,8 +168,25 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         "read": {"seconds": read_s, "events_per_s": events / read_s, "mb_per_s": total_mb / read_s,
                  "per_mb": _per_mb(read, total_mb), "dollars_per_gb": {k: v / gb for k, v in read.dollars().items()},
                  "raw_mb_per_s": total_mb / raw_read_s, "objects": len(objects), "gets": read_gets,
-                 "bytes_mb_per_s": read_bytes / MB / bytes_s, "raw_objects_mb_per_s": raw_bytes / MB / raw_objects_s},
+                 "bytes_mb_per_s": read_bytes / MB / bytes_s, "raw_objects_mb_per_s": raw_bytes / MB / raw_objects_s,
+                 "batch_events_per_s": events / batch_s, "batch_mb_per_s": total_mb / batch_s,
+                 "decode_events_per_s": {name: n / s for name, (n, s) in decode_s.items()}},
     }
+
+
+def _decode_seconds(payload: bytes, count: int) -> dict[str, tuple[int, float]]:
+    """Decoding alone, on one core: a 4 MiB block of ``count`` frames split into one EventBatch (the
+    batch read) and into a Frame per event (``unframe``: what the group reader builds on); best of 5."""
+    block = bytearray(b"".join(frame(payload) for _ in range(count)))
+    best = {}
+    for name, decode in (("frames", unframe), ("batch", unframe_batch)):
+        runs = []
+        for _ in range(5):
+            started = time.perf_counter()
+            decode(block)
+            runs.append(time.perf_counter() - started)
+        best[name] = (count, min(runs))
+    return best
 
 
 def report(result: dict) -> str:
@@ -179,6 +205,13 @@ def report(result: dict) -> str:
     lines.append(f"  read GETs {r['gets']} for {r['objects']} objects holding the bytes; catch-up of the bytes alone "
                  f"(locations + object GETs, no event framing) {r['bytes_mb_per_s']:.1f} MB/s vs raw GetObject of the "
                  f"same objects {r['raw_objects_mb_per_s']:.1f} MB/s, ratio {r['bytes_mb_per_s'] / r['raw_objects_mb_per_s']:.2f}")
+    lines.append(f"  batch read (StreamReader.read_events) {r['batch_events_per_s']:,.0f} events/s, "
+                 f"{r['batch_mb_per_s']:.1f} MB/s vs the per-event read above {r['events_per_s']:,.0f} events/s; "
+                 f"ratio to raw GetObject of the same objects {r['batch_mb_per_s'] / r['raw_objects_mb_per_s']:.2f} "
+                 f"(per-event {r['mb_per_s'] / r['raw_objects_mb_per_s']:.2f})")
+    decode = r["decode_events_per_s"]
+    lines.append(f"  decoding a 4 MiB block on one core: batch {decode['batch']:,.0f} events/s, "
+                 f"a Frame per event {decode['frames']:,.0f} events/s")
     lines.append(f"  Kinesis on-demand ingest for comparison: ${PRICES['kinesis_on_demand_ingest_gb']:.2f}/GB")
     return "\n".join(lines)
 

@@ -26,6 +26,7 @@ _MODULE_OF = {
     "ConsumptionLimits": "rillet.models",
     "EventPointer": "rillet.reader",
     "EventRead": "rillet.reader",
+    "EventsRead": "rillet.reader",
     "EventStreamClientFactory": "rillet.factory",
     "EventStreamReader": "rillet.reader_group",
     "EventStreamWriter": "rillet.writer",
@@ -180,7 +181,7 @@ if TYPE_CHECKING:  # the names as type checkers and IDEs see them
         TxnInfo,
         TxnState,
     )
-    from rillet.reader import EventPointer, EventRead, StreamReader
+    from rillet.reader import EventPointer, EventRead, EventsRead, StreamReader
     from rillet.reader_group import (
         Checkpoint,
         EventStreamReader,

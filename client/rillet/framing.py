@@ -100,27 +100,100 @@ def read_body(body: memoryview, position: int) -> Frame:
     return Frame(position, HEADER_SIZE + len(body), bytes(body[at:]), routing_key, timestamp)
 
 
+class EventBatch(NamedTuple):
+    """The whole frames at the front of a buffer, decoded in one pass: one ``bytes`` per event and
+    its position, no per-event object besides (``frames()`` builds :class:`Frame` objects on demand).
+
+    ``routing_keys`` and ``timestamps`` are None when no frame of the batch kept them (the common
+    case), else lists with None for the frames that did not. ``end`` is the offset after the last
+    frame, so event ``i`` spans ``positions[i]`` up to ``positions[i + 1]`` (``end`` for the last).
+    """
+
+    payloads: list[bytes]
+    positions: list[int]
+    end: int
+    routing_keys: list[str | None] | None = None
+    timestamps: list[int | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def length(self, i: int) -> int:
+        """The length of event ``i``'s frame, header included."""
+        return (self.positions[i + 1] if i + 1 < len(self.positions) else self.end) - self.positions[i]
+
+    def frames(self) -> list[Frame]:
+        """The events as :class:`Frame` objects (the per-event form ``unframe`` returns)."""
+        keys = self.routing_keys or [None] * len(self.payloads)
+        times = self.timestamps or [None] * len(self.payloads)
+        return [Frame(p, self.length(i), payload, keys[i], times[i])
+                for i, (p, payload) in enumerate(zip(self.positions, self.payloads))]
+
+
+def unframe_batch(buffer: bytes | bytearray | memoryview, base: int = 0) -> tuple[EventBatch, int]:
+    """Split whole frames off the front of ``buffer`` (at offset ``base`` of its segment) in one pass.
+
+    Returns ``(batch, consumed)``; a trailing partial frame is left for the next read. Plain frames go
+    through a tight loop over the length words slicing one ``bytes`` copy of the buffer (a length word
+    above ``MAX_EVENT_SIZE`` is a kept frame or a corrupt one: the rest goes through ``_unframe_kept``),
+    so 1 KiB events decode at several times the speed of building a :class:`Frame` each.
+    """
+    data = buffer if isinstance(buffer, bytes) else bytes(buffer)
+    payloads: list[bytes] = []
+    positions: list[int] = []
+    unpack, total, pos = FRAME_HEADER.unpack_from, len(data), 0
+    while total - pos >= HEADER_SIZE:
+        (word,) = unpack(data, pos)
+        end = pos + HEADER_SIZE + word
+        if word > MAX_EVENT_SIZE or end > total:
+            break
+        payloads.append(data[pos + HEADER_SIZE:end])
+        positions.append(base + pos)
+        pos = end
+    else:
+        return EventBatch(payloads, positions, base + pos), pos
+    if word <= MAX_EVENT_SIZE:  # a trailing partial plain frame
+        return EventBatch(payloads, positions, base + pos), pos
+    return _unframe_kept(data, base, pos, payloads, positions)
+
+
+def _unframe_kept(data: bytes, base: int, pos: int, payloads: list[bytes],
+                  positions: list[int]) -> tuple[EventBatch, int]:
+    """The rest of ``unframe_batch`` from the first kept (or corrupt) frame at ``pos``, one frame at a
+    time, with the routing keys and timestamps listed (None for the plain frames before and among)."""
+    keys: list[str | None] = [None] * len(payloads)
+    times: list[int | None] = [None] * len(payloads)
+    view, total = memoryview(data), len(data)
+    while total - pos >= HEADER_SIZE:
+        (word,) = FRAME_HEADER.unpack_from(data, pos)
+        size = word & ~KEPT
+        if size > (MAX_BODY_SIZE if word & KEPT else MAX_EVENT_SIZE):
+            raise InvalidArgument(f"corrupt frame at {base + pos}: length {size} exceeds the maximum event size")
+        start = pos + HEADER_SIZE
+        if start + size > total:
+            break
+        if word & KEPT:
+            kept = read_body(view[start:start + size], base + pos)
+            payloads.append(kept.payload)
+            keys.append(kept.routing_key)
+            times.append(kept.timestamp_ms)
+        else:
+            payloads.append(data[start:start + size])
+            keys.append(None)
+            times.append(None)
+        positions.append(base + pos)
+        pos = start + size
+    return EventBatch(payloads, positions, base + pos, keys, times), pos
+
+
 def unframe(buffer: bytes | bytearray | memoryview, base: int = 0) -> tuple[list[Frame], int]:
     """Split whole frames off the front of ``buffer``, which starts at offset ``base`` of its segment.
 
     Returns ``(events, consumed)``: each event as a :class:`Frame` (positioned in the segment), and how
     many bytes the whole frames take; a trailing partial frame is left for the next read.
     """
-    view = memoryview(buffer)
-    events: list[Frame] = []
-    pos = 0
-    while len(view) - pos >= HEADER_SIZE:
-        (word,) = FRAME_HEADER.unpack_from(view, pos)
-        size = word & ~KEPT
-        if size > (MAX_BODY_SIZE if word & KEPT else MAX_EVENT_SIZE):
-            raise InvalidArgument(f"corrupt frame at {base + pos}: length {size} exceeds the maximum event size")
-        end = pos + HEADER_SIZE + size
-        if end > len(view):
-            break
-        body = view[pos + HEADER_SIZE:end]
-        events.append(read_body(body, base + pos) if word & KEPT else Frame(base + pos, HEADER_SIZE + size, bytes(body)))
-        pos = end
-    return events, pos
+    batch, consumed = unframe_batch(buffer, base)
+    return batch.frames(), consumed
 
 
 def count_frames(block: bytes) -> int:

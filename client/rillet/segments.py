@@ -23,7 +23,15 @@ import urllib3
 
 from rillet import api
 from rillet.errors import ServiceUnavailable
-from rillet.framing import FRAME_HEADER, HEADER_SIZE, MAX_READ_SIZE, Frame, body_size, unframe
+from rillet.framing import (
+    FRAME_HEADER,
+    HEADER_SIZE,
+    MAX_READ_SIZE,
+    EventBatch,
+    Frame,
+    body_size,
+    unframe_batch,
+)
 from rillet.transport import Transport
 
 # How much one locations request covers: four of the writer's 4 MiB blocks (the server ends an answer
@@ -245,16 +253,21 @@ class SegmentEventReader:
     def read_events(self, wait_ms: int = 0) -> list[Frame]:
         """The next whole events (positioned in the segment); empty at the tail after waiting up to ``wait_ms``
         (tail checks backing off, see ``TailBackoff``: no request waits on the server)."""
+        return self.read_batch(wait_ms).frames()
+
+    def read_batch(self, wait_ms: int = 0) -> EventBatch:
+        """``read_events`` as one :class:`EventBatch` (the events of the next fetched bytes, decoded in
+        one pass); empty at the tail after waiting up to ``wait_ms``."""
         deadline = time.monotonic() + wait_ms / 1000
         backoff = TailBackoff(delay_s=TailBackoff.first_s)
         while not self.finished:
             if not self._pending and not self._locate():
                 if self.end_of_segment:
-                    return []
+                    return self._no_events()
                 while True:  # at the tail: wait for news, checking the tail with backoff
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        return []
+                        return self._no_events()
                     time.sleep(min(backoff.next_delay(), remaining))
                     if self.has_news(self.client.tails(self.scope, self.stream, [int(self.segment)],
                                                        self.incarnation)[0]):
@@ -263,7 +276,10 @@ class SegmentEventReader:
             events = self._next_events()
             if events:
                 return events
-        return []
+        return self._no_events()
+
+    def _no_events(self) -> EventBatch:
+        return EventBatch([], [], self.offset)
 
     def _locate(self) -> bool:
         """Ask where the next bytes are; False if there are none yet (at the tail, or at the end)."""
@@ -283,7 +299,7 @@ class SegmentEventReader:
         self._located = answer.next_offset
         return bool(answer.locations)
 
-    def _next_events(self) -> list[Frame]:
+    def _next_events(self) -> EventBatch:
         """Take the next fetched location's bytes and return the whole events they complete."""
         while self._locations and len(self._fetches) < self.prefetch:
             location = self._locations.popleft()
@@ -296,10 +312,10 @@ class SegmentEventReader:
                 raise  # stale again right after locating afresh: not an expiry, a refusal
             self._stale_at = location.offset
             self._relocate_from(location.offset)
-            return []
+            return self._no_events()
         self._stale_at = None
         self._buffer += data
-        events, consumed = unframe(self._buffer, self.offset)
+        events, consumed = unframe_batch(self._buffer, self.offset)
         del self._buffer[:consumed]
         self.offset += consumed
         return events

@@ -9,7 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rillet.errors import InvalidArgument, TooLarge
-from rillet.framing import HEADER_SIZE, MAX_EVENT_SIZE, MAX_ROUTING_KEY_SIZE, count_frames, frame, unframe
+from rillet.framing import (
+    HEADER_SIZE,
+    MAX_EVENT_SIZE,
+    MAX_ROUTING_KEY_SIZE,
+    count_frames,
+    frame,
+    unframe,
+    unframe_batch,
+)
 
 
 def test_frame_layout():
@@ -99,6 +107,35 @@ def test_kept_keys_and_times_round_trip_beside_plain_frames(events):
         assert f.position == pos
         pos += f.length
     assert pos == 1000 + len(block)
+
+
+@given(st.lists(st.tuples(st.binary(max_size=200), keys, times, st.booleans()), min_size=1, max_size=30), st.data())
+def test_a_batch_is_what_walking_frame_by_frame_gives(events, data):
+    """``unframe_batch`` (one pass, the batch read) against a frame-by-frame walk of the headers, cut
+    anywhere: the same events, positions and lengths, and the key and time lists only where kept."""
+    block = b"".join(frame(p, k, t, keep=keep) for p, k, t, keep in events)
+    cut = data.draw(st.integers(0, len(block)))
+    batch, consumed = unframe_batch(bytearray(block[:cut]), base=7)
+    whole, pos = [], 0
+    for (p, k, t, keep), size in zip(events, (len(frame(p, k, t, keep=keep)) for p, k, t, keep in events)):
+        if pos + size > cut:
+            break
+        whole.append((pos + 7, size, p, k if keep else None, t if keep else None))
+        pos += size
+    assert consumed == pos and batch.end == pos + 7 and len(batch) == len(whole)
+    assert [(batch.positions[i], batch.length(i), batch.payloads[i]) for i in range(len(batch))] == [
+        w[:3] for w in whole]
+    assert all(type(p) is bytes for p in batch.payloads)
+    if batch.routing_keys is None:
+        assert all(k is None and t is None for *_, k, t in whole)
+    else:
+        assert list(zip(batch.routing_keys, batch.timestamps)) == [w[3:] for w in whole]
+
+
+def test_a_corrupt_length_after_plain_frames_is_refused_by_the_batch_read():
+    block = frame(b"a") + struct.pack(">I", MAX_EVENT_SIZE + 1) + b"x"
+    with pytest.raises(InvalidArgument, match="corrupt frame at 5"):
+        unframe_batch(block)
 
 
 def test_a_kept_frame_layout():
