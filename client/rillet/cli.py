@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 # that use them (bench.cli_startup measures what a command costs to start).
 from rillet import cli_completion, cli_format
 from rillet.cli_commands import HELP, MODULES
-from rillet.errors import AlreadyExists, InvalidArgument, NoSuchKey, NotFound, RilletError
+from rillet.errors import AlreadyExists, InvalidArgument, NoSuchKey, NotFound, RilletError, ScopeNotFound
 from rillet.names import split_scoped_name
 
 if TYPE_CHECKING:
@@ -75,6 +75,13 @@ class UsageError(InvalidArgument):
     """Options that parse but cannot go together: refused before any request, exit 2 as argparse's errors."""
 
 
+class NotARilletController(RilletError):
+    """The endpoint answered, but not as a Rillet controller does (moto's or Dagster's port, a web page):
+    said as such rather than as the "not found" or "bad argument" its answer would otherwise read as."""
+
+    code = "NotARilletController"
+
+
 def _exclusive(args: argparse.Namespace, *pairs: tuple[str, str], why: str) -> None:
     """Refuse, in one line naming both, two options given together that cannot both apply."""
     for first, second in pairs:
@@ -101,6 +108,10 @@ def _retention(args: argparse.Namespace) -> RetentionPolicy | None:
     _requires(args, "subscriber_timeout", "retention_time", "retention_size",
               why="consumption-based retention keeps within a time or size policy's limits")
     _requires(args, "fallback_after", "subscriber_timeout", why="the fallback of consumption-based retention")
+    for option in ("retention_time", "retention_size"):
+        if getattr(args, option) == 0:  # a policy that keeps nothing, which retention would never apply as such
+            raise UsageError(f"{_flag(option)} must be more than 0: it is what a stream keeps at least "
+                             "(to keep everything, give no retention policy)")
     from rillet.models import RetentionPolicy
 
     if args.retention_time is not None:
@@ -192,9 +203,9 @@ def _scope_create(args: argparse.Namespace) -> None:
 
 
 def _scope_delete(args: argparse.Namespace) -> None:
-    deleted = _manager(args).delete_scope(args.scope)
-    _emit(args, {"scope": args.scope, "deleted": deleted},
-          f"scope {args.scope} {'deleted' if deleted else 'did not exist'}")
+    if not _manager(args).delete_scope(args.scope):  # exit 3, as `stream delete` of a missing stream
+        raise ScopeNotFound(f"scope {args.scope} does not exist")
+    _emit(args, {"scope": args.scope, "deleted": True}, f"scope {args.scope} deleted")
 
 
 def _scope_list(args: argparse.Namespace) -> None:
@@ -400,11 +411,27 @@ def _one_line(error: ValueError) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def _print_error(args: argparse.Namespace, error: RilletError) -> None:
+def exit_code(error: RilletError) -> int:
+    """3 when what the command names does not exist (scripts can tell it apart), 2 for bad input, else 1."""
+    if isinstance(error, (NotFound, NoSuchKey)):
+        return 3
+    if isinstance(error, InvalidArgument):
+        return 2
+    return 1
+
+
+def _not_a_controller(endpoint: str, answer: str) -> NotARilletController:
+    return NotARilletController(f"{endpoint} is not a Rillet controller (it answered with {answer}): point "
+                                f"--endpoint or RILLET_ENDPOINT at one (the standalone stack's is {DEFAULT_ENDPOINT})")
+
+
+def _report(args: argparse.Namespace, error: RilletError) -> int:
+    """Print the error in one line (its body with ``--json``) on stderr; its exit code."""
     if args.json:
         print(json.dumps(error.to_wire()), file=sys.stderr)
     else:
         print(f"error: {error.code}: {error.message}", file=sys.stderr)
+    return exit_code(error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,18 +444,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
     try:
         args.func(args)
-    except UsageError as e:
-        _print_error(args, e)
-        return 2
-    except (NotFound, NoSuchKey) as e:  # what the command names does not exist: scripts can tell it apart
-        _print_error(args, e)
-        return 3
+    except json.JSONDecodeError:  # a success answer that is not JSON: a web page, not a controller
+        return _report(args, _not_a_controller(args.endpoint, "a page that is not JSON"))
     except RilletError as e:
-        _print_error(args, e)
-        return 1
+        if e.code.startswith("HTTP") and e.status in (400, 404, 405):  # an error without a Rillet error body
+            e = _not_a_controller(args.endpoint, f"HTTP {e.status} without a Rillet error")
+        return _report(args, e)
     except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors): a bad argument
-        _print_error(args, InvalidArgument(_one_line(e)))
-        return 2
+        return _report(args, InvalidArgument(_one_line(e)))
     except KeyboardInterrupt:  # Ctrl-C (of a `tail -f`): the way to stop, not a failure to report
         return 130
     except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as cat does

@@ -11,6 +11,7 @@ from rillet.cli_commands import HELP
 from rillet.cli_data import resolve_cut
 from rillet.cli_format import describe_retention, human_bytes, human_duration, rounded_duration
 from rillet.connection import Connection
+from rillet.errors import ReaderGroupNotFound
 from rillet.models import (
     StreamCutBody,
     StreamDataRetention,
@@ -157,9 +158,9 @@ def rg_reset(args: argparse.Namespace) -> None:
 
 def rg_delete(args: argparse.Namespace) -> None:
     groups, name = _group(args)
-    deleted = groups.delete_reader_group(name)
-    _print(args, {"group": args.group, "deleted": deleted},
-           f"reader group {args.group} {'deleted' if deleted else 'did not exist'}")
+    if not groups.delete_reader_group(name):  # exit 3, as every delete of what does not exist
+        raise ReaderGroupNotFound(f"reader group {args.group} does not exist")
+    _print(args, {"group": args.group, "deleted": True}, f"reader group {args.group} deleted")
 
 
 # -- transactions ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import base64
 import json
 
 from rillet.cli_commands import HELP
-from rillet.errors import NoSuchKey
+from rillet.errors import KeyValueTableNotFound, NoSuchKey
 from rillet.kvt import KeyValueTable, KeyValueTableManager, TableEntry, Version, table_key
 from rillet.kvt_models import KeyValueTableConfiguration, TableKey
 from rillet.names import split_scoped_name
@@ -99,9 +99,9 @@ def kvt_seal(args: argparse.Namespace) -> None:
 
 def kvt_delete(args: argparse.Namespace) -> None:
     scope, name = split_scoped_name(args.table)
-    deleted = KeyValueTableManager(args.endpoint).delete_key_value_table(scope, name)
-    _print(args, {"table": args.table, "deleted": deleted},
-           f"key-value table {args.table} {'deleted' if deleted else 'did not exist'}")
+    if not KeyValueTableManager(args.endpoint).delete_key_value_table(scope, name):  # exit 3, as every delete
+        raise KeyValueTableNotFound(f"key-value table {args.table} does not exist")
+    _print(args, {"table": args.table, "deleted": True}, f"key-value table {args.table} deleted")
 
 
 def kvt_put(args: argparse.Namespace) -> None:

@@ -53,7 +53,8 @@ def test_reader_group_create_describe_reset_delete(capsys, url, stream, unique):
     assert run(capsys, url, "rg", "delete", group) == (0, f"reader group {group} deleted\n", "")
     code, out, err = run(capsys, url, "rg", "describe", group)
     assert code != 0 and out == "" and err.startswith("error: ReaderGroupNotFound: ")
-    assert run(capsys, url, "rg", "delete", group) == (0, f"reader group {group} did not exist\n", "")
+    assert run(capsys, url, "rg", "delete", group) == (
+        3, "", f"error: ReaderGroupNotFound: reader group {group} does not exist\n")
 
 
 def test_reader_group_commands_in_json(capsys, url, stream, unique):
@@ -66,8 +67,8 @@ def test_reader_group_commands_in_json(capsys, url, stream, unique):
     assert code == 0 and json.loads(out) == ["j"]
     code, out, err = run(capsys, url, "--json", "rg", "delete", group)
     assert (code, err) == (0, "") and json.loads(out) == {"group": group, "deleted": True}
-    code, out, _ = run(capsys, url, "--json", "rg", "delete", group)
-    assert code == 0 and json.loads(out) == {"group": group, "deleted": False}
+    code, out, err = run(capsys, url, "--json", "rg", "delete", group)
+    assert (code, out) == (3, "") and json.loads(err)["code"] == "ReaderGroupNotFound"
 
 
 def test_transaction_info_and_abort(capsys, url, stream, unique):
@@ -104,9 +105,9 @@ def test_transaction_info_in_json(capsys, url, stream, unique):
 
 def test_transaction_info_bad_input(capsys, url, stream, unique):
     malformed = "path.txn_id: String should match pattern '^[0-9a-f]{32}$'"
-    assert run(capsys, url, "txn", "info", stream, "not-a-txn") == (1, "", f"error: InvalidArgument: {malformed}\n")
+    assert run(capsys, url, "txn", "info", stream, "not-a-txn") == (2, "", f"error: InvalidArgument: {malformed}\n")
     code, out, err = run(capsys, url, "--json", "txn", "info", stream, "not-a-txn")
-    assert (code, out) == (1, "") and json.loads(err) == {"code": "InvalidArgument", "message": malformed}
+    assert (code, out) == (2, "") and json.loads(err) == {"code": "InvalidArgument", "message": malformed}
 
     unknown = "0" * 32
     code, out, err = run(capsys, url, "txn", "info", stream, unknown)
@@ -114,7 +115,7 @@ def test_transaction_info_bad_input(capsys, url, stream, unique):
     code, out, err = run(capsys, url, "--json", "txn", "info", f"{unique}/missing", unknown)
     assert (code, out) == (3, "") and json.loads(err)["code"] == "TxnNotFound"  # the server looks up the txn only
     code, out, err = run(capsys, url, "--json", "txn", "info", "no-slash", unknown)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert json.loads(err) == {"code": "InvalidArgument", "message": "expected '<scope>/<stream>', got 'no-slash'"}
 
 
@@ -156,10 +157,10 @@ def test_reader_group_bad_input(capsys, url, stream, unique):
 
 def test_reader_group_delete_bad_input(capsys, url, unique):
     assert run(capsys, url, "rg", "delete", "no-slash") == (
-        1, "", "error: InvalidArgument: expected '<scope>/<reader-group>', got 'no-slash'\n")
+        2, "", "error: InvalidArgument: expected '<scope>/<reader-group>', got 'no-slash'\n")
     code, out, err = run(capsys, url, "--json", "rg", "delete", f"{unique}/bad name!")
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     body = json.loads(err)
     assert body["code"] == "InvalidArgument" and body["message"].startswith("Reader group name 'bad name!'")
     code, out, err = run(capsys, url, "rg", "delete", f"{unique}/bad name!")
-    assert (code, out) == (1, "") and err == f"error: InvalidArgument: {body['message']}\n"
+    assert (code, out) == (2, "") and err == f"error: InvalidArgument: {body['message']}\n"

@@ -128,7 +128,7 @@ def test_an_error_is_printed_on_a_line_of_its_own_after_the_progress_line(capsys
     monkeypatch.setattr("sys.stderr", terminal)
     code, out, _ = run(capsys, url, "stream", "write", stream, "--key-field", "user",
                        stdin='{"user": "x"}\nnot json\n', monkeypatch=monkeypatch)
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     progress, error = terminal.getvalue().split("\n", 1)  # the progress line ends before the error
     assert progress.startswith("\rwrote 1 events, 13 B, ")
     assert error.startswith("error: InvalidArgument: event 2 is not a JSON object") and error.count("\n") == 1
@@ -143,14 +143,14 @@ def test_tail_bad_input(capsys, url, stream, unique):
     assert json.loads(err) == {"code": "StreamNotFound", "message": f"stream {missing} does not exist"}
 
     not_a_cut = "error: InvalidArgument: not a cut: 'nonsense' (use head, tail or a stream cut as `rillet stream cut` "
-    assert run(capsys, url, "stream", "tail", stream, "--from", "nonsense") == (1, "", not_a_cut + "prints it)\n")
+    assert run(capsys, url, "stream", "tail", stream, "--from", "nonsense") == (2, "", not_a_cut + "prints it)\n")
     code, out, err = run(capsys, url, "--json", "stream", "tail", stream, "--from", "nonsense")
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert json.loads(err) == {"code": "InvalidArgument", "message": not_a_cut.removeprefix(
         "error: InvalidArgument: ") + "prints it)"}
 
     code, out, err = run(capsys, url, "--json", "stream", "tail", "no-slash")
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert json.loads(err) == {"code": "InvalidArgument", "message": "expected '<scope>/<stream>', got 'no-slash'"}
     for args in (["stream", "tail", stream, "--max-events", "0"], ["--json", "stream", "tail", stream, "--max-events", "x"]):
         with pytest.raises(SystemExit) as exited:

@@ -65,7 +65,7 @@ def test_scopes_and_streams_from_the_command_line(capsys, url, unique):
     assert run(capsys, url, "stream", "delete", stream) == (0, f"stream {stream} deleted\n", "")
     assert run(capsys, url, "stream", "list", scope) == (0, "(no streams)\n", "")
     assert run(capsys, url, "scope", "delete", scope) == (0, f"scope {scope} deleted\n", "")
-    assert run(capsys, url, "scope", "delete", scope) == (0, f"scope {scope} did not exist\n", "")
+    assert run(capsys, url, "scope", "delete", scope) == (3, "", f"error: ScopeNotFound: scope {scope} does not exist\n")
 
 
 def test_failing_commands_exit_non_zero_with_a_readable_error(capsys, url, unique):
@@ -119,3 +119,11 @@ def test_the_console_script(url, unique):
     assert failed.returncode == 3  # what it names does not exist
     assert failed.stderr.startswith("error: StreamNotFound: ")
     assert "Traceback" not in failed.stderr
+
+
+def test_the_moto_port_is_not_taken_for_a_controller(capsys, stack, unique):
+    """Pointed at the stack's moto server, a command says so in one line, not "not found" (exit 3)."""
+    for args in (("scope", "list"), ("stream", "info", f"{unique}/s"), ("scope", "delete", unique)):
+        code, out, err = run(capsys, stack.moto.url, *args)
+        assert (code, out) == (1, "") and err.count("\n") == 1, (args, err)
+        assert err.startswith(f"error: NotARilletController: {stack.moto.url} is not a Rillet controller"), err

@@ -56,7 +56,8 @@ def test_kvt_commands(capsys, url, unique):
     code, _, err = run(capsys, url, "kvt", "put", table, "noah", "x", "--secondary", "kk")
     assert (code, err.startswith("error: IllegalState:")) == (1, True)
     assert run(capsys, url, "kvt", "delete", table) == (0, f"key-value table {table} deleted\n", "")
-    assert run(capsys, url, "kvt", "delete", table) == (0, f"key-value table {table} did not exist\n", "")
+    assert run(capsys, url, "kvt", "delete", table) == (
+        3, "", f"error: KeyValueTableNotFound: key-value table {table} does not exist\n")
     code, _, err = run(capsys, url, "kvt", "describe", table)
     assert (code, err.startswith("error: KeyValueTableNotFound:")) == (3, True)
 

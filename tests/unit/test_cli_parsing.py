@@ -61,7 +61,7 @@ def test_bad_option_values_exit_with_a_usage_error(capsys):
 
 def test_a_bad_scoped_name_is_a_typed_error_before_any_request(capsys):
     # Port 9 (discard) on loopback: nothing listens, so a request would fail differently.
-    assert main(["--endpoint", "http://127.0.0.1:9", "stream", "create", "no-slash"]) == 1
+    assert main(["--endpoint", "http://127.0.0.1:9", "stream", "create", "no-slash"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: InvalidArgument: ")
 
