@@ -23,12 +23,12 @@ def test_truncating_behind_the_head_and_another_streams_cut(capsys, url, unique)
     assert run(capsys, url, "stream", "truncate", stream, "--cut", "tail")[0] == 0
 
     code, out, err = run(capsys, url, "stream", "truncate", stream, "--cut", early)
-    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert (code, out) == (2, "") and err.count("\n") == 1
     assert "lies before the stream's head" in err and "only moves forward" in err and "start cut" not in err
 
     cut_of_other = StreamManager(url).get_tail(unique, "other").to_text()
     code, _, err = run(capsys, url, "stream", "truncate", stream, "--cut", cut_of_other)
-    assert code == 1 and f"the cut is of {other}, not of {stream}" in err and "tile" not in err
+    assert code == 2 and f"the cut is of {other}, not of {stream}" in err and "tile" not in err
 
 
 def test_a_finished_transaction_shows_no_lease(capsys, url, unique):

@@ -87,7 +87,7 @@ def test_bad_input(capsys, url, stream, unique):
     code, _, err = run(capsys, url, "stream", "truncate", stream, "--cut", f"{stream}|0:0.0:0.5:0")
     assert code != 0 and err.startswith("error: InvalidArgument: invalid stream cut")
     code, out, err = run(capsys, url, "--json", "stream", "truncate", stream, "--cut", f"{stream}|0:0.0:0.5:0")
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert json.loads(err)["code"] == "InvalidArgument" and json.loads(err)["message"].startswith("invalid stream cut")
     code, _, err = run(capsys, url, "stream", "segments", f"{unique}/missing")
     assert code != 0 and err.startswith("error: StreamNotFound: ")
