@@ -15,7 +15,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points, version
 from typing import TYPE_CHECKING, Any
 
 # Only what building the parser needs: the SDK's models and clients are imported by the commands
@@ -314,6 +313,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     imports) is imported only if they name the command or need every command (completion); otherwise
     the command is a placeholder. So ``rillet --version`` and ``--help`` import no SDK, a plain command
     only what it uses, and none imports the server (``rillet standalone``, a plugin)."""
+    from importlib.metadata import version  # here, not at import: Ctrl-C meets main's handling sooner
+
     parser = argparse.ArgumentParser(prog="rillet", description="Rillet streams from the command line.")
     parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
                         help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
@@ -370,6 +371,8 @@ def _add_module_commands(commands: argparse._SubParsersAction, wanted: Callable[
     """The commands of cli_admin, cli_kvt and cli_grants, and the plugins' (``rillet standalone``,
     which imports the server): each module imported only if a command it adds is wanted, otherwise
     its commands are placeholders that show in ``--help``."""
+    from importlib.metadata import entry_points
+
     for module, names in MODULES.items():
         if any(wanted(name) for name in names):
             importlib.import_module(module).register(commands)
@@ -435,7 +438,15 @@ def _report(args: argparse.Namespace, error: RilletError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run a command; its exit code. Ctrl-C at any point, the imports of building the parser included,
+    exits 130 without a traceback."""
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:  # Ctrl-C (of a `tail -f`, or while importing): the way to stop, not a failure
+        return 130
+
+
+def _run(argv: list[str]) -> int:
     args = build_parser(argv).parse_args(argv)
     from rillet.api import SIMULATED_IDENTITY_ENV  # after parsing: --version and --help never load the models
 
@@ -452,8 +463,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(args, e)
     except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors): a bad argument
         return _report(args, InvalidArgument(_one_line(e)))
-    except KeyboardInterrupt:  # Ctrl-C (of a `tail -f`): the way to stop, not a failure to report
-        return 130
     except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141
