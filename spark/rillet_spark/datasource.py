@@ -311,6 +311,29 @@ def _partitions(options: _Options, pieces: list[_Piece], max_bytes: int | None) 
     return partitions
 
 
+def _at_least(partitions: list[RangePartition], minimum: int | None) -> list[RangePartition]:
+    """``partitions`` split at plan-part boundaries until there are ``minimum`` (or no partition has two
+    parts left): packing by bytes alone gave fewer partitions than ``min_partitions`` when the parts
+    differ in size, as the small blocks of a rate-limited micro-batch do. The largest is split first,
+    at the part boundary nearest its middle."""
+    partitions = list(partitions)
+    while minimum and len(partitions) < minimum:
+        splittable = [i for i, p in enumerate(partitions) if len(p.parts) > 1]
+        if not splittable:
+            break
+        at = max(splittable, key=lambda i: partitions[i].end - partitions[i].start)
+        largest = partitions[at]
+        middle = (largest.start + largest.end) / 2
+        cut = min(range(1, len(largest.parts)), key=lambda i: abs(largest.parts[i][0] - middle))
+        offset = largest.parts[cut][0]
+        second = RangePartition(largest.scope, largest.stream, largest.segment_id, offset, largest.end, largest.bucket,
+                                largest.parts[cut:], largest.incarnation)
+        first = RangePartition(largest.scope, largest.stream, largest.segment_id, largest.start, offset,
+                               largest.bucket, largest.parts[:cut], largest.incarnation)
+        partitions[at:at + 1] = [first, second]
+    return partitions
+
+
 def _starts_partition(held: int, length: int, max_bytes: int, slack: int) -> bool:
     """Whether a part of ``length`` bytes starts a new partition after one that holds ``held`` bytes."""
     if held + length <= max_bytes or held < slack:  # it fits, or what is held is too small to be a task
@@ -573,7 +596,7 @@ class _Reader(DataSourceReader):
         batch = BatchClient(connection)
         pieces = [piece for scope, stream in o.streams for piece in _pieces(scope, stream, batch.list_segments(
             scope, stream, o.start(connection, scope, stream), o.end(connection, scope, stream)))]
-        return _partitions(o, pieces, _split_size(o, pieces, o.max_partition_bytes))
+        return _at_least(_partitions(o, pieces, _split_size(o, pieces, o.max_partition_bytes)), o.min_partitions)
 
     def read(self, partition: RangePartition) -> Iterator:
         yield from _read(self.options, partition)
@@ -606,14 +629,24 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
     """
 
     def __init__(self, options: _Options) -> None:
-        if options.end_cut or options.ending_timestamp_ms is not None:
-            raise ValueError("end_cut and ending_timestamp_ms are for batch reads: a streaming query reads "
-                             "until it is stopped")
         self.options = options
         self._last_end: dict | None = None  # the end of the newest batch known to this reader
         self._target: dict[str, dict[int, int]] | None = None  # Trigger.AvailableNow: the tails at its start
-        if options.subscriber:
+        self._started = False
+
+    def _start(self) -> None:
+        """Refuse batch-only options and register the subscriber, at the first call rather than in the
+        constructor: pyspark's runner calls ``reader.stop()`` in a ``finally`` around the construction,
+        so an error raised there ended in an UnboundLocalError after the real message."""
+        if self._started:
+            return
+        o = self.options
+        if o.end_cut or o.ending_timestamp_ms is not None:
+            raise ValueError("end_cut and ending_timestamp_ms are for batch reads: a streaming query reads "
+                             "until it is stopped")
+        if o.subscriber:
             self._subscribe()
+        self._started = True
 
     def _subscribe(self) -> None:
         """Register the query's reader group (in the first stream's scope) at its start; an existing group
@@ -628,6 +661,7 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
                                        retention_type=StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT))
 
     def initialOffset(self) -> dict:
+        self._start()
         connection = self.options.connection()
         return _offset({f"{scope}/{stream}": self.options.start(connection, scope, stream).to_text()
                         for scope, stream in self.options.streams})
@@ -642,6 +676,19 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
             return ReadMaxRows(o.max_events_per_trigger)
         return ReadMaxBytes(o.max_bytes_per_trigger) if o.max_bytes_per_trigger else ReadAllAvailable()
 
+    def reportLatestOffset(self) -> dict:
+        """Spark 4.2 and later: the streams' tails now, which a query's progress shows as its
+        ``latestOffset`` beside the end of the batch it read (``endOffset``): the bytes between them,
+        per segment, are the query's backlog (``backlog_bytes``), as Kafka's offsets behind latest."""
+        from rillet.stream_cut import StreamCut
+
+        controller = self.options.connection().controller
+        tails = {}
+        for scope, stream in self.options.streams:
+            info = controller.stream_info(scope, stream)
+            tails[f"{scope}/{stream}"] = StreamCut.of(scope, stream, info.tail, info.created_at_ms).to_text()
+        return _offset(tails)
+
     def prepareForTriggerAvailableNow(self) -> None:
         """Spark 4.2 and later, ``Trigger.AvailableNow``: the streams' tails now are where the run ends;
         it gets there in batches within the per-trigger limits."""
@@ -653,6 +700,7 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
         from rillet.stream_cut import StreamCut
 
+        self._start()
         o = self.options
         connection = o.connection()
         starts = _cuts(start or self._last_end or self.initialOffset())
@@ -685,6 +733,7 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         from rillet.errors import SegmentNotFound, Truncated
 
+        self._start()
         o = self.options
         self._last_end = self._last_end or end
         starts, ranges = _cuts(start), {}
@@ -701,7 +750,7 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
             except (Truncated, SegmentNotFound) as lost:  # truncated since the slices were listed
                 head = self._data_lost(scope, stream, begin, lost)
                 partitions += _partitions(o, self._pieces(scope, stream, head, stop), max_bytes)
-        return partitions
+        return _at_least(partitions, o.min_partitions)
 
     def _pieces(self, scope: str, stream: str, begin: str, stop: str) -> list[_Piece]:
         """The stream's pieces of the batch from ``begin`` to ``stop``: from the head when retention
