@@ -272,13 +272,15 @@ def _stream_info(args: argparse.Namespace) -> None:
         f"retention   {cli_format.describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
         f"epoch       {info.current_epoch}",
-        "segments    id                    range                  head        tail",
+        f"segments    {cli_format.counted(len(info.tail), 'segment')}",
     ]
     heads = {p.segment.segment_id: p.offset for p in info.head}
-    for position in info.tail:
-        s = position.segment
-        lines.append(f"            {s.segment_id:<21} [{s.low:.4f}, {s.high:.4f})  "
-                     f"{heads.get(s.segment_id, '-')!s:<11} {position.offset}")
+    table = [["id", "range", "head", "tail"]] + [
+        [str(p.segment.segment_id), f"[{p.segment.low:.4f}, {p.segment.high:.4f})",
+         str(heads.get(p.segment.segment_id, "-")), str(p.offset)] for p in info.tail]
+    widths = [max(len(row[column]) for row in table) for column in range(len(table[0]))]  # each under its header
+    lines += ["            " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+              for row in table]
     _emit(args, info.model_dump(mode="json"), "\n".join(lines))
 
 

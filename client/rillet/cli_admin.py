@@ -9,7 +9,7 @@ import time
 
 from rillet.cli_commands import HELP
 from rillet.cli_data import resolve_cut
-from rillet.cli_format import describe_retention, human_bytes, human_duration, rounded_duration
+from rillet.cli_format import counted, describe_retention, human_bytes, human_duration, rounded_duration
 from rillet.connection import Connection
 from rillet.errors import ReaderGroupNotFound
 from rillet.models import (
@@ -76,16 +76,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def rg_describe(args: argparse.Namespace) -> None:
     """The group, then a table of its segments (offset, end, lag, owner) like ``kafka-consumer-groups
     --describe``, whether or not a reader is online; silent checkpoints (the SDK's own, taken to cut
-    the streams exactly) are not shown as the last checkpoint."""
+    the streams exactly) are not shown as the last checkpoint. The lag is the sum of the rows', read
+    once: a second figure read at another moment (or from other positions) would disagree with them."""
     groups, name = _group(args)
     group = groups.get_reader_group(name)
     info = group.info()
     cuts = group.get_stream_cuts()
-    unread = group.unread_bytes()
     readers = groups.connection.controller.reader_statuses(groups.scope, name)
     acknowledged = groups.connection.controller.acknowledged_cuts(groups.scope, name)
     owners = {(s.stream, s.segment.segment_id): r.reader for r in readers for s in r.segments}
     rows = _segment_rows(groups, cuts, owners)
+    unread = sum(row["lag_bytes"] for row in rows)
     last = info.last_checkpoint.name if info.last_checkpoint and not info.last_checkpoint.name.startswith("silent-") \
         else None
     data = {"group": args.group, "generation": info.config.generation,
@@ -101,7 +102,7 @@ def rg_describe(args: argparse.Namespace) -> None:
              f"streams       {', '.join(data['streams'])}",
              f"subscriber    {'no' if info.config.retention_type == StreamDataRetention.NONE else info.config.retention_type.value}",
              f"readers       {', '.join(seen.get(r, r) for r in info.online_readers) or '(none online)'}",
-             f"unassigned    {info.unassigned_segments} segments",
+             f"unassigned    {counted(info.unassigned_segments, 'segment')}",
              f"lag           {human_bytes(unread)} unread",
              f"checkpoints   last {last or '-'}; outstanding {', '.join(data['outstanding_checkpoints']) or '-'}"]
     several = len(info.config.streams) > 1
@@ -168,7 +169,7 @@ def rg_delete(args: argparse.Namespace) -> None:
 
 def _txn_info_text(info: TxnInfo) -> str:
     text = (f"transaction {info.txn_id} of {info.scope}/{info.stream}: {info.state.value}, epoch {info.epoch}, "
-            f"{len(info.segments)} segments")
+            f"{counted(len(info.segments), 'segment')}")
     if info.state != TxnState.OPEN:  # only an open transaction has a lease that matters
         return text
     now_ms = time.time() * 1000

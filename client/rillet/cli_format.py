@@ -62,3 +62,8 @@ def human_bytes(count: float) -> str:
         if count < 1000:
             return f"{count:.1f} {unit}"
     return f"{count / 1000:.1f} TB"
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 segment``, ``3 segments``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

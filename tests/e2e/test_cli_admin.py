@@ -39,6 +39,7 @@ def test_reader_group_create_describe_reset_delete(capsys, url, stream, unique):
     code, out, _ = run(capsys, url, "--json", "rg", "describe", group)
     described = json.loads(out)
     assert described["unread_bytes"] == 18 and described["generation"] == 0
+    assert sum(row["lag_bytes"] for row in described["segments"]) == 18  # one figure: the summary sums the rows
     assert list(described["positions"]) == [stream]
 
     code, out, _ = run(capsys, url, "rg", "reset", group, "--from", "tail")
@@ -78,7 +79,7 @@ def test_transaction_info_and_abort(capsys, url, stream, unique):
     txn.flush()
     code, out, err = run(capsys, url, "txn", "info", stream, txn.txn_id)
     assert (code, err) == (0, "")
-    assert out.startswith(f"transaction {txn.txn_id} of {stream}: OPEN, epoch 0, 1 segments, lease ends in ")
+    assert out.startswith(f"transaction {txn.txn_id} of {stream}: OPEN, epoch 0, 1 segment, lease ends in ")
     code, out, _ = run(capsys, url, "--json", "txn", "abort", stream, txn.txn_id)
     assert code == 0 and json.loads(out)["state"] == "ABORTED"
     code, out, _ = run(capsys, url, "txn", "abort", stream, txn.txn_id)  # again: reported, harmless

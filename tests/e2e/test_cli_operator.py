@@ -54,7 +54,7 @@ def test_txn_list_shows_unfinished_transactions_with_deadlines(capsys, url, stre
 
     code, out, err = run(capsys, url, "txn", "list", stream)
     assert (code, err) == (0, "")
-    assert out.startswith(f"transaction {kept.txn_id} of {stream}: OPEN, epoch 0, 1 segments, lease ends in ")
+    assert out.startswith(f"transaction {kept.txn_id} of {stream}: OPEN, epoch 0, 1 segment, lease ends in ")
     assert out.count("\n") == 1
     code, out, _ = run(capsys, url, "--json", "txn", "list", stream)
     listed = json.loads(out)
