@@ -1,7 +1,8 @@
 """An idle standalone stack: its CPU use and its Dagster run queue, with a few streams under retention.
 
 Starts the whole stack as ``make up`` does (moto, the three functions, Dagster with standalone's sensor
-intervals and a retention cycle every minute), creates streams with retention policies and a few events,
+intervals and a retention cycle every minute), creates auto-scaled streams with retention policies, a
+few events and a writer's time note each,
 lets Dagster settle, then leaves it idle for a few minutes and reports:
 
 * the CPU time of the stack's whole process tree (this process, the function workers, Dagster's
@@ -22,7 +23,7 @@ import urllib.request
 from collections import Counter
 
 import rillet
-from rillet.models import RetentionPolicy, StreamConfiguration
+from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from standalone.stack import Stack, StackConfig
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -62,7 +63,9 @@ def _runs(dagster_url: str, statuses: list[str] | None = None) -> list[dict]:
         return json.load(response)["data"]["runsOrError"]["results"]
 
 
-def run(minutes: float = 3, settle_s: float = 90, streams: int = 2) -> dict:
+def run(minutes: float = 3, settle_s: float = 90, streams: int = 2, events: int = 100) -> dict:
+    """Each stream has a retention policy, scales by event rate (so auto-scaling watches it) and has had
+    a writer note time (so the watermark job knew it); then nothing is written."""
     config = StackConfig.ephemeral(with_dagster=True)
     config.log_dir = tempfile.mkdtemp(prefix="rillet-idle-logs-")
     with Stack(config) as stack:
@@ -72,10 +75,12 @@ def run(minutes: float = 3, settle_s: float = 90, streams: int = 2) -> dict:
         factory = rillet.EventStreamClientFactory("idle", stack.controller_url)
         for i in range(streams):
             policy = RetentionPolicy.by_size(10_000) if i % 2 == 0 else RetentionPolicy.by_time(60_000)
-            manager.create_stream("idle", f"s{i}", StreamConfiguration(retention_policy=policy))
+            manager.create_stream("idle", f"s{i}", StreamConfiguration(
+                retention_policy=policy, scaling_policy=ScalingPolicy.by_event_rate(1_000, 2, 1)))
             with factory.create_event_writer(f"s{i}", rillet.JsonSerializer()) as writer:
-                for n in range(100):
+                for n in range(events):
                     writer.write_event({"n": n, "pad": "x" * 100})
+                writer.note_time(int(time.time() * 1000))
         time.sleep(settle_s)  # the code location loads, the first ticks and runs happen
 
         runs_before = {r["runId"] for r in _runs(stack.dagster_url)}
@@ -97,7 +102,7 @@ def run(minutes: float = 3, settle_s: float = 90, streams: int = 2) -> dict:
 def report(r: dict) -> str:
     jobs = ", ".join(f"{job} {n}" for job, n in sorted(r["runs_by_job"].items())) or "none"
     return "\n".join([
-        f"idle standalone stack, {r['streams']} streams with retention, {r['minutes']:.1f} min:",
+        f"idle standalone stack, {r['streams']} streams (retention, auto-scaled, time noted), {r['minutes']:.1f} min:",
         f"  CPU of the whole process tree   {r['cpu_s']:.1f} s = {100 * r['core_share']:.1f} % of one core",
         f"  Dagster runs launched           {r['runs']} ({jobs})",
         f"  most runs queued or in progress {r['most_active_runs']} (sampled every 5 s, {r['samples']} samples)",
@@ -110,5 +115,6 @@ if __name__ == "__main__":
     parser.add_argument("--minutes", type=float, default=3)
     parser.add_argument("--settle-s", type=float, default=90)
     parser.add_argument("--streams", type=int, default=2)
+    parser.add_argument("--events", type=int, default=100, help="events written to each stream first")
     args = parser.parse_args()
-    print(report(run(args.minutes, args.settle_s, args.streams)))
+    print(report(run(args.minutes, args.settle_s, args.streams, args.events)))

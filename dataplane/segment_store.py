@@ -218,7 +218,7 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
                     raise
         if incarnation is None:
             self._delete_objects(self._object_prefix(segment))
-        condition = SegmentMeta.sealed == True  # noqa: E712 (a PynamoDB condition)
+        condition = SegmentMeta.sealed == True
         if incarnation is not None:
             condition &= SegmentMeta.created_ms == incarnation
         try:

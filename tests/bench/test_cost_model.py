@@ -4,10 +4,10 @@ after it, a strongly consistent read on the whole item per 4 KB."""
 
 from __future__ import annotations
 
-import pytest
-
 import sys
 from pathlib import Path
+
+import pytest
 
 from standalone.moto_server import RequestRecord
 
