@@ -400,7 +400,7 @@ def test_cli_grant_add_list_remove(auth_stack, capsys):
         assert grants_client(auth_stack, ADMIN).remove(ADMIN, "prn::*", "READ_UPDATE")
     assert main([*endpoint, "--json", "grant", "list", PRODUCER_SESSION]) == 0
     assert json.loads(capsys.readouterr().out) == []
-    assert main([*endpoint, "grant", "add", "bob", "prn::*", "READ"]) == 1
+    assert main([*endpoint, "grant", "add", "bob", "prn::*", "READ"]) == 2  # invalid input
     assert capsys.readouterr().err.startswith("error: InvalidArgument: invalid Grant: principal")
     assert main([*endpoint, "grant", "remove", ADMIN, "prn::*", "READ"]) == 0
     assert capsys.readouterr().out.strip() == "there was no such grant"

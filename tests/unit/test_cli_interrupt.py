@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import socket
 import sys
 import time
 from pathlib import Path
@@ -44,7 +45,10 @@ def _interrupt_after(delay_s: float, *args: str) -> tuple[int, str]:
 @pytest.mark.skipif(not RILLET.exists(), reason="the rillet console script is not installed")
 @pytest.mark.parametrize("delay_s", [0.5, 0.8, 1.2, 3.0])
 def test_ctrl_c_at_any_point_exits_130_without_a_traceback(delay_s):
-    # Nothing listens on port 9: the command retries with back-off, so it is still running when Ctrl-C comes.
-    code, output = _interrupt_after(delay_s, "--endpoint", "http://127.0.0.1:9", "stream", "tail", "-f", "s/t")
+    # A socket that takes connections and never answers: the command waits for its answer, so it is still
+    # running when Ctrl-C comes (a refused connection ends its retries within a few seconds).
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        code, output = _interrupt_after(delay_s, "--endpoint", endpoint, "stream", "tail", "-f", "s/t")
     assert code == 130, output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
