@@ -42,7 +42,7 @@ def _measure_width(controller: Controller, items, scope: str, width: int) -> lis
     pk = stream_pk(scope, stream)
     controller.streams.create_stream(scope, stream, StreamConfiguration(
         scaling_policy=ScalingPolicy.fixed(width), retention_policy=RetentionPolicy.by_time(86_400_000)))
-    rows = [("stream record", f"{width} segments", items(controller.deployment.metadata_table, f"scope#{scope}", stream)),
+    rows = [("stream record", f"{width} segments", items(controller.deployment.metadata_table, f"stream#{scope}/{stream}", "stream")),
             ("epoch record", f"{width} segments", items(controller.deployment.metadata_table, pk, epoch_sk(0)))]
     txn = controller.transactions.begin(scope, stream)
     rows.append(("transaction record", f"{width} segments", items(controller.deployment.metadata_table, pk, txn_sk(txn.txn_id))))
@@ -55,7 +55,7 @@ def _measure_width(controller: Controller, items, scope: str, width: int) -> lis
     controller.watermarks.compute(scope, stream)
     controller.streams.truncate_stream(scope, stream, offsets)
     rows.append(("stream record, truncated, with a watermark", f"{width} segments",
-                 items(controller.deployment.metadata_table, f"scope#{scope}", stream)))
+                 items(controller.deployment.metadata_table, f"stream#{scope}/{stream}", "stream")))
     group = f"g{width}"
     config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream=stream)], automatic_checkpoint_interval_ms=0)
     controller.reader_groups.create(scope, group, config)

@@ -4,9 +4,15 @@ Keys (``pk`` / ``sk``):
 
 * ``scopes`` / ``<scope>`` -- :class:`ScopeRecord`; all scopes share one partition so listing them is
   one query.
-* ``scope#<scope>`` / ``<stream>`` -- :class:`StreamRecord`: configuration, state, current epoch,
-  the truncation record and any workflow in flight; all streams of a scope share a partition so
-  listing them (and checking a scope is empty) is one query.
+* ``scope#<scope>`` / ``<stream>`` -- :class:`StreamNameRecord`: the stream's entry in its scope's
+  listing (its tags, for filtering), so listing a scope's streams (and checking it is empty) is one
+  query. Written once at create and deleted with the stream: the scope's partition takes no write of a
+  stream's life in between.
+* ``stream#<scope>/<stream>`` / ``stream`` -- :class:`StreamRecord`: configuration, state, current
+  epoch, the truncation record and any workflow in flight. In the stream's own partition, so the
+  record updates of every transaction, watermark and workflow of a deployment do not meet on one
+  partition (all of a scope's streams did, when records were kept under ``scope#<scope>``: see
+  store.MetadataStore.get_stream for how such a record moves).
 * ``stream#<scope>/<stream>`` / ``epoch#<n>`` -- :class:`EpochRecord`: the segments of an epoch.
 * ``stream#<scope>/<stream>`` / ``segment#<id>`` -- :class:`SegmentRecord`: a segment's key range,
   successors, predecessors and sealed size.
@@ -61,6 +67,9 @@ def scope_pk(scope: str) -> str:
 
 def stream_pk(scope: str, stream: str) -> str:
     return f"stream#{scope}/{stream}"
+
+
+STREAM_SK = "stream"  # the sort key of a stream's record in its own partition
 
 
 def epoch_sk(epoch: int) -> str:
@@ -208,7 +217,6 @@ class StreamRecord(MetadataItem, discriminator="stream"):
     stream = UnicodeAttribute()
     state = UnicodeAttribute()
     configuration = JSONAttribute()  # rillet.models.StreamConfiguration as JSON
-    tags = UnicodeSetAttribute(null=True)  # a copy of configuration.tags, for filtering listings
     created_ms = NumberAttribute()
     current_epoch = NumberAttribute(default=0)
     segment_count = NumberAttribute(default=0)  # segments created so far: the next segment's number
@@ -217,6 +225,18 @@ class StreamRecord(MetadataItem, discriminator="stream"):
     watermark_count = NumberAttribute(null=True)  # watermarks appended to the stream's _MARK stream
     last_watermark = JSONAttribute(null=True)  # {"lower_ms", "upper_ms", "cut"} of the latest one
     version = VersionAttribute()
+
+
+class StreamNameRecord(MetadataItem, discriminator="stream-name"):
+    """A stream's entry in its scope's listing, written and deleted in one transaction with the stream's
+    record (so the listing never names a stream that is not there, nor misses one)."""
+
+    created_ms = NumberAttribute()  # the incarnation it lists
+    tags = UnicodeSetAttribute(null=True)  # a copy of the configuration's tags, for filtering listings
+
+    @property
+    def stream(self) -> str:
+        return self.sk
 
 
 class EpochRecord(MetadataItem, discriminator="epoch"):
@@ -368,7 +388,7 @@ class ReaderGroupNameRecord(MetadataItem, discriminator="rg-name"):
 
 
 # The metadata table's models, each with a connection of its own once used.
-MODELS = (MetadataItem, ScopeRecord, StreamRecord, EpochRecord, SegmentRecord, TxnRecord, CommittingRecord,
+MODELS = (MetadataItem, ScopeRecord, StreamRecord, StreamNameRecord, EpochRecord, SegmentRecord, TxnRecord, CommittingRecord,
           RetentionRecord, RetentionDecisionRecord, SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord,
           ReaderLeaseRecord, ReaderGroupNameRecord)
 

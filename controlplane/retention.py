@@ -53,12 +53,12 @@ from pynamodb.transactions import TransactWrite
 
 from controlplane.cuts import lower_bound
 from controlplane.models import (
+    STREAM_SK,
     RetentionDecisionRecord,
     RetentionRecord,
     SegmentRecord,
     StreamRecord,
     SubscriberRecord,
-    scope_pk,
     stream_pk,
     workflow_shard,
 )
@@ -538,12 +538,12 @@ class RetentionTasks:
                                      cut=_wire(tail), write_id=uuid.uuid4().hex)
             try:
                 with _KeyedTransactWrite(connection=self.store.transaction_connection) as tx:
-                    tx.condition_check(StreamRecord, scope_pk(scope), stream,
+                    tx.condition_check(StreamRecord, stream_pk(scope, stream), STREAM_SK,
                                        condition=StreamRecord.created_ms == record.created_ms)
                     tx.save(latest, condition=RetentionRecord.pk.does_not_exist())
             except TransactWriteError as e:
                 refused = tx.refusals(e)
-                if refused.get((scope_pk(scope), stream)) == _CONDITION:
+                if refused.get((stream_pk(scope, stream), STREAM_SK)) == _CONDITION:
                     raise StreamNotFound(f"stream {scope}/{stream} was deleted (and perhaps created again) "
                                          "while its retention was decided") from e
                 if refused.get((latest.pk, latest.sk)) != _CONDITION:

@@ -21,15 +21,18 @@ from pynamodb.transactions import TransactWrite
 from controlplane.models import (
     PENDING,
     SCOPES_PK,
+    STREAM_SK,
     EpochRecord,
     MetadataItem,
     ScopeRecord,
     SegmentRecord,
+    StreamNameRecord,
     StreamRecord,
     epoch_sk,
     scope_pk,
     segment_sk,
     stream_pk,
+    workflow_shard,
 )
 from dataplane.deployment import Deployment
 from dataplane.shards import query_every_shard
@@ -44,6 +47,7 @@ from rillet.errors import (
 )
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_REFUSED = "ConditionalCheckFailed"  # a transaction item's cancellation reason when its condition failed
 _SEGMENTS_END = "segment#~"  # sorts after every segment_sk (digits sort before "~")
 
 
@@ -196,44 +200,109 @@ class MetadataStore:
     # -- streams -------------------------------------------------------------------------------
 
     def create_stream(self, record: StreamRecord) -> None:
-        """Store a new stream record, provided its scope exists and is not being deleted. A resend refused
-        by this call's own first attempt (its answer lost) is recognised by the record's ``create_id``."""
+        """Store a new stream record and its scope's listing entry, provided the scope exists and is not
+        being deleted. A resend refused by this call's own first attempt (its answer lost) is recognised
+        by the record's ``create_id``."""
         scope_key = ScopeRecord(SCOPES_PK, record.scope)
+        name = StreamNameRecord(scope_pk(record.scope), record.stream, created_ms=record.created_ms,
+                                tags=set(record.configuration.get("tags") or []) or None)
         record.create_id = uuid.uuid4().hex
         try:
             with TransactWrite(connection=self.transaction_connection) as tx:
                 tx.condition_check(ScopeRecord, SCOPES_PK, record.scope,
                                    condition=ScopeRecord.state == "ACTIVE")
                 tx.save(record, condition=StreamRecord.pk.does_not_exist())
+                tx.save(name, condition=StreamNameRecord.pk.does_not_exist())
         except TransactWriteError as e:
             reasons = [r.code if r else None for r in (e.cancellation_reasons or [])]
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed" and created_by(record):
+            if len(reasons) > 1 and reasons[1] == _REFUSED and created_by(record):
                 return
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            if reasons and reasons[0] == _REFUSED:
                 self.get_scope(record.scope)  # raises ScopeNotFound if absent
                 raise IllegalState(f"scope {scope_key.sk} is being deleted") from e
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            if _REFUSED in reasons[1:]:  # the record, or a record stored under the scope before records moved
                 raise AlreadyExists(f"stream {record.scope}/{record.stream} already exists") from e
             raise
 
     def get_stream(self, scope: str, stream: str) -> StreamRecord:
         try:
-            return StreamRecord.get(scope_pk(scope), stream, consistent_read=True)
+            return StreamRecord.get(stream_pk(scope, stream), STREAM_SK, consistent_read=True)
         except DoesNotExist:
-            raise StreamNotFound(f"stream {scope}/{stream} does not exist") from None
+            return self._move_stream_record(scope, stream)
+
+    def _move_stream_record(self, scope: str, stream: str, attempts: int = 8) -> StreamRecord:
+        """The record of a stream created before stream records moved to their own partition, moved there
+        now; StreamNotFound if there is none.
+
+        Such a record is at ``scope#<scope>`` / ``<stream>``, where the listing entry now goes: one
+        DynamoDB transaction writes the record (same version) under its new key and replaces the old
+        item with the entry, conditioned on the version read, so a change racing the move makes it read
+        again. A stream moves on its first read after the upgrade; the old item stays listable (and in
+        the indexes it was in) until then. A move whose answer was lost is found by the next read."""
+        for _ in range(attempts):
+            try:
+                old = MetadataItem.get(scope_pk(scope), stream, consistent_read=True)
+            except DoesNotExist:
+                old = None
+            if isinstance(old, StreamNameRecord):  # moved (or created) since this call read the new key
+                try:
+                    return StreamRecord.get(stream_pk(scope, stream), STREAM_SK, consistent_read=True)
+                except DoesNotExist:
+                    old = None  # deleted since
+            if not isinstance(old, StreamRecord):
+                raise StreamNotFound(f"stream {scope}/{stream} does not exist")
+            moved = StreamRecord()
+            moved.deserialize(old.serialize())
+            moved.pk, moved.sk = stream_pk(scope, stream), STREAM_SK
+            if moved.pending is not None:
+                moved.pending = workflow_shard(moved.pk, moved.sk)
+            name = StreamNameRecord(scope_pk(scope), stream, created_ms=old.created_ms,
+                                    tags=set(old.configuration.get("tags") or []) or None)
+            put_moved = {"TableName": StreamRecord.Meta.table_name, "Item": moved.serialize(),
+                         "ConditionExpression": "attribute_not_exists(pk)"}
+            try:
+                self.transaction_connection.transact_write_items(
+                    condition_check_items=[], delete_items=[], update_items=[],
+                    put_items=[put_moved, name.get_save_kwargs_from_instance(
+                        condition=(MetadataItem.kind == StreamRecord) & (StreamRecord.version == old.version))])
+                return moved
+            except TransactWriteError:
+                pass  # moved meanwhile (by another reader, or this call's own resend), or changed: read again
+            try:
+                return StreamRecord.get(stream_pk(scope, stream), STREAM_SK, consistent_read=True)
+            except DoesNotExist:
+                continue
+        raise WriteConflict(f"stream {scope}/{stream} changed while its record was being moved; try again")
 
     def list_streams(self, scope: str, tag: str | None, limit: int,
-                     token: str | None) -> tuple[list[StreamRecord], str | None]:
-        condition = StreamRecord.tags.contains(tag) if tag else None
-        result = StreamRecord.query(scope_pk(scope), filter_condition=condition, limit=limit,
+                     token: str | None) -> tuple[list[str], str | None]:
+        """A page of the scope's stream names, from their listing entries (and the records of streams not
+        yet moved, which carry ``tags`` too)."""
+        condition = StreamNameRecord.tags.contains(tag) if tag else None
+        result = MetadataItem.query(scope_pk(scope), filter_condition=condition, limit=limit,
                                     last_evaluated_key=_decode_token(token, scope_pk(scope)))
-        records = list(result)
-        return records, _encode_token(result.last_evaluated_key)
+        names = [item.sk for item in result]
+        return names, _encode_token(result.last_evaluated_key)
 
     def scope_has_streams(self, scope: str) -> bool:
         """Consistent: a stale "none" would delete a scope whose stream was created just before it
         turned DELETING, and leave that stream without a scope."""
-        return any(True for _ in StreamRecord.query(scope_pk(scope), limit=1, consistent_read=True))
+        return any(True for _ in MetadataItem.query(scope_pk(scope), limit=1, consistent_read=True))
+
+    def list_with_tags(self, record: StreamRecord, tags: set[str]) -> None:
+        """Give the stream's listing entry ``tags``, only while the stream record is at the version
+        ``record`` was read with (an update's finisher that resumes after another change writes nothing).
+        Idempotent, so a resend after a lost answer is harmless."""
+        name = StreamNameRecord(scope_pk(record.scope), record.stream)
+        try:
+            with TransactWrite(connection=self.transaction_connection) as tx:
+                tx.condition_check(StreamRecord, record.pk, record.sk, condition=StreamRecord.version == record.version)
+                tx.update(name, [StreamNameRecord.tags.set(tags) if tags else StreamNameRecord.tags.remove()],
+                          condition=StreamNameRecord.created_ms == record.created_ms)
+        except TransactWriteError as e:
+            if _REFUSED in [r.code if r else None for r in (e.cancellation_reasons or [])]:
+                raise WriteConflict(f"stream {record.scope}/{record.stream} changed concurrently") from e
+            raise
 
     def update(self, record: ScopeRecord | StreamRecord, actions: list, conflict: str) -> None:
         """Apply ``actions`` if the scope or stream record is still the incarnation and version it was read
@@ -242,15 +311,20 @@ class MetadataStore:
         versioned_update(record, actions, conflict, condition=type(record).created_ms == record.created_ms)
 
     def delete_stream_record(self, record: StreamRecord) -> None:
-        """Only the incarnation read: the version alone restarts with a stream created again."""
+        """The record and its listing entry, only the incarnation read: the version alone restarts with a
+        stream created again."""
         try:
-            with conditional(f"stream {record.scope}/{record.stream} changed while being deleted"):
-                record.delete(condition=StreamRecord.created_ms == record.created_ms)
-        except WriteConflict:
+            with TransactWrite(connection=self.transaction_connection) as tx:
+                tx.delete(record, condition=StreamRecord.created_ms == record.created_ms)
+                tx.delete(StreamNameRecord(scope_pk(record.scope), record.stream),
+                          condition=StreamNameRecord.created_ms == record.created_ms)
+        except TransactWriteError as e:
+            if _REFUSED not in [r.code if r else None for r in (e.cancellation_reasons or [])]:
+                raise
             # Refused because that incarnation is gone: deleted by this call (a resend after a lost
             # answer) or by another finisher; either way the delete is done.
             if self._current(StreamRecord, record) is not None:
-                raise
+                raise WriteConflict(f"stream {record.scope}/{record.stream} changed while being deleted") from e
 
     @staticmethod
     def _current(model: type, record: ScopeRecord | StreamRecord) -> ScopeRecord | StreamRecord | None:
@@ -373,10 +447,12 @@ class MetadataStore:
         return True
 
     def delete_stream_partition(self, scope: str, stream: str, still: Callable[[], bool]) -> bool:
-        """Delete every item of the stream's partition, 25 at a time (one BatchWriteItem), each batch only
-        while ``still()`` holds; False if it stopped because it no longer did."""
-        items = list(MetadataItem.query(stream_pk(scope, stream), consistent_read=True,
-                                        attributes_to_get=["pk", "sk", "kind"]))
+        """Delete every item of the stream's partition but its record (delete_stream_record's, last), 25 at
+        a time (one BatchWriteItem), each batch only while ``still()`` holds; False if it stopped because
+        it no longer did."""
+        items = [item for item in MetadataItem.query(stream_pk(scope, stream), consistent_read=True,
+                                                     attributes_to_get=["pk", "sk", "kind"])
+                 if item.sk != STREAM_SK]
         for i in range(0, len(items), 25):
             if not still():
                 return False

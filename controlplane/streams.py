@@ -14,7 +14,15 @@ import hashlib
 import time
 
 from controlplane.kvt_records import scope_has_key_value_tables
-from controlplane.models import SCOPES_PK, ScopeRecord, SegmentRecord, StreamRecord, scope_pk, workflow_shard
+from controlplane.models import (
+    SCOPES_PK,
+    STREAM_SK,
+    ScopeRecord,
+    SegmentRecord,
+    StreamRecord,
+    stream_pk,
+    workflow_shard,
+)
 from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.scale_signals import ScaleThresholds, watch
@@ -171,10 +179,11 @@ class StreamTasks:
         (validate_internal_stream_name if internal else validate_stream_name)(stream)
         now = now_ms()
         count = config.scaling_policy.min_num_segments
+        key = (stream_pk(scope, stream), STREAM_SK)
         record = StreamRecord(
-            scope_pk(scope), stream, scope=scope, stream=stream, state=StreamState.CREATING.value,
-            configuration=config.model_dump(mode="json"), tags=set(config.tags) or None, created_ms=now,
-            current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=workflow_shard(scope_pk(scope), stream),
+            *key, scope=scope, stream=stream, state=StreamState.CREATING.value,
+            configuration=config.model_dump(mode="json"), created_ms=now,
+            current_epoch=0, segment_count=count, workflow={"name": "create"}, pending=workflow_shard(*key),
             pending_since=now, retention_bucket=_bucket(scope, stream, config))
         try:
             self.store.create_stream(record)
@@ -247,8 +256,9 @@ class StreamTasks:
         bucket = _bucket(record.scope, record.stream, config)
         if config.scaling_policy != _config(record).scaling_policy:  # the record holds the old one until _finish
             self.watch_scaling(record, config.scaling_policy)
+        if set(config.tags) != set(_config(record).tags):
+            self.store.list_with_tags(record, set(config.tags))
         self._finish(record, StreamState.ACTIVE, StreamRecord.configuration.set(config.model_dump(mode="json")),
-                     StreamRecord.tags.set(set(config.tags)) if config.tags else StreamRecord.tags.remove(),
                      StreamRecord.retention_bucket.set(bucket) if bucket is not None
                      else StreamRecord.retention_bucket.remove(),
                      StreamRecord.autoscale.remove())  # a stream of the old autoscale index: watched now
@@ -675,8 +685,8 @@ class StreamTasks:
     def list_streams(self, scope: str, tag: str | None = None, limit: int = 100,
                      token: str | None = None) -> tuple[list[str], str | None]:
         self.store.get_scope(validate_scope_name(scope))
-        records, token = self.store.list_streams(scope, tag, limit, token)
-        return [r.stream for r in records if not r.stream.startswith("_")], token
+        names, token = self.store.list_streams(scope, tag, limit, token)
+        return [name for name in names if not name.startswith("_")], token
 
     def stream_info(self, scope: str, stream: str) -> StreamInfo:
         record = self.store.get_stream(scope, stream)

@@ -42,6 +42,7 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from controlplane.models import (
+    STREAM_SK,
     CommittingRecord,
     EpochRecord,
     SegmentRecord,
@@ -49,7 +50,6 @@ from controlplane.models import (
     StreamRecord,
     TxnRecord,
     committing_sk,
-    scope_pk,
     stream_pk,
     txn_sk,
     workflow_shard,
@@ -259,7 +259,7 @@ class TransactionTasks:
         still open."""
         try:
             with TransactWrite(connection=self.store.transaction_connection) as tx:
-                tx.condition_check(StreamRecord, scope_pk(txn.scope), txn.stream,
+                tx.condition_check(StreamRecord, stream_pk(txn.scope, txn.stream), STREAM_SK,
                                    condition=StreamRecord.state.is_in(*_COMMIT_STATES))
                 tx.save(_marker(txn))
                 tx.update(txn, actions=actions, condition=TxnRecord.state == TxnState.OPEN.value)
@@ -497,7 +497,7 @@ class TransactionTasks:
         is still as read."""
         try:
             with TransactWrite(connection=self.store.transaction_connection) as tx:
-                tx.condition_check(StreamRecord, scope_pk(record.scope), record.stream,
+                tx.condition_check(StreamRecord, record.pk, record.sk,
                                    condition=StreamRecord.version == record.version)
                 for txn in members:
                     tx.update(txn, actions=[TxnRecord.batch.set(batch_id)],
