@@ -96,29 +96,29 @@ class StreamScale:
     decision: ScaleDecision
 
 
-def _rates(policy: ScalingPolicy, info: SegmentInfo) -> tuple[float, ...]:
+def policy_rates(policy: ScalingPolicy, info: SegmentInfo) -> tuple[float, ...]:
     if policy.scale_type == ScaleType.BY_RATE_IN_KBYTES_PER_SEC:
         return tuple(r / 1024 for r in info.byte_rates)
     return info.event_rates
 
 
-def _unit(policy: ScalingPolicy) -> str:
+def rate_unit(policy: ScalingPolicy) -> str:
     return "KB/s" if policy.scale_type == ScaleType.BY_RATE_IN_KBYTES_PER_SEC else "events/s"
 
 
-def _heat(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: AutoScaleSettings) -> tuple[float, str] | None:
+def segment_heat(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: AutoScaleSettings) -> tuple[float, str] | None:
     """(how many times its threshold the segment runs, why it is hot), or None when it is not hot now."""
     if age <= settings.cooldown_ms:
         return None
     target = float(policy.target_rate)
     windows = settings.windows_ms
-    rates = _rates(policy, info)
+    rates = policy_rates(policy, info)
     # (rate, times the target it must pass, window): the rule that made the segment hot is named
     rules = [(r, f, w) for r, f, w in zip(rates, HOT_FACTORS, windows) if r > f * target and age > w]
     if rules:
         rate, factor, window = rules[0]
         return (max(rates[:len(HOT_FACTORS)]) / target,
-                f"{rate:.1f} {_unit(policy)} over {human_duration(window)} > {factor:g}x the target {target:g}")
+                f"{rate:.1f} {rate_unit(policy)} over {human_duration(window)} > {factor:g}x the target {target:g}")
     appends = [(a, w) for a, w in zip(info.append_rates, windows[:len(HOT_FACTORS)]) if a > APPEND_REQUEST_SPLIT and age > w]
     if appends:
         rate, window = appends[0]
@@ -128,10 +128,10 @@ def _heat(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: AutoScal
     return None
 
 
-def _cold(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: AutoScaleSettings) -> bool:
+def segment_cold(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: AutoScaleSettings) -> bool:
     target = float(policy.target_rate)
     return age > settings.cooldown_ms and age > settings.windows_ms[-1] \
-        and all(r < f * target for r, f in zip(_rates(policy, info), COLD_FACTORS)) \
+        and all(r < f * target for r, f in zip(policy_rates(policy, info), COLD_FACTORS)) \
         and all(a < APPEND_REQUEST_SPLIT / 2 for a in info.append_rates)
 
 
@@ -147,10 +147,10 @@ def decide(policy: ScalingPolicy, segments: list[tuple[SegmentRange, SegmentInfo
     cold: list[bool] = []
     for segment, info in segments:
         age = now_ms - info.created_ms
-        heat = _heat(policy, info, age, settings)
+        heat = segment_heat(policy, info, age, settings)
         if heat is not None and (hottest is None or heat[0] > hottest[0]):
             hottest = (heat[0], segment, heat[1])
-        cold.append(_cold(policy, info, age, settings))
+        cold.append(segment_cold(policy, info, age, settings))
     if hottest is not None:
         heat, segment, why = hottest
         # Never wider than a stream may be: a split that would be takes the room left, if any.
@@ -165,7 +165,7 @@ def decide(policy: ScalingPolicy, segments: list[tuple[SegmentRange, SegmentInfo
             if cold[i] and cold[i + 1] and a.high == b.low:
                 return ScaleDecision([a.segment_id, b.segment_id], [(a.low, b.high)],
                                      f"segments {a.segment_id} and {b.segment_id} are cold (under the target "
-                                     f"{target:g} {_unit(policy)} over {human_duration(settings.windows_ms[-1])} "
+                                     f"{target:g} {rate_unit(policy)} over {human_duration(settings.windows_ms[-1])} "
                                      f"and each shorter window): merge")
     return None
 

@@ -249,6 +249,11 @@ class EpochRecord(MetadataItem, discriminator="epoch"):
     # EpochRecord.referenceEpoch); none for an epoch a scale made. Transactions begun in epochs with
     # the same reference commit in place.
     reference_epoch = NumberAttribute(null=True)
+    # The last auto-scale decision since this epoch became current, and what its run did:
+    # {"decided_ms", "epoch", "reason", "outcome"}, set by scale_stream_job's op (not by the sensor's tick,
+    # whose cost it leaves alone) and overwritten by the next one (controlplane/scale_report.py). Bounded:
+    # one decision, its reason and outcome each cut to DECISION_TEXT_MAX characters, so under 1.2 KB.
+    scale_decision = JSONAttribute(null=True)
 
 
 class SegmentRecord(MetadataItem, discriminator="segment"):

@@ -67,3 +67,18 @@ def human_bytes(count: float) -> str:
 def counted(count: int, noun: str) -> str:
     """``1 segment``, ``3 segments``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def short_duration(ms: float) -> str:
+    """The largest unit and the next one, rounded down, for how long is left: ``9m59s``, ``45s``,
+    ``1h2m``, ``10m``, ``0s``."""
+    ms = max(0, int(ms))
+    for i, (unit, size) in enumerate(_UNITS_MS):
+        if ms >= size:
+            text = f"{ms // size}{unit}"
+            if i + 1 < len(_UNITS_MS):
+                next_unit, next_size = _UNITS_MS[i + 1]
+                rest = ms % size // next_size
+                text += f"{rest}{next_unit}" if rest else ""
+            return text
+    return "0s"

@@ -20,6 +20,7 @@ from rillet.models import (
     StreamConfiguration,
     StreamConfigurationChange,
     StreamInfo,
+    StreamRates,
     StreamState,
     SuccessorInfo,
     TxnInfo,
@@ -257,6 +258,11 @@ class ControllerClient:
     def retention_status(self, scope: str, stream: str) -> RetentionStatus:
         """The stream's last retention decision and its subscribers with their lag."""
         return RetentionStatus.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/retention"))
+
+    def stream_rates(self, scope: str, stream: str) -> StreamRates:
+        """Each current segment's rates as auto-scaling sees them, the thresholds, cool-down and mute left,
+        what it would decide now and its last decision."""
+        return StreamRates.model_validate(self.transport.json("GET", _stream_path(scope, stream) + "/rates"))
 
     def cut_at_time(self, scope: str, stream: str, time_ms: int) -> api.PositionList:
         """The earliest cut from which every event appended at or after ``time_ms`` is read, and the

@@ -7,7 +7,14 @@ from typing import Self
 
 from rillet.controller import ControllerClient
 from rillet.errors import NotFound
-from rillet.models import ScopeInfo, StreamConfiguration, StreamConfigurationChange, StreamInfo, StreamState
+from rillet.models import (
+    ScopeInfo,
+    StreamConfiguration,
+    StreamConfigurationChange,
+    StreamInfo,
+    StreamRates,
+    StreamState,
+)
 from rillet.names import validate_scope_name, validate_stream_name
 from rillet.stream_cut import StreamCut
 from rillet.transport import Transport
@@ -110,6 +117,15 @@ class StreamManager:
 
     def get_stream_info(self, scope: str, stream: str) -> StreamInfo:
         return self.controller.stream_info(scope, stream)
+
+    def get_stream_rates(self, scope: str, stream: str) -> StreamRates:
+        """Why the stream has (not) scaled: each current segment's event, byte and append-request rates over
+        the auto-scaler's windows with the policy's split and merge thresholds, its cool-down left (a segment
+        younger than the cool-down, 10 minutes by default, never scales), what auto-scaling would decide now,
+        and the last decision it made with its reason and outcome."""
+        validate_scope_name(scope)
+        validate_stream_name(stream)
+        return self.controller.stream_rates(scope, stream)
 
     def get_stream_tags(self, scope: str, stream: str) -> frozenset[str]:
         return self.get_stream_info(scope, stream).configuration.tags

@@ -416,3 +416,68 @@ class RetentionStatus(_Model):
 
     last_decision: RetentionDecision | None = Field(description="Null until a retention cycle has run.")
     subscribers: list[SubscriberLag]
+
+
+class WindowRate(_Model):
+    """A segment's decayed rates over one of the auto-scaler's windows, and that window's thresholds."""
+
+    window_ms: int
+    events_per_s: float
+    bytes_per_s: float
+    append_requests_per_s: float = Field(description="Append requests (blocks and merges committed) a second.")
+    policy_rate: float | None = Field(description="The rate the policy scales on, in its unit (events/s or KB/s); "
+                                                  "null for a fixed policy.")
+    split_above: float | None = Field(description="Hot above this policy rate (once the segment is older than the "
+                                                  "window); null: no split rule on this window, or a fixed policy.")
+    merge_below: float | None = Field(description="Cold only under this policy rate (on every window); null for a "
+                                                  "fixed policy.")
+    window_passed: bool = Field(description="The segment is older than the window: only then does its split rule apply.")
+
+
+class SegmentRates(_Model):
+    """One current segment as the auto-scaler sees it now."""
+
+    segment: SegmentRange
+    created_ms: int
+    age_ms: int
+    cooldown_left_ms: int = Field(description="How long until the segment may scale (0: it may); a segment younger "
+                                              "than the cool-down never splits or merges.")
+    windows: list[WindowRate]
+    status: str = Field(description="hot, hot-in-cooldown, cold, cold-too-young, steady or fixed.")
+    why: str = Field(description="The auto-scaler's reason for the status, in its words.")
+    next_check_ms: int | None = Field(description="When auto-scaling looks at the segment next without an append "
+                                                  "(its scale mark); null: not until an append crosses a threshold, a "
+                                                  "neighbour's look or a policy change.")
+
+
+class AutoScaleDecision(_Model):
+    """The last auto-scale decision applied (or tried) since the stream's current epoch began."""
+
+    decided_ms: int = Field(description="When the scale run applied or tried it.")
+    epoch: int | None = Field(description="The epoch it was decided at (null: not known).")
+    reason: str
+    outcome: str = Field(description="scaled to epoch N, or not applied and why.")
+
+
+class StreamRates(_Model):
+    """Why a stream has (not) scaled: each current segment's rates over the policy's windows, the thresholds,
+    the cool-down left, what the auto-scaler would decide now and the last decision it made."""
+
+    scope: str
+    stream: str
+    state: StreamState
+    scaling_policy: ScalingPolicy
+    auto_scaled: bool = Field(description="False for a fixed policy: the stream never scales by itself.")
+    unit: str | None = Field(description="events/s or KB/s: the policy's rate unit (null for a fixed policy).")
+    cooldown_ms: int = Field(description="A segment younger than this never scales.")
+    mute_ms: int = Field(description="After a scale the stream is left alone this long.")
+    mute_left_ms: int = Field(description="How much of the mute remains (0: none).")
+    append_request_split: float = Field(description="Append requests a second over the 2-, 5- or 10-minute window at "
+                                                    "which a segment is hot whatever its events and bytes.")
+    epoch: int
+    epoch_created_ms: int
+    now_ms: int = Field(description="The controller's clock when it read the rates.")
+    segments: list[SegmentRates]
+    decision_now: str = Field(description="What the auto-scaler would decide from these rates now, and why.")
+    last_decision: AutoScaleDecision | None = Field(description="Null when no auto-scale run has recorded one since "
+                                                                "the current epoch began.")

@@ -8,9 +8,11 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from controlplane.scale_report import stream_rates
 from controlplane.service import Controller
 from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
+from dataplane.segment_store import now_ms
 from lambdas.controller_api import grant_routes, kvt_routes
 from lambdas.controller_api.path_names import GroupName, ScopeName, StreamName
 from lambdas.http import build_resolver, powertools
@@ -63,6 +65,7 @@ from rillet.models import (
     StreamConfigurationChange,
     StreamCutBody,
     StreamInfo,
+    StreamRates,
     TxnInfo,
     TxnList,
 )
@@ -422,6 +425,14 @@ def get_unread_bytes(scope: ScopeName, group: GroupName) -> UnreadBytes:
          summary="The last retention decision and why, and every subscriber with its lag behind the tail")
 def get_retention_status(scope: ScopeName, stream: StreamName) -> RetentionStatus:
     return controller.retention.status(scope, stream)
+
+
+@app.get("/v1/scopes/<scope>/streams/<stream>/rates",
+         summary="Why a stream has (not) scaled: each current segment's rates over the auto-scaler's windows with "
+                 "the policy's thresholds and its cool-down left, what auto-scaling would decide now, and its last "
+                 "decision and why")
+def get_stream_rates(scope: ScopeName, stream: StreamName) -> StreamRates:
+    return stream_rates(controller.autoscaler, scope, stream, now_ms())
 
 
 def _status(scope: str, stream: str) -> StreamStatus:

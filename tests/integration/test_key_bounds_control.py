@@ -112,6 +112,7 @@ TARGETS = [
     f"/v1/scopes/s/streams/{LONG}/transactions",
     f"/v1/scopes/s/streams/{LONG}/transactions/{'a' * 32}",
     f"/v1/scopes/s/streams/{LONG}/retention",
+    f"/v1/scopes/s/streams/{LONG}/rates",
     f"/v1/scopes/{LONG}/reader-groups",
     f"/v1/scopes/s/reader-groups/{LONG}",
     f"/v1/scopes/s/reader-groups/{LONG}/readers",
