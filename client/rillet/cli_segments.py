@@ -1,4 +1,5 @@
-"""``rillet stream segments|scale|cut|truncate``: a stream's key space over time, and moving it by hand.
+"""``rillet stream segments|scale|rates|cut|truncate``: a stream's key space over time, moving it by
+hand, and why it has (not) scaled by itself.
 
 ``segments`` draws the last epochs as rows over the key space [0, 1), so splits and merges show at a
 glance. Segments are named by their number (the low 32 bits of the id; the epoch that created
@@ -12,11 +13,11 @@ import json
 import time
 
 from rillet.cli_data import accept_relative_times, parse_time_ms, positive_int, resolve_cut
-from rillet.cli_format import human_bytes
+from rillet.cli_format import counted, human_bytes, human_duration, rounded_duration, short_duration
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.keyspace import KeyRange, covers_exactly, merge_adjacent, split_evenly
-from rillet.models import SegmentRange
+from rillet.models import SegmentRange, StreamRates
 from rillet.names import split_scoped_name
 from rillet.stream_cut import Ordering, StreamCut, compare_positions
 
@@ -120,6 +121,88 @@ def stream_scale(args: argparse.Namespace) -> None:
     print(json.dumps(data, sort_keys=True) if args.json else text)
 
 
+def _rate(value: float) -> str:
+    return f"{value:.0f}" if value >= 1000 else f"{value:.1f}"
+
+
+def _policy_text(rates: StreamRates) -> list[str]:
+    """The scaling line(s): the policy, and for an auto-scaled stream its split and merge thresholds."""
+    from rillet.cli import describe_scaling
+
+    policy = rates.scaling_policy
+    if not rates.auto_scaled:
+        return [(f"scaling    {describe_scaling(policy)}: does not auto-scale (a fixed number of segments; "
+                 f"`rillet stream scale` splits or merges by hand)")]
+    unit = rates.unit
+    windows = rates.segments[0].windows if rates.segments else []
+    split = " or ".join(f"{w.split_above:g} {unit} over {human_duration(w.window_ms)}"
+                        for w in windows if w.split_above is not None)
+    merge = "/".join(f"{w.merge_below:g}" for w in windows)
+    spans = "/".join(human_duration(w.window_ms) for w in windows)
+    return [(f"scaling    {describe_scaling(policy)}: auto-scaled by {unit}, target {policy.target_rate} {unit} a "
+             f"segment, split in up to {policy.scale_factor}, at least {counted(policy.min_num_segments, 'segment')}"),
+            (f"split      a segment over {split} (each once the segment is older than the window), or over "
+             f"{rates.append_request_split:g} append requests/s"),
+            (f"merge      two neighbours each under {merge} {unit} over {spans} and under "
+             f"{rates.append_request_split / 2:g} append requests/s")]
+
+
+def rates_text(rates: StreamRates) -> str:
+    """``rillet stream rates`` in text: the policy and its thresholds, the cool-down and mute, what the
+    auto-scaler would decide now and its last decision, then each segment's rates window by window."""
+    now = rates.now_ms
+    lines = [f"stream     {rates.scope}/{rates.stream} ({rates.state.value}, epoch {rates.epoch})", *_policy_text(rates)]
+    if rates.auto_scaled:
+        mute = (f"; the stream scaled {rounded_duration(now - rates.epoch_created_ms)} ago: left alone "
+                f"{short_duration(rates.mute_left_ms)} more" if rates.mute_left_ms else "")
+        lines.append(f"cool-down  {human_duration(rates.cooldown_ms)}: a segment younger than that never scales; "
+                     f"after a scale the stream is left alone {human_duration(rates.mute_ms)} (mute){mute}")
+    lines.append(f"now        {rates.decision_now}")
+    last = rates.last_decision
+    if last is None:
+        lines.append(f"last       none recorded since epoch {rates.epoch} began "
+                     f"({rounded_duration(now - rates.epoch_created_ms)} ago)")
+    else:
+        at = "" if last.epoch is None else f" at epoch {last.epoch}"
+        lines.append(f"last       {rounded_duration(now - last.decided_ms)} ago{at}: {last.reason}; {last.outcome}")
+    label = 13
+    for view in rates.segments:
+        s = view.segment
+        cooldown = (f"cool-down {short_duration(view.cooldown_left_ms)} left" if view.cooldown_left_ms
+                    else "cool-down over")
+        if view.next_check_ms is None:
+            look = "no look due (an append that crosses a threshold marks it)"
+        elif view.next_check_ms <= now:
+            look = "looked at on the next tick"
+        else:
+            look = f"next look in {short_duration(view.next_check_ms - now)}"
+        lines += ["", (f"segment {s.number} (id {s.segment_id}) [{s.low:.4f}, {s.high:.4f}): "
+                       f"age {short_duration(view.age_ms)}, {cooldown}, {look}")]
+        rows = [["window", *(human_duration(w.window_ms) + ("" if w.window_passed else "*") for w in view.windows)],
+                ["events/s", *(_rate(w.events_per_s) for w in view.windows)],
+                ["KB/s", *(_rate(w.bytes_per_s / 1024) for w in view.windows)],
+                ["appends/s", *(_rate(w.append_requests_per_s) for w in view.windows)]]
+        if rates.auto_scaled:
+            rows += [["split above", *("-" if w.split_above is None else f"{w.split_above:g}" for w in view.windows)],
+                     ["merge below", *(f"{w.merge_below:g}" for w in view.windows)]]
+        widths = [max(len(row[c]) for row in rows) for c in range(1, len(rows[0]))]
+        lines += ["  " + row[0].ljust(label) + "  ".join(cell.rjust(width) for cell, width in zip(row[1:], widths))
+                  for row in rows]
+        lines.append(f"  {view.status}: {view.why}")
+    if any(not w.window_passed for v in rates.segments for w in v.windows):
+        lines += ["", "* the segment is not older than this window yet: its split rule waits"]
+    return "\n".join(lines)
+
+
+def stream_rates(args: argparse.Namespace) -> None:
+    scope, stream = split_scoped_name(args.stream)
+    rates = Connection(args.endpoint).controller.stream_rates(scope, stream)
+    if args.json:
+        print(json.dumps(rates.model_dump(mode="json"), indent=2, sort_keys=True))
+    else:
+        print(rates_text(rates))
+
+
 def stream_cut(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
@@ -155,7 +238,7 @@ def stream_truncate(args: argparse.Namespace) -> None:
 
 
 def register(actions: argparse._SubParsersAction) -> None:
-    """Adds segments, scale, cut and truncate to ``rillet stream``."""
+    """Adds segments, scale, rates, cut and truncate to ``rillet stream``."""
     p = actions.add_parser("segments", help="the epoch history drawn over the key space")
     p.add_argument("stream", help="SCOPE/STREAM")
     p.add_argument("--epochs", type=positive_int, default=20, help="how many recent epochs to draw (default 20)")
@@ -168,6 +251,11 @@ def register(actions: argparse._SubParsersAction) -> None:
     how.add_argument("--merge", type=int, nargs="+", metavar="SEGMENT", help="neighbouring segments to merge")
     p.add_argument("--into", type=positive_int, default=2, help="with --split: how many parts (default 2)")
     p.set_defaults(func=stream_scale)
+
+    p = actions.add_parser("rates", help="why a stream has (not) scaled: each segment's rates over the auto-scaler's "
+                                         "windows, the thresholds, the cool-down left and the last decision")
+    p.add_argument("stream", help="SCOPE/STREAM")
+    p.set_defaults(func=stream_rates)
 
     p = actions.add_parser("cut", help="print the head, tail or at-a-time stream cut (for --from/--to/--cut)")
     p.add_argument("stream", help="SCOPE/STREAM")
