@@ -147,6 +147,15 @@ class TimeoutRun:
                 f"({per_second(len(self.aborted), self.seconds):,.1f}/s)")
 
 
+@dataclass(frozen=True)
+class AppliedBatch:
+    """What applying a commit batch closed (in the order the commits were requested), and whether the
+    read of the committing transactions it made found others, left to a later batch."""
+
+    closed: list[TxnRecord]
+    others_waiting: bool
+
+
 class TransactionTasks:
     def __init__(self, streams: StreamTasks, settings: TxnSettings | None = None) -> None:
         self.streams = streams
@@ -242,8 +251,9 @@ class TransactionTasks:
                 continue
         # Also when already COMMITTED: the workflow that committed it may have died before its last
         # step (the stream still COMMITTING_TXN), and repeating the request must finish it.
-        self.drive_commits(scope, stream)
-        final = self._get(scope, stream, txn_id)
+        closed = self.drive_commits(scope, stream, until=txn_id)
+        final = closed if closed is not None and closed.state == TxnState.COMMITTED.value \
+            else self._get(scope, stream, txn_id)
         if final.state == TxnState.COMMITTED.value and final.timestamp_ms is not None and final.writer_id:
             # The transaction's events are now before the tail: its writer notes the commit time there.
             tail = {p.segment.segment_id: p.offset for p in self.streams.tail(scope, stream)}
@@ -413,29 +423,42 @@ class TransactionTasks:
 
     # -- the commit workflow ---------------------------------------------------------------------
 
-    def drive_commits(self, scope: str, stream: str) -> None:
-        """Apply the stream's committing transactions, one batch per workflow, until none is left."""
+    def drive_commits(self, scope: str, stream: str, until: str | None = None) -> TxnRecord | None:
+        """Apply the stream's committing transactions, one batch per workflow, until none is left.
+
+        With ``until`` (a transaction id) it returns that transaction's record once a batch closed it,
+        and stops there when that batch's read of the committing transactions found no other: one that
+        starts committing later is driven by its own commit call, which drives after marking it (or by
+        the sweeper, if that call dies), so the last look for more work is saved."""
+        mine = None
         for _ in range(_BATCHES_PER_DRIVE):
             record = self.store.get_stream(scope, stream)
             if StreamState(record.state) == StreamState.COMMITTING_TXN:
-                self.finish_commit_stream(record)
-                continue
-            if StreamState(record.state) != StreamState.ACTIVE:
-                return  # another workflow holds the stream: the sweeper comes back
-            try:
-                planned = self._plan_batch(record)
-                if planned is None:
-                    return
-                batch, allocated = planned
-                self.streams._begin(record, StreamState.COMMITTING_TXN, {"name": "commit", "batch": batch},
-                                    StreamRecord.segment_count.add(allocated))
-            except WriteConflict:
-                continue
-            self.finish_commit_stream(record)
+                applied = self.finish_commit_stream(record)
+            elif StreamState(record.state) != StreamState.ACTIVE:
+                return mine  # another workflow holds the stream: the sweeper comes back
+            else:
+                try:
+                    planned = self._plan_batch(record)
+                    if planned is None:
+                        return mine
+                    batch, allocated, active = planned
+                    self.streams._begin(record, StreamState.COMMITTING_TXN, {"name": "commit", "batch": batch},
+                                        StreamRecord.segment_count.add(allocated))
+                except WriteConflict:
+                    continue
+                applied = self.finish_commit_stream(record, active)
+            mine = mine or next((txn for txn in applied.closed if txn.txn_id == until), None)
+            if mine is not None and not applied.others_waiting:
+                return mine
+        return mine
 
-    def finish_commit_stream(self, record: StreamRecord) -> None:
-        epoch = self._apply_batch(record, record.workflow["batch"])
+    def finish_commit_stream(self, record: StreamRecord, active: EpochRecord | None = None) -> AppliedBatch:
+        """Apply the recorded batch and end the workflow. ``active``: the stream's current epoch if the
+        caller just read it (planning did)."""
+        epoch, applied = self._apply_batch(record, record.workflow["batch"], active)
         self.streams._finish(record, StreamState.ACTIVE, StreamRecord.current_epoch.set(epoch))
+        return applied
 
     def commit_for_seal(self, record: StreamRecord) -> None:
         """Apply, within a seal, the transactions that were committing when it began (none can start
@@ -445,7 +468,7 @@ class TransactionTasks:
             try:
                 batch = record.workflow.get("batch")
                 if batch is not None:
-                    epoch = self._apply_batch(record, batch)
+                    epoch, _ = self._apply_batch(record, batch)
                     rest = {k: v for k, v in record.workflow.items() if k != "batch"}
                     self.store.update(record, [StreamRecord.workflow.set(rest), StreamRecord.current_epoch.set(epoch)],
                                       f"stream {record.scope}/{record.stream} changed concurrently")
@@ -453,15 +476,16 @@ class TransactionTasks:
                 planned = self._plan_batch(record)
                 if planned is None:
                     return
-                batch, allocated = planned
+                batch, allocated, _ = planned
                 self.store.update(record, [StreamRecord.workflow.set({**record.workflow, "batch": batch}),
                                            StreamRecord.segment_count.add(allocated)],
                                   f"stream {record.scope}/{record.stream} changed concurrently")
             except WriteConflict:
                 record.refresh(consistent_read=True)  # another finisher of the seal moved it on
 
-    def _plan_batch(self, record: StreamRecord) -> tuple[dict, int] | None:
-        """The next batch, with its transactions stamped: (the batch, how many segment numbers it takes).
+    def _plan_batch(self, record: StreamRecord) -> tuple[dict, int, EpochRecord] | None:
+        """The next batch, with its transactions stamped: (the batch, how many segment numbers it takes,
+        the stream's current epoch as read).
 
         As Pravega does, the oldest epoch's committing transactions go first, together with every
         committing transaction whose epoch has the same reference epoch (the same key ranges): merged
@@ -490,7 +514,7 @@ class TransactionTasks:
         members = [t for t in committing if _reference_of(epochs[int(t.epoch)]) == reference and t.batch != batch["id"]]
         for start in range(0, len(members), _STAMPS_PER_WRITE):
             self._stamp(record, members[start:start + _STAMPS_PER_WRITE], batch["id"])
-        return batch, allocated
+        return batch, allocated, active
 
     def _stamp(self, record: StreamRecord, members: list[TxnRecord], batch_id: str) -> None:
         """Mark transactions as members of a batch, provided the stream record (and each transaction)
@@ -507,29 +531,29 @@ class TransactionTasks:
                 raise WriteConflict(f"stream {record.scope}/{record.stream} changed while a commit was planned") from e
             raise
 
-    def _apply_batch(self, record: StreamRecord, batch: dict) -> int:
-        """Apply a batch (every step idempotent); returns the epoch current afterwards. Its transactions
-        are closed only once their events are readable in order: after the roll sealed the segments
-        current before it, a writer's next events can only land after the transaction's."""
+    def _apply_batch(self, record: StreamRecord, batch: dict,
+                     active: EpochRecord | None = None) -> tuple[int, AppliedBatch]:
+        """Apply a batch (every step idempotent); returns the epoch current afterwards and what it closed.
+        Its transactions are closed only once their events are readable in order: after the roll sealed
+        the segments current before it, a writer's next events can only land after the transaction's.
+        ``active``: the batch's epoch, if the caller read it (epochs never change)."""
         scope, stream = record.scope, record.stream
-        members = self._members(scope, stream, batch)
+        committing = self._committing(scope, stream)
+        members = sorted((txn for txn in committing if txn.batch == batch["id"]), key=lambda t: (t.commit_ms, t.txn_id))
+        applied = AppliedBatch(members, others_waiting=len(members) < len(committing))
         if "rolled_epoch" not in batch:
-            targets = self.store.get_epoch(scope, stream, int(batch["epoch"])).segments
+            if active is None or int(active.epoch) != int(batch["epoch"]):
+                active = self.store.get_epoch(scope, stream, int(batch["epoch"]))
             for txn in members:
-                for source, target in _same_ranges(txn.segments, targets):
+                for source, target in _same_ranges(txn.segments, active.segments):
                     self._merge(segment_name(scope, stream, target),
                                 segment_name(scope, stream, txn_segment_token(source, txn.txn_id)))
                 self._close(txn, TxnState.COMMITTED, TxnState.COMMITTING)
-            return int(batch["epoch"])
+            return int(batch["epoch"]), applied
         self._roll(record, batch, members)
         for txn in members:
             self._close(txn, TxnState.COMMITTED, TxnState.COMMITTING)
-        return int(batch["duplicate_epoch"])
-
-    def _members(self, scope: str, stream: str, batch: dict) -> list[TxnRecord]:
-        """The batch's transactions still to close, in the order their commits were requested."""
-        stamped = [txn for txn in self._committing(scope, stream) if txn.batch == batch["id"]]
-        return sorted(stamped, key=lambda t: (t.commit_ms, t.txn_id))
+        return int(batch["duplicate_epoch"]), applied
 
     def _committing(self, scope: str, stream: str) -> list[TxnRecord]:
         """The stream's COMMITTING transactions, read through their markers: one query of the markers and

@@ -48,7 +48,7 @@ STREAM = "s"
 def commits_left_waiting(c: Controller) -> Iterator[None]:
     """Commit requests are recorded (COMMITTING) but not applied, as when another workflow holds the
     stream; the instance attribute shadows the method until it is removed."""
-    c.transactions.drive_commits = lambda scope, stream: None
+    c.transactions.drive_commits = lambda scope, stream, until=None: None
     try:
         yield
     finally:

@@ -48,6 +48,7 @@ from controlplane.retention import DECISION_KEY, RetentionSettings, RetentionTas
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from controlplane.sweeper import Sweeper
+from controlplane.transactions import AppliedBatch
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import KeyValueTableNotFound, SegmentNotFound, StreamNotFound
 from rillet.framing import frame
@@ -224,7 +225,9 @@ def test_timeout_abort(controller):
 def interrupted(owner: Any, finisher: str, start: Callable[[], Any]) -> None:
     """Run ``start`` with ``owner.<finisher>`` doing nothing: the workflow is recorded, nothing more."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(owner, finisher, lambda *args, **kwargs: None)
+        # A commit's finisher answers what it closed: nothing.
+        nothing = AppliedBatch([], others_waiting=True) if finisher == "finish_commit_stream" else None
+        patch.setattr(owner, finisher, lambda *args, **kwargs: nothing)
         start()
 
 

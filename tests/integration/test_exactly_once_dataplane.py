@@ -284,7 +284,7 @@ def test_two_drivers_of_one_commit_batch_store_each_transaction_once(controller,
                 c.segments.append(source, "tw", i, 1, frame(event))
                 written.setdefault(seg.segment_id, []).append(event)
     real_drive = type(c.transactions).drive_commits
-    monkeypatch.setattr(type(c.transactions), "drive_commits", lambda *args: None)
+    monkeypatch.setattr(type(c.transactions), "drive_commits", lambda *args, **kwargs: None)
     for txn in (t1, t2):  # both COMMITTING, so that one batch takes both
         assert c.transactions.commit(unique, "s", txn.txn_id).state == TxnState.COMMITTING
     monkeypatch.setattr(type(c.transactions), "drive_commits", real_drive)

@@ -77,7 +77,7 @@ def test_a_roll_of_10_000_segments_x_transactions_keeps_every_item_small(isolate
     assert c.streams.scale_stream(unique, STREAM, [parent.segment_id], ranges) == 1
 
     drive = c.transactions.drive_commits
-    monkeypatch.setattr(c.transactions, "drive_commits", lambda scope, stream: None)
+    monkeypatch.setattr(c.transactions, "drive_commits", lambda scope, stream, until=None: None)
     for txn in txns:  # every request arrives while (say) another commit holds the stream
         assert c.transactions.commit(unique, STREAM, txn.txn_id).state == TxnState.COMMITTING
     monkeypatch.setattr(c.transactions, "drive_commits", drive)

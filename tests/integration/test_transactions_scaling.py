@@ -194,7 +194,7 @@ def test_transactions_of_two_epochs_committed_in_one_workflow(controller: Contro
     w.wrote_plain("b1")
 
     drive = c.transactions.drive_commits
-    monkeypatch.setattr(c.transactions, "drive_commits", lambda scope, stream: None)
+    monkeypatch.setattr(c.transactions, "drive_commits", lambda scope, stream, until=None: None)
     assert c.transactions.commit(scope, STREAM, old.txn_id).state == TxnState.COMMITTING
     assert c.transactions.commit(scope, STREAM, new.txn_id).state == TxnState.COMMITTING
     monkeypatch.setattr(c.transactions, "drive_commits", drive)
@@ -233,7 +233,7 @@ def test_scale_waits_for_a_commit_workflow_and_a_transaction_begun_meanwhile_com
 
     finish = c.transactions.finish_commit_stream
 
-    def interrupted(record):
+    def interrupted(*args):
         raise Interrupted()
 
     monkeypatch.setattr(c.transactions, "finish_commit_stream", interrupted)
