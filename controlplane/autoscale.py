@@ -27,6 +27,7 @@ it. An idle auto-scaled stream whose segments are settled is marked nowhere, and
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -66,6 +67,10 @@ class AutoScaleSettings:
     # Due marks one tick takes from each index shard (the rest wait for the next tick, earliest first),
     # so that a tick after a burst of creations stays within the sensor's time.
     tick_limit: int = 200
+    # The wall time a tick spends deciding: the streams not reached keep their due marks for the next
+    # tick, so a burst of candidates (every segment of a thousand streams just created) never takes a
+    # tick past Dagster's 60-second limit for a sensor, nor starves the code server that evaluates it.
+    tick_budget_s: float = 20.0
 
     @classmethod
     def from_env(cls) -> AutoScaleSettings:
@@ -206,13 +211,19 @@ class AutoScaler:
 
     def tick(self, now_ms: int) -> list[StreamScale]:
         """Decide for every stream with a due candidate (a few at once: each is a few round trips), and
-        move or clear the marks it read. At most ``tick_limit`` candidates a tick, earliest due first."""
+        move or clear the marks it read. At most ``tick_limit`` candidates a shard and ``tick_budget_s`` of
+        deciding a tick, earliest due first."""
         self.backfill(now_ms)
         marks: dict[tuple[str, str], dict[int, int]] = {}
         for name, at in self.candidates(now_ms):
             scope, stream, sid = name.split("/")
             marks.setdefault((scope, stream), {})[int(sid)] = at
-        scales = in_parallel(lambda item: self._decide_for(*item[0], item[1], now_ms), list(marks.items()))
+        deadline = time.monotonic() + self.settings.tick_budget_s
+
+        def decide_in_time(item: tuple[tuple[str, str], dict[int, int]]) -> StreamScale | None:
+            return self._decide_for(*item[0], item[1], now_ms) if time.monotonic() < deadline else None
+
+        scales = in_parallel(decide_in_time, list(marks.items()))
         return [s for s in scales if s is not None]
 
     def evaluate(self, scope: str, stream: str, now_ms: int) -> tuple[int, ScaleDecision | None]:

@@ -9,6 +9,7 @@ the process is counted at botocore's endpoint (tables of the test's own).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 
@@ -96,3 +97,21 @@ def test_cold_neighbours_merge_without_any_append(isolated, unique, monkeypatch)
     (request,) = [r for r in outcome if r.tags["rillet/stream"] == f"{unique}/s0"]
     assert isinstance(request, RunRequest) and request.run_key.endswith("-merge")
     assert request.run_config["ops"]["scale_stream"]["config"]["new_ranges"] == [[0.0, 1.0]]
+
+
+def test_a_tick_out_of_time_leaves_the_streams_it_did_not_reach_due_for_the_next(isolated, unique, monkeypatch):
+    """A burst of due candidates (a thousand streams created together reach their first look together)
+    is decided over several ticks, each within its time budget, none lost."""
+    _, resource = isolated
+    controller = resource.controller()
+    _autoscaled_streams(controller, unique, 3, minimum=2)
+    later = int(time.time() * 1000) + LATER_MS
+    due = {name for name, _ in controller.autoscaler.candidates(later) if name.startswith(unique + "/")}
+    assert len(due) == 6
+    settings = controller.autoscaler.settings
+    controller.autoscaler.settings = dataclasses.replace(settings, tick_budget_s=0.0)
+    assert controller.autoscaler.tick(later) == []  # out of time before the first stream: nothing decided
+    assert {n for n, _ in controller.autoscaler.candidates(later) if n.startswith(unique + "/")} == due
+    controller.autoscaler.settings = settings
+    controller.autoscaler.tick(later)  # the next tick, in time, looks at them all: at their minimum, they settle
+    assert [n for n, _ in controller.autoscaler.candidates(later) if n.startswith(unique + "/")] == []
