@@ -64,7 +64,7 @@ class AutoScaleSettings:
     # Marked segments of a stream in a workflow (scaling, updating, truncating) are looked at again
     # this long after.
     busy_recheck_ms: int = 60_000
-    # Due marks one tick takes from each index shard (the rest wait for the next tick, earliest first),
+    # Due marks one tick takes, the earliest of all shards' (the rest wait for the next tick),
     # so that a tick after a burst of creations stays within the sensor's time.
     tick_limit: int = 200
     # The wall time a tick spends deciding: the streams not reached keep their due marks for the next
