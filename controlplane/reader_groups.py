@@ -48,6 +48,7 @@ from pydantic import BaseModel
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError
 from pynamodb.transactions import TransactWrite
 
+from controlplane.cuts import upper_bound
 from controlplane.models import (
     ReaderGroupNameRecord,
     ReaderGroupRecord,
@@ -91,7 +92,13 @@ from rillet.models import (
     SuccessorInfo,
 )
 from rillet.names import validate_reader_group_name, validate_scope_name
-from rillet.stream_cut import segment_is_after, segment_is_before, validity_problem
+from rillet.stream_cut import (
+    Ordering,
+    compare_positions,
+    segment_is_after,
+    segment_is_before,
+    validity_problem,
+)
 
 GROUP_KEY = "rg"
 # a reader's item is rewritten to renew its lease once its last renewal is this fraction of a lease old
@@ -969,11 +976,18 @@ class ReaderGroups:
         for spec in config.streams:
             record = self.streams.record(spec.scope, spec.stream)
             self.streams.check_incarnation(record, spec.incarnation)
+            head = self.streams.head(spec.scope, spec.stream, record)
+            starts[spec.scoped_name] = head
             if spec.start:
                 offsets = {p.segment.segment_id: p.offset for p in spec.start}
-                starts[spec.scoped_name] = self.streams.resolve_cut(spec.scope, spec.stream, offsets)
-            else:
-                starts[spec.scoped_name] = self.streams.head(spec.scope, spec.stream, record)
+                start = self.streams.resolve_cut(spec.scope, spec.stream, offsets)
+                if compare_positions(start, head) in (Ordering.BEFORE, Ordering.OVERLAPPING):
+                    # Part of it is truncated already (perhaps by a truncation decided a moment ago, whose
+                    # fence move came before this registration's fence read): the group acknowledges no
+                    # earlier than the head, where its readers start anyway, key by key.
+                    records = {r.segment_id: r for r in self.streams.store.list_segments(spec.scope, spec.stream)}
+                    start = upper_bound([start, head], records)
+                starts[spec.scoped_name] = start
             if spec.end:
                 problem = validity_problem([p.segment for p in spec.end])
                 if problem:
