@@ -23,3 +23,10 @@ def isolated(moto_server, deployment):
                                 tier_min_age_ms=0)
     yield mine, resource
     bind_all(deployment)
+
+
+@pytest.fixture
+def default_scale_settings(monkeypatch):
+    """The auto-scaler's default cool-down and mute, whatever the environment sets."""
+    monkeypatch.delenv("RILLET_SCALE_COOLDOWN_MS", raising=False)
+    monkeypatch.delenv("RILLET_SCALE_MUTE_MS", raising=False)

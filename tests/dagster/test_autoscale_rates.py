@@ -20,16 +20,8 @@ from dataplane.scale_signals import ScaleThresholds, first_check_ms, mark_action
 from rillet.models import ScalingPolicy, StreamConfiguration
 from rillet.names import segment_name
 
-
-@pytest.fixture(autouse=True)
-def _fast_sessions(fast_botocore_sessions):
-    """Test speed only: share botocore's loader (see tests/conftest.py)."""
-
-
-@pytest.fixture(autouse=True)
-def _default_scale_settings(monkeypatch):
-    monkeypatch.delenv("RILLET_SCALE_COOLDOWN_MS", raising=False)
-    monkeypatch.delenv("RILLET_SCALE_MUTE_MS", raising=False)
+# Test speed only (botocore's loader shared: see tests/conftest.py), and the auto-scaler's own defaults.
+pytestmark = pytest.mark.usefixtures("fast_botocore_sessions", "default_scale_settings")
 
 
 def _now() -> int:

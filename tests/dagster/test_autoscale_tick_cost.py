@@ -25,15 +25,8 @@ from rillet.models import ScalingPolicy, StreamConfiguration
 LATER_MS = 21 * 60_000  # past the longest rate window (20 minutes) and the cooldown
 
 
-@pytest.fixture(autouse=True)
-def _fast_sessions(fast_botocore_sessions):
-    """Test speed only: share botocore's loader (see tests/conftest.py)."""
-
-
-@pytest.fixture(autouse=True)
-def _default_scale_settings(monkeypatch):
-    monkeypatch.delenv("RILLET_SCALE_COOLDOWN_MS", raising=False)
-    monkeypatch.delenv("RILLET_SCALE_MUTE_MS", raising=False)
+# Test speed only (botocore's loader shared: see tests/conftest.py), and the auto-scaler's own defaults.
+pytestmark = pytest.mark.usefixtures("fast_botocore_sessions", "default_scale_settings")
 
 
 @pytest.fixture
