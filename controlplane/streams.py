@@ -27,6 +27,7 @@ from controlplane.states import check_transition
 from controlplane.store import MetadataStore
 from dataplane.scale_signals import ScaleThresholds, watch
 from dataplane.segment_store import SegmentStore
+from dataplane.shards import SHARDS
 from rillet.errors import (
     AlreadyExists,
     IllegalState,
@@ -67,7 +68,10 @@ from rillet.stream_cut import (
     validity_problem,
 )
 
-RETENTION_BUCKETS = 16  # a retention run takes one bucket, so no run touches every stream
+# A retention run takes one bucket, so no run touches every stream. As many as the indexes' shards (a
+# deployment setting, dataplane.shards): standalone's one bucket makes its minutely cycle one run, not 16
+# run processes a minute that queue faster than a laptop finishes them.
+RETENTION_BUCKETS = SHARDS
 # The partition keys of the metadata table's ``autoscale`` index: 1#<n> by the stream's name
 # (dataplane.shards; "1" alone before the index was sharded). It lists the auto-scaled streams created
 # before their segments carried scale signals (dataplane/scale_signals.py): the auto-scaler moves them

@@ -8,16 +8,31 @@ partition then takes 1/SHARDS of the index's writes (docs/limits.md states each 
 
 An item written before its index was sharded still carries the bare ``<prefix>`` value; the jobs read
 that key too until no such item is left, so a deployment upgrades in place.
+
+The shard count is a deployment setting (``RILLET_INDEX_SHARDS``, default 16), the same for every
+component. It may be raised (a job then reads every old shard too) but never lowered: items under a
+shard above the new count would no longer be read. Standalone sets 1: moto has no partitions to
+spread, and it answers every index query by scanning the whole table, so 17 queries a tick where 2
+do the work would make an idle laptop stack's jobs cost in proportion to its streams.
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-SHARDS = 16  # per index: 16 x 1,000 write units a second before any one partition throttles
+
+def _shards() -> int:
+    configured = os.environ.get("RILLET_INDEX_SHARDS", "16")
+    if not configured.isdigit() or not 1 <= int(configured) <= 64:
+        raise ValueError(f"RILLET_INDEX_SHARDS must be a whole number from 1 to 64, got {configured!r}")
+    return int(configured)
+
+
+SHARDS = _shards()  # per index: SHARDS x 1,000 write units a second before any one partition throttles
 T = TypeVar("T")
 
 
