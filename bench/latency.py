@@ -6,7 +6,8 @@ rate, one writer paces 1 KiB events into a one-segment stream of a standalone st
 reader-group reader tails it. Each event carries the time it was written (``time.perf_counter``, one
 clock for writer and reader in this process). Printed per cell: append-ack latency p50/p99 (write_event
 to its future's answer), write-to-read latency p50/p99 (write_event to ``read_next_event`` returning it),
-the append requests the writer sent per GB of payload (what the cost of a profile follows from),
+ack-to-read p50/p99 (the answer reaching the writer to the reader having the event; 0 if the reader
+had it first), the append requests the writer sent per GB of payload (what the cost of a profile follows from),
 and the writer's smoothed append round trip at the end: it holds an event for its budget less that,
 so a budget's ack p99 should be within the budget plus the round trip's own spread.
 The run starts with an unreported warm-up cell, and each cell with one unmeasured event (written
@@ -62,6 +63,7 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
     reader = factory.create_reader("tail", stream, rillet.BytesSerializer())
     events = max(1, round(rate * seconds))
     read_latency: list[float] = []
+    read_at: dict[int, float] = {}
     warm, done_reading = threading.Event(), threading.Event()
 
     def tail() -> None:
@@ -75,7 +77,8 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
                 warm.set()
             elif seq not in seen:
                 seen.add(seq)
-                read_latency.append(time.perf_counter() - written_at)
+                read_at[seq] = time.perf_counter()
+                read_latency.append(read_at[seq] - written_at)
         done_reading.set()
 
     tailer = threading.Thread(target=tail, name="latency-tail")
@@ -86,13 +89,15 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
     append = segments.append
     segments.append = lambda *a, **k: requests.append(1) or append(*a, **k)
     ack_latency: list[float] = []
+    acked_at: dict[int, float] = {}
     lock = threading.Lock()
 
-    def on_ack(written_at: float, future: Future) -> None:
+    def on_ack(written_at: float, seq: int, future: Future) -> None:
         answered = time.perf_counter()
         if future.exception() is None:
             with lock:
                 ack_latency.append(answered - written_at)
+                acked_at[seq] = answered
 
     padding = b"x" * (event_size - STAMP.size)
     # One unmeasured event first, read by the reader too: the figures are of a running pipeline, not
@@ -108,7 +113,7 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
             time.sleep(wait)
         written_at = time.perf_counter()
         future = writer.write_event(STAMP.pack(written_at, seq) + padding, routing_key="k")
-        future.add_done_callback(lambda f, t=written_at: on_ack(t, f))
+        future.add_done_callback(lambda f, t=written_at, n=seq: on_ack(t, n, f))
     writer.flush()
     round_trip_ms = (writer.round_trip_s() or 0.0) * 1000
     writer.close()
@@ -116,9 +121,13 @@ def _cell(stack: Stack, scope: str, stream: str, profile: str, rate: float, seco
     done_reading.set()
     tailer.join()
     reader.close()
+    # Ack to read: how long after its writer learned an event was stored a tailing reader had it (0 when
+    # the reader had it first: the tail check saw the commit before the answer reached the writer).
+    after_ack = [max(0.0, read_at[n] - acked_at[n]) for n in read_at if n in acked_at]
     return {"profile": profile, "rate": rate, "events": events, "acked": len(ack_latency), "read": len(read_latency),
             "ack_p50_ms": percentile(ack_latency, 0.50) * 1000, "ack_p99_ms": percentile(ack_latency, 0.99) * 1000,
             "read_p50_ms": percentile(read_latency, 0.50) * 1000, "read_p99_ms": percentile(read_latency, 0.99) * 1000,
+            "after_ack_p50_ms": percentile(after_ack, 0.50) * 1000, "after_ack_p99_ms": percentile(after_ack, 0.99) * 1000,
             "append_requests": len(requests), "requests_per_gb": len(requests) / (events * event_size / GB),
             "budget_ms": writer.config.max_latency_ms, "round_trip_ms": round_trip_ms}
 
@@ -139,9 +148,10 @@ def run(rates: tuple[float, ...] = (1, 100, 1000), profiles: tuple[str, ...] = P
 def report(results: list[dict]) -> str:
     lines = ["append latency, 1 KiB events into one segment, standalone (ms; requests per GB of payload)",
              (f"{'profile':<8} {'events/s':>8} {'events':>7} {'acked':>6} {'read':>6} {'ack p50':>8} {'ack p99':>8} "
-              f"{'read p50':>9} {'read p99':>9} {'requests':>9} {'req/GB':>10}")]
+              f"{'read p50':>9} {'read p99':>9} {'ack>read p50':>13} {'ack>read p99':>13} {'requests':>9} {'req/GB':>10}")]
     lines += [f"{r['profile']:<8} {r['rate']:>8g} {r['events']:>7} {r['acked']:>6} {r['read']:>6} "
               f"{r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} {r['read_p50_ms']:>9.1f} {r['read_p99_ms']:>9.1f} "
+              f"{r['after_ack_p50_ms']:>13.1f} {r['after_ack_p99_ms']:>13.1f} "
               f"{r['append_requests']:>9} {r['requests_per_gb']:>10.0f}" for r in results]
     lines.append("the writer's budget and its smoothed append round trip at the end of each cell (ms):")
     lines += [f"  {r['profile']} at {r['rate']:g} events/s: budget {r['budget_ms']}, round trip {r['round_trip_ms']:.1f}, "

@@ -49,24 +49,32 @@ class StaleLocation(Exception):
 
 @dataclass
 class TailBackoff:
-    """The cadence of tail checks: ``first_s`` after data was last seen, doubling while nothing
-    changes, up to ``max_s``. The first event after any idle time is seen within ``max_s`` plus one
-    round trip (and the moment an eventually consistent read takes to show it); a reader idle for a day
-    sends about 86,400 / ``max_s`` checks, each one request for all its segments."""
+    """The cadence of tail checks: every ``first_s`` while the stream is active (data seen within
+    ``active_s``), then doubling while nothing changes, up to ``max_s``. An event written while data
+    flows is seen within ``first_s`` plus the round trips; the first one after idle time within ``max_s``
+    plus a round trip (and the moment an eventually consistent read takes to show it). A reader idle
+    for a day sends about 86,400 / ``max_s`` checks, each one request for all its segments; one tailing
+    a stream that never pauses for ``active_s`` sends 1 / ``first_s`` a second while it waits."""
 
     first_s: float = 0.05
     max_s: float = 1.9
+    active_s: float = 2.0
     delay_s: float = 0.0  # 0: check at once
+    data_at: float = float("-inf")  # when data was last seen (time.monotonic())
 
     def next_delay(self) -> float:
-        """The pause before the next check (and the one after grows)."""
+        """The pause before the next check (and the one after grows, once the stream is quiet)."""
         delay = self.delay_s
-        self.delay_s = min(self.max_s, max(self.first_s, self.delay_s * 2))
+        if time.monotonic() - self.data_at < self.active_s:
+            self.delay_s = self.first_s
+        else:
+            self.delay_s = min(self.max_s, max(self.first_s, self.delay_s * 2))
         return delay
 
     def reset(self) -> None:
-        """Data arrived: check again at once, then quickly."""
+        """Data arrived: check again at once, then every ``first_s`` while more keeps coming."""
         self.delay_s = 0.0
+        self.data_at = time.monotonic()
 
 
 def _path(scope: str, stream: str, segment: str | int) -> str:
