@@ -46,7 +46,7 @@ from dataplane.scale_signals import (
 )
 from dataplane.segment_store import SegmentInfo
 from dataplane.shards import query_every_shard
-from rillet.cli_format import human_duration
+from rillet.cli.format import human_duration
 from rillet.errors import SegmentNotFound, StreamNotFound, WriteConflict
 from rillet.keyspace import split_evenly
 from rillet.models import ScaleType, ScalingPolicy, SegmentRange, StreamConfiguration, StreamState

@@ -65,7 +65,7 @@ from controlplane.models import (
 from controlplane.parallel import in_parallel
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
-from rillet.cli_format import human_bytes, human_duration, human_size, rounded_duration
+from rillet.cli.format import human_bytes, human_duration, human_size, rounded_duration
 from rillet.errors import InvalidArgument, NotFound, RilletError, StreamNotFound, WriteConflict
 from rillet.models import (
     AcknowledgedCut,

@@ -35,7 +35,7 @@ from controlplane.store import MetadataStore, failed_condition
 from controlplane.streams import MAX_CURRENT_SEGMENTS
 from dataplane.scale_signals import APPEND_REQUEST_SPLIT, COLD_FACTORS, HOT_FACTORS
 from dataplane.segment_store import SegmentInfo
-from rillet.cli_format import rounded_duration, short_duration
+from rillet.cli.format import rounded_duration, short_duration
 from rillet.errors import SegmentNotFound, WriteConflict
 from rillet.models import (
     AutoScaleDecision,

@@ -7,7 +7,8 @@ Each name is imported from its module the first time it is used (PEP 562), so th
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the CLI handles Ctrl-C only after this
 
 _MODULE_OF = {
     "AccessDenied": "rillet.errors",
@@ -198,7 +199,7 @@ if TYPE_CHECKING:  # the names as type checkers and IDEs see them
     from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'rillet' has no attribute {name!r}")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rillet.cli import build_parser
-from rillet.cli_completion import bash_script
+from rillet.cli.completion import bash_script
+from rillet.cli.parser import build_parser
 
 RILLET = str(Path(sys.executable).with_name("rillet"))
 ALICE = "arn:aws:iam::123456789012:user/alice"

@@ -1,4 +1,4 @@
-"""The scenarios of pravega_client's own Python tests, through ``rillet.pravega_client``.
+"""The scenarios of pravega_client's own Python tests, through ``rillet.pravega``.
 
 Ported from pravega-client-python's tests (pravega_client_test.py, pravega_reader_test.py, test.py):
 only the import and the controller URI change (``url``, the standalone stack's controller, instead
@@ -13,8 +13,8 @@ import asyncio
 import pytest
 
 import rillet
-import rillet.pravega_client as pravega_client  # noqa: PLR0402 - the one line a user of pravega_client changes
-from rillet.pravega_client import StreamRetentionPolicy, StreamScalingPolicy, TxnFailedException
+import rillet.pravega as pravega_client  # the one line a user of pravega_client changes
+from rillet.pravega import StreamRetentionPolicy, StreamScalingPolicy, TxnFailedException
 
 WAIT_S = 30
 

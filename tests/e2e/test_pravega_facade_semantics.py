@@ -18,8 +18,8 @@ import time
 import pytest
 
 import rillet
-import rillet.pravega_client as pravega_client  # noqa: PLR0402 - the one line a user of pravega_client changes
-from rillet.pravega_client import TxnFailedException
+import rillet.pravega as pravega_client  # the one line a user of pravega_client changes
+from rillet.pravega import TxnFailedException
 
 WAIT_S = 30
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rillet.cli import _command_word, build_parser, main
-from rillet.cli_completion import value_option_spellings
+from rillet.cli import main
+from rillet.cli.completion import value_option_spellings
+from rillet.cli.parser import _command_word, build_parser
 
 ARN = "arn:aws:iam::123456789012:user/alice"
 

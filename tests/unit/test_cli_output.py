@@ -3,8 +3,8 @@
 import io
 
 from rillet import RetentionPolicy
-from rillet.cli_data import Progress
-from rillet.cli_format import describe_retention, human_duration, human_size
+from rillet.cli.data import Progress
+from rillet.cli.format import describe_retention, human_duration, human_size
 
 
 class Terminal(io.StringIO):

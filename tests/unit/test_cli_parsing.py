@@ -1,4 +1,4 @@
-"""The CLI's option parsers (rillet.cli): durations, sizes and scaling policies. No server involved."""
+"""The CLI's option parsers (rillet.cli.streams): durations, sizes and scaling policies. No server involved."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 
 import pytest
 
-from rillet.cli import build_parser, main, parse_duration_ms, parse_scaling, parse_size
+from rillet.cli import main
+from rillet.cli.parser import build_parser
+from rillet.cli.streams import parse_duration_ms, parse_scaling, parse_size
 from rillet.models import ScaleType, ScalingPolicy
 
 

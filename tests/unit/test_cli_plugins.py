@@ -11,11 +11,11 @@ import pytest
 
 PROBE = """
 import sys
-from rillet.cli import build_parser
+from rillet.cli.parser import build_parser
 parser = build_parser(sys.argv[1:])
-print(" ".join(sorted(m for m in sys.modules if m == "standalone.cli" or m.startswith("rillet.cli_"))))
+print(" ".join(sorted(m for m in sys.modules if m == "standalone.cli" or m.startswith("rillet.cli."))))
 """
-COMMAND_MODULES = {"rillet.cli_admin", "rillet.cli_data", "rillet.cli_grants", "rillet.cli_kvt", "rillet.cli_segments"}
+COMMAND_MODULES = {"rillet.cli.admin", "rillet.cli.data", "rillet.cli.grants", "rillet.cli.kvt", "rillet.cli.segments"}
 
 
 def _imported(*argv: str) -> set[str]:
@@ -42,15 +42,15 @@ def test_the_plugin_is_imported_for_its_command_and_completion(argv):
 
 @pytest.mark.parametrize(("argv", "modules"), [
     (["--version"], set()), (["--help"], set()), (["scope", "list"], set()),
-    (["kvt", "get", "a/b", "k"], {"rillet.cli_kvt"}), (["--json", "rg", "list", "a"], {"rillet.cli_admin", "rillet.cli_data"}),  # resolve_cut
-    (["stream", "info", "a/b"], {"rillet.cli_data", "rillet.cli_segments"}),
+    (["kvt", "get", "a/b", "k"], {"rillet.cli.kvt"}), (["--json", "rg", "list", "a"], {"rillet.cli.admin", "rillet.cli.data"}),  # resolve_cut
+    (["stream", "info", "a/b"], {"rillet.cli.data", "rillet.cli.segments"}),
     (["completion", "bash"], COMMAND_MODULES)])
 def test_a_command_imports_only_its_own_module(argv, modules):
     assert _imported(*argv) & COMMAND_MODULES == modules
 
 
 def test_the_placeholder_never_runs_in_place_of_the_plugin():
-    from rillet.cli import build_parser
+    from rillet.cli.parser import build_parser
 
     args = build_parser(["standalone", "--no-dagster"]).parse_args(["standalone", "--no-dagster"])
     assert args.no_dagster and args.func.__module__ == "standalone.cli"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rillet import cli
+from rillet.cli import streams
 from rillet.models import SegmentPosition, SegmentRange, StreamConfiguration, StreamInfo, StreamState
 
 
@@ -30,7 +31,7 @@ class _Manager:
     (_info((4294967297, 0.0, 0.5, 1_234_567), (4294967298, 0.5, 1.0, 9)), "2 segments"),
 ])
 def test_the_segment_table_sits_under_its_headers(capsys, monkeypatch, info, count):
-    monkeypatch.setattr(cli, "_manager", lambda args: _Manager(info))
+    monkeypatch.setattr(streams, "_manager", lambda args: _Manager(info))
     assert cli.main(["stream", "info", "demo/s"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert f"segments    {count}" in lines

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from rillet import cli, cli_segments
+from rillet import cli
+from rillet.cli import segments as cli_segments
 from rillet.models import (
     AutoScaleDecision,
     ScalingPolicy,

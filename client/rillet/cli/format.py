@@ -1,12 +1,12 @@
-"""How the CLI, and Dagster's reports, state sizes, durations and policies: ``10 GB``, ``7d``,
-``time >= 7d``. Imports nothing, so it costs a command nothing to load."""
+"""How the CLI, and Dagster's reports, state sizes, durations, policies and rejected values: ``10 GB``,
+``7d``, ``time >= 7d``, ``fixed:3``. Imports nothing, so it costs a command nothing to load."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rillet.models import RetentionPolicy
+    from rillet.models import RetentionPolicy, ScalingPolicy
 
 _UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
 _UNITS_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
@@ -53,6 +53,14 @@ def describe_retention(policy: RetentionPolicy | None) -> str:
     return f"{text}; {limits}"
 
 
+def describe_scaling(policy: ScalingPolicy) -> str:
+    """``fixed:3``, ``events:100,2,1``: the form ``--scaling`` takes."""
+    if policy.scale_type.value == "FIXED_NUM_SEGMENTS":
+        return f"fixed:{policy.min_num_segments}"
+    kind = "events" if policy.scale_type.value == "BY_RATE_IN_EVENTS_PER_SEC" else "kbytes"
+    return f"{kind}:{policy.target_rate},{policy.scale_factor},{policy.min_num_segments}"
+
+
 def human_bytes(count: float) -> str:
     """Rounded for reading (``1.5 KB``); human_size states a configured size exactly."""
     if count < 1000:
@@ -82,3 +90,17 @@ def short_duration(ms: float) -> str:
                 text += f"{rest}{next_unit}" if rest else ""
             return text
     return "0s"
+
+
+def one_line(error: ValueError) -> str:
+    """A rejected value in one line: a pydantic error's first message (naming the field), not its report."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors(include_url=False)[0]
+        cause = first.get("ctx", {}).get("error")
+        message = str(cause) if first["type"] == "value_error" and cause is not None else first["msg"]
+        field = ".".join(str(part) for part in first["loc"])
+        more = error.error_count() - 1
+        return f"{field + ': ' if field else ''}{message}{f' (and {more} more)' if more else ''}"
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rillet.cli_commands import HELP
+from rillet.cli.commands import HELP
 from rillet.grants import GrantsClient, Permission
 from rillet.transport import Transport
 

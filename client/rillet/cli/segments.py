@@ -12,8 +12,15 @@ import argparse
 import json
 import time
 
-from rillet.cli_data import accept_relative_times, parse_time_ms, positive_int, resolve_cut
-from rillet.cli_format import counted, human_bytes, human_duration, rounded_duration, short_duration
+from rillet.cli.data import accept_relative_times, parse_time_ms, positive_int, resolve_cut
+from rillet.cli.format import (
+    counted,
+    describe_scaling,
+    human_bytes,
+    human_duration,
+    rounded_duration,
+    short_duration,
+)
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.keyspace import KeyRange, covers_exactly, merge_adjacent, split_evenly
@@ -127,8 +134,6 @@ def _rate(value: float) -> str:
 
 def _policy_text(rates: StreamRates) -> list[str]:
     """The scaling line(s): the policy, and for an auto-scaled stream its split and merge thresholds."""
-    from rillet.cli import describe_scaling
-
     policy = rates.scaling_policy
     if not rates.auto_scaled:
         return [(f"scaling    {describe_scaling(policy)}: does not auto-scale (a fixed number of segments; "

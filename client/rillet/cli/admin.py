@@ -7,9 +7,9 @@ import argparse
 import json
 import time
 
-from rillet.cli_commands import HELP
-from rillet.cli_data import resolve_cut
-from rillet.cli_format import counted, describe_retention, human_bytes, human_duration, rounded_duration
+from rillet.cli.commands import HELP
+from rillet.cli.data import resolve_cut
+from rillet.cli.format import counted, describe_retention, human_bytes, human_duration, rounded_duration
 from rillet.connection import Connection
 from rillet.errors import ReaderGroupNotFound
 from rillet.models import (

@@ -1,34 +1,29 @@
-"""The ``rillet`` command: scopes and streams from a shell, and the standalone stack.
-
-Every command prints a readable summary, or JSON with ``--json``. The endpoint comes from
-``--endpoint`` or ``RILLET_ENDPOINT`` (default: the standalone controller on 127.0.0.1:9090).
-Server-side commands (``rillet standalone``) are plugins registered under the ``rillet.cli`` entry
-point group, so the SDK itself depends on nothing server-side.
-"""
+"""``rillet scope`` and ``rillet stream create|update|seal|delete|list|info``: scopes and the life of
+streams, with their configuration given as options in human terms (``--retention-time 7d``,
+``--scaling events:100,2,1``) and shown the same way."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
 import re
-import sys
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-# Only what building the parser needs: the SDK's models and clients are imported by the commands
-# that use them (bench.cli_startup measures what a command costs to start).
-from rillet import cli_completion, cli_format
-from rillet.cli_commands import HELP, MODULES
-from rillet.errors import AlreadyExists, InvalidArgument, NoSuchKey, NotFound, RilletError, ScopeNotFound
+from rillet.cli.format import (
+    counted,
+    describe_retention,
+    describe_scaling,
+    human_duration,
+    human_size,
+    one_line,
+)
+from rillet.errors import AlreadyExists, InvalidArgument, ScopeNotFound
 from rillet.names import split_scoped_name
 
 if TYPE_CHECKING:
     from rillet.manager import StreamManager
     from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:9090"
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 _SIZE = re.compile(r"^(\d+)(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$")
@@ -66,19 +61,12 @@ def parse_scaling(text: str) -> ScalingPolicy:
         if kind == "kbytes" and len(numbers) == 3:
             return ScalingPolicy.by_data_rate(*numbers)
     except ValueError as e:  # not a number, or a policy the model refuses (fixed:0)
-        raise argparse.ArgumentTypeError(f"bad scaling policy {text!r}: {_one_line(e)}") from e
+        raise argparse.ArgumentTypeError(f"bad scaling policy {text!r}: {one_line(e)}") from e
     raise argparse.ArgumentTypeError(f"bad scaling policy {text!r} (fixed:N, events:T,F,MIN or kbytes:T,F,MIN)")
 
 
 class UsageError(InvalidArgument):
     """Options that parse but cannot go together: refused before any request, exit 2 as argparse's errors."""
-
-
-class NotARilletController(RilletError):
-    """The endpoint answered, but not as a Rillet controller does (moto's or Dagster's port, a web page):
-    said as such rather than as the "not found" or "bad argument" its answer would otherwise read as."""
-
-    code = "NotARilletController"
 
 
 def _exclusive(args: argparse.Namespace, *pairs: tuple[str, str], why: str) -> None:
@@ -158,22 +146,12 @@ def _configuration_change(args: argparse.Namespace) -> dict[str, Any]:
     return change
 
 
-def describe_scaling(policy: ScalingPolicy) -> str:
-    """``fixed:3``, ``events:100,2,1``: the form ``--scaling`` takes."""
-    from rillet.models import ScaleType
-
-    if policy.scale_type == ScaleType.FIXED_NUM_SEGMENTS:
-        return f"fixed:{policy.min_num_segments}"
-    kind = "events" if policy.scale_type == ScaleType.BY_RATE_IN_EVENTS_PER_SEC else "kbytes"
-    return f"{kind}:{policy.target_rate},{policy.scale_factor},{policy.min_num_segments}"
-
-
 def _configuration_lines(config: StreamConfiguration) -> dict[str, str]:
     return {"scaling": describe_scaling(config.scaling_policy),
-            "retention": cli_format.describe_retention(config.retention_policy),
+            "retention": describe_retention(config.retention_policy),
             "tags": ", ".join(sorted(config.tags)) or "-",
-            "timestamp aggregation timeout": cli_format.human_duration(config.timestamp_aggregation_timeout_ms),
-            "rollover size": cli_format.human_size(config.rollover_size_bytes)}
+            "timestamp aggregation timeout": human_duration(config.timestamp_aggregation_timeout_ms),
+            "rollover size": human_size(config.rollover_size_bytes)}
 
 
 def configuration_differences(existing: StreamConfiguration, asked: StreamConfiguration) -> list[str]:
@@ -269,10 +247,10 @@ def _stream_info(args: argparse.Namespace) -> None:
         f"stream      {info.scope}/{info.stream}",
         f"state       {info.state.value}",
         f"scaling     {describe_scaling(policy)}",
-        f"retention   {cli_format.describe_retention(info.configuration.retention_policy)}",
+        f"retention   {describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
         f"epoch       {info.current_epoch}",
-        f"segments    {cli_format.counted(len(info.tail), 'segment')}",
+        f"segments    {counted(len(info.tail), 'segment')}",
     ]
     heads = {p.segment.segment_id: p.offset for p in info.head}
     table = [["id", "range", "head", "tail"]] + [
@@ -310,46 +288,17 @@ def _add_configuration_options(parser: argparse.ArgumentParser, *, update: bool)
         parser.add_argument("--tag", action="append", default=[], help="a stream tag (repeatable)")
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The command tree. Given the arguments it is about to parse, a command's module (and the SDK it
-    imports) is imported only if they name the command or need every command (completion); otherwise
-    the command is a placeholder. So ``rillet --version`` and ``--help`` import no SDK, a plain command
-    only what it uses, and none imports the server (``rillet standalone``, a plugin)."""
-    from importlib.metadata import version  # here, not at import: Ctrl-C meets main's handling sooner
-
-    parser = argparse.ArgumentParser(prog="rillet", description="Rillet streams from the command line.")
-    parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
-                        help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument("--as", dest="identity", metavar="IAM_ARN",
-                        help="act as this IAM identity: only a standalone stack started with --simulate-identities "
-                             "honours it (env RILLET_SIMULATED_IDENTITY); on AWS the signed identity counts")
-    parser.add_argument("--version", action="version", version=f"rillet {version('rillet')}")
-    word = None if argv is None else _command_word(parser, argv)
-    every = argv is None or word == "completion"
-
-    def wanted(name: str) -> bool:
-        return every or word == name
-
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_scope_commands(commands: argparse._SubParsersAction) -> None:
     scope = commands.add_parser("scope", help="create, delete and list scopes").add_subparsers(dest="action", required=True)
     for name, fn, help_text in (("create", _scope_create, "create a scope"), ("delete", _scope_delete, "delete an empty scope")):
         p = scope.add_parser(name, help=help_text)
         p.add_argument("scope")
         p.set_defaults(func=fn)
     scope.add_parser("list", help="list scopes").set_defaults(func=_scope_list)
-    stream = commands.add_parser("stream", help="create, update, seal, delete, list and describe streams; "
-                                                "write, read and tail events; segments, scaling, cuts")
-    if wanted("stream"):
-        _add_stream_actions(stream.add_subparsers(dest="action", required=True))
-    _add_module_commands(commands, wanted)
-    cli_completion.register(commands, parser)
-    return parser
 
 
-def _add_stream_actions(actions: argparse._SubParsersAction) -> None:
-    from rillet import cli_data, cli_segments
-
+def register(actions: argparse._SubParsersAction) -> None:
+    """The actions on a stream's life: create, update, seal, delete, info, list."""
     for name, fn, help_text in (("create", _stream_create, "create a stream"),
                                 ("update", _stream_update, "change what the options name in a stream's configuration")):
         p = actions.add_parser(name, help=help_text)
@@ -365,117 +314,3 @@ def _add_stream_actions(actions: argparse._SubParsersAction) -> None:
     p.add_argument("scope")
     p.add_argument("--tag", help="only streams with this tag")
     p.set_defaults(func=_stream_list)
-    cli_data.register(actions)
-    cli_segments.register(actions)
-
-
-def _add_module_commands(commands: argparse._SubParsersAction, wanted: Callable[[str], bool]) -> None:
-    """The commands of cli_admin, cli_kvt and cli_grants, and the plugins' (``rillet standalone``,
-    which imports the server): each module imported only if a command it adds is wanted, otherwise
-    its commands are placeholders that show in ``--help``."""
-    from importlib.metadata import entry_points
-
-    for module, names in MODULES.items():
-        if any(wanted(name) for name in names):
-            importlib.import_module(module).register(commands)
-        else:
-            for name in names:
-                commands.add_parser(name, help=HELP[name])
-    for plugin in entry_points(group="rillet.cli"):
-        if wanted(plugin.name):
-            register: Callable[[Any], None] = plugin.load()
-            register(commands)
-        else:
-            commands.add_parser(plugin.name, help=f"a plugin: rillet {plugin.name} --help")
-
-
-def _command_word(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
-    """The command the arguments name (``scope``, ``standalone``, ...), past the global options and the
-    values of those that take one (``--endpoint URL``, ``--as ARN``)."""
-    takes_value = set(cli_completion.value_option_spellings(parser))
-    words = iter(argv)
-    for word in words:
-        if word in takes_value:
-            next(words, None)
-        elif not word.startswith("-"):
-            return word
-    return None
-
-
-def _one_line(error: ValueError) -> str:
-    """A rejected value in one line: a pydantic error's first message (naming the field), not its report."""
-    from pydantic import ValidationError
-
-    if isinstance(error, ValidationError) and error.errors():
-        first = error.errors(include_url=False)[0]
-        cause = first.get("ctx", {}).get("error")
-        message = str(cause) if first["type"] == "value_error" and cause is not None else first["msg"]
-        field = ".".join(str(part) for part in first["loc"])
-        more = error.error_count() - 1
-        return f"{field + ': ' if field else ''}{message}{f' (and {more} more)' if more else ''}"
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-def exit_code(error: RilletError) -> int:
-    """3 when what the command names does not exist (scripts can tell it apart), 2 for bad input, else 1."""
-    if isinstance(error, (NotFound, NoSuchKey)):
-        return 3
-    if isinstance(error, InvalidArgument):
-        return 2
-    return 1
-
-
-def _not_a_controller(endpoint: str, answer: str) -> NotARilletController:
-    return NotARilletController(f"{endpoint} is not a Rillet controller (it answered with {answer}): point "
-                                f"--endpoint or RILLET_ENDPOINT at one (the standalone stack's is {DEFAULT_ENDPOINT})")
-
-
-def _report(args: argparse.Namespace, error: RilletError) -> int:
-    """Print the error in one line (its body with ``--json``) on stderr; its exit code."""
-    if args.json:
-        print(json.dumps(error.to_wire()), file=sys.stderr)
-    else:
-        print(f"error: {error.code}: {error.message}", file=sys.stderr)
-    return exit_code(error)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a command; its exit code. Ctrl-C at any point, the imports of building the parser included,
-    exits 130 without a traceback."""
-    try:
-        return _run(sys.argv[1:] if argv is None else list(argv))
-    except KeyboardInterrupt:  # Ctrl-C (of a `tail -f`, or while importing): the way to stop, not a failure
-        return 130
-
-
-def _run(argv: list[str]) -> int:
-    args = build_parser(argv).parse_args(argv)
-    from rillet.api import SIMULATED_IDENTITY_ENV  # after parsing: --version and --help never load the models
-
-    previous_identity = os.environ.get(SIMULATED_IDENTITY_ENV)
-    if args.identity:
-        os.environ[SIMULATED_IDENTITY_ENV] = args.identity  # every client the command builds sends it
-    try:
-        args.func(args)
-    except json.JSONDecodeError:  # a success answer that is not JSON: a web page, not a controller
-        return _report(args, _not_a_controller(args.endpoint, "a page that is not JSON"))
-    except RilletError as e:
-        if e.code.startswith("HTTP") and e.status in (400, 404, 405):  # an error without a Rillet error body
-            e = _not_a_controller(args.endpoint, f"HTTP {e.status} without a Rillet error")
-        return _report(args, e)
-    except ValueError as e:  # a configuration the model rejects (pydantic errors are ValueErrors): a bad argument
-        return _report(args, InvalidArgument(_one_line(e)))
-    except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as cat does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        return 141
-    finally:
-        if args.identity:  # for this command only (main also runs in-process, from tests and scripts)
-            if previous_identity is None:
-                os.environ.pop(SIMULATED_IDENTITY_ENV, None)
-            else:
-                os.environ[SIMULATED_IDENTITY_ENV] = previous_identity
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ HELP = {
 }
 # module -> the commands its register(commands) adds
 MODULES = {
-    "rillet.cli_admin": ("rg", "txn", "retention"),
-    "rillet.cli_kvt": ("kvt",),
-    "rillet.cli_grants": ("grant",),
+    "rillet.cli.admin": ("rg", "txn", "retention"),
+    "rillet.cli.kvt": ("kvt",),
+    "rillet.cli.grants": ("grant",),
 }

@@ -12,7 +12,7 @@ import argparse
 import base64
 import json
 
-from rillet.cli_commands import HELP
+from rillet.cli.commands import HELP
 from rillet.errors import KeyValueTableNotFound, NoSuchKey
 from rillet.kvt import KeyValueTable, KeyValueTableManager, TableEntry, Version, table_key
 from rillet.kvt_models import KeyValueTableConfiguration, TableKey

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import TextIO
 
-from rillet.cli_format import human_bytes
+from rillet.cli.format import human_bytes
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.names import split_scoped_name
