@@ -213,7 +213,7 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
     import uuid
 
     from bench.cost import usage
-    from controlplane import reader_groups as module
+    from controlplane.reader_groups import groups as module
     from controlplane.service import Controller
     from dataplane.deployment import Deployment
     from rillet.models import ScalingPolicy, StreamConfiguration

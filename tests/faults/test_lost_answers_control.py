@@ -31,7 +31,6 @@ from test_commit_crashes import STREAM, Setup, commits_left_waiting
 from test_kvt_crashes import CONFIG, TABLE, _entries_left, _fill
 from test_workflow_crashes import WORKFLOWS, Ctx
 
-from controlplane import reader_groups as reader_groups_module
 from controlplane.kvtables import KeyValueTables
 from controlplane.models import (
     MetadataItem,
@@ -44,6 +43,7 @@ from controlplane.models import (
     txn_sk,
 )
 from controlplane.reader_groups import LEASE_KEY
+from controlplane.reader_groups import groups as reader_groups_module
 from controlplane.retention import DECISION_KEY, RetentionSettings, RetentionTasks
 from controlplane.service import Controller
 from controlplane.streams import now_ms

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane import reader_groups as module
 from controlplane.models import reader_group_pk
+from controlplane.reader_groups import groups as module
 from controlplane.reader_items import ReaderItemRecord, reader_sk
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import ReaderNotInReaderGroup
