@@ -302,12 +302,17 @@ class WatermarkTasks:
         return Watermark(int(w["lower_ms"]), int(w["upper_ms"]), _positions(w["cut"]))
 
     def run(self, now: int | None = None, shards: list[int] | None = None,
-            streams: list[tuple[str, str]] | None = None) -> list[tuple[str, Watermark]]:
+            streams: list[tuple[str, str]] | None = None, budget_s: float | None = None) -> list[tuple[str, Watermark]]:
         """Compute the watermark of each due stream (of ``shards``, or the ``streams`` a caller already
-        found due), several at once (controlplane.parallel); returns the watermarks appended."""
+        found due), several at once (controlplane.parallel); returns the watermarks appended. With
+        ``budget_s``, a stream not started within that many seconds is left due for the next look (a
+        sensor tick must end within Dagster's 60 s, however slow the store answers)."""
         due = self.due(now, shards) if streams is None else streams
+        stop_at = None if budget_s is None else time.monotonic() + budget_s
 
         def one(name: tuple[str, str]) -> tuple[str, Watermark] | None:
+            if stop_at is not None and time.monotonic() > stop_at:
+                return None
             try:
                 watermark = self.compute(*name, now)
             except (StreamNotFound, WriteConflict, IllegalState):

@@ -32,6 +32,8 @@ from dataplane.shards import SHARDS
 # A tick computes this many due streams itself (each a few round trips, controlplane.parallel.WORKERS at
 # once: about a second at AWS latencies); more go to runs.
 INLINE_STREAMS = 40
+# Seconds a tick spends computing them at most: the streams not reached stay due for the next tick.
+TICK_BUDGET_S = 20.0
 RUN_GROUPS = 4  # runs a busy tick launches: the shards n with n % RUN_GROUPS == group go to one run
 _GROUP_TAG = "rillet/watermark-shards"
 _IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
@@ -78,7 +80,7 @@ def watermark_sensor(context: SensorEvaluationContext, rillet: RilletDeployment)
     watermarks = rillet.controller().watermarks
     due = watermarks.due()
     if len(due) <= INLINE_STREAMS:
-        appended = watermarks.run(streams=due)
+        appended = watermarks.run(streams=due, budget_s=TICK_BUDGET_S)
         for stream, watermark in appended:
             context.log.info("%s: watermark [%d, %d]", stream, watermark.lower_ms, watermark.upper_ms)
         return SkipReason(f"{len(due)} stream(s) due, appended {len(appended)} watermark(s)" + (

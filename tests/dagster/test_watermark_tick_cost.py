@@ -132,3 +132,19 @@ def test_a_tick_with_more_due_than_it_computes_launches_runs(isolated, unique, m
                                                 resources={"rillet": resource}).success
     assert all(controller.watermarks.last(*n.split("/")).lower_ms == 1_000 for n in names)
     assert controller.watermarks.due() == []
+
+
+def test_a_tick_out_of_time_leaves_the_streams_it_did_not_reach_due_for_the_next(isolated, unique, monkeypatch):
+    """A slow store (a loaded laptop's moto) cannot push a tick past Dagster's 60 s: the streams not
+    started within the tick's budget are computed by a later tick, none lost."""
+    _, resource = isolated
+    controller = resource.controller()
+    names = _watermarked_streams(controller, unique, 3)
+    monkeypatch.setattr(sensor_module, "TICK_BUDGET_S", 0.0)
+    outcome = _tick(resource)
+    assert isinstance(outcome, SkipReason) and "appended 0" in outcome.skip_message
+    assert sorted(f"{s}/{n}" for s, n in controller.watermarks.due()) == sorted(names)
+    monkeypatch.setattr(sensor_module, "TICK_BUDGET_S", 20.0)
+    _tick(resource)
+    assert all(controller.watermarks.last(*n.split("/")).lower_ms == 1_000 for n in names)
+    assert controller.watermarks.due() == []
