@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import signal
-import threading
+import sys
 
-from standalone.stack import Stack, StackConfig
+from standalone import stopping
+from standalone.stack import PortInUse, Stack, StackConfig
 
 LOG_DIR = ".rillet/logs"
 
@@ -33,19 +34,33 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    """Start, serve until a stop signal, stop. Exits 130 after Ctrl-C (128 + the signal's number), at
+    any moment of start-up too; 2, with nothing started, when a port is taken."""
+    stopping.catch_stop_signals()  # before anything starts: from now on Ctrl-C stops what has started
     config = StackConfig(host=args.host, moto_port=args.moto_port, controller_port=args.controller_port,
                          append_port=args.append_port, read_port=args.read_port, tails_port=args.tails_port,
                          dagster_port=args.dagster_port, with_dagster=not args.no_dagster, log_dir=args.log_dir,
                          simulate_identities=args.simulate_identities)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    print("starting Rillet standalone (data lives in memory and is gone when it stops) ...", flush=True)
-    stack = Stack(config).start()
+    stack = Stack(config)
     try:
+        print("starting Rillet standalone (data lives in memory and is gone when it stops) ...", flush=True)
+        stack.start(cancel=stopping.requested)
         if stack.dagster:
             print("waiting for Dagster to load the code location ...", flush=True)
-            stack.wait_for_dagster()
+            stack.wait_for_dagster(cancel=stopping.requested)
+    except PortInUse as e:
+        for clash in e.clashes:
+            line = json.dumps({"code": e.code, "message": clash}) if args.json else f"error: {e.code}: {clash}"
+            print(line, file=sys.stderr)
+        raise SystemExit(2) from None
+    except stopping.StartCancelled:
+        stack.stop()
+        print("rillet standalone: interrupted while starting; stopped what had started", flush=True)
+        raise SystemExit(stopping.exit_status()) from None
+    except BaseException:
+        stack.stop()
+        raise
+    try:
         print(f"""
 Rillet standalone is up:
   controller API  {stack.controller_url}      (rillet --endpoint {stack.controller_url} ...)
@@ -57,8 +72,9 @@ Rillet standalone is up:
   logs, metrics   {os.path.abspath(args.log_dir)}/<controller|append|read|tails|dagster>.log
                   (this terminal shows only warnings and errors)
 Press Ctrl-C to stop.""", flush=True)
-        stop.wait()
-    finally:
+        stopping.requested.wait()
         print("stopping ...", flush=True)
+    finally:
         stack.stop()
-        print("stopped.", flush=True)
+    print("stopped.", flush=True)
+    raise SystemExit(stopping.exit_status())

@@ -27,7 +27,9 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -37,6 +39,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from rillet import api
 from standalone import faults, logs
+from standalone.stopping import raise_if_cancelled
 
 MAX_PAYLOAD = 6 * 1024 * 1024
 # A client that stops sending in the middle of a body is answered (400) after this long, instead of
@@ -105,7 +108,6 @@ _handler = None
 
 def _load_handler(path: str, env: dict[str, str]) -> None:
     global _handler
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the stack, which stops the workers
     os.environ.update(env)
     faults.install_from_env()  # only when the stack injects faults into this function (history tests)
     logs.route_worker_output()  # when the stack keeps the terminal quiet (rillet standalone)
@@ -224,9 +226,16 @@ class FunctionUrl:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> FunctionUrl:
-        # Warm every worker before taking traffic, so the first requests do not pay the imports.
-        list(self.pool.map(_warm, range(self.spec.workers)))
+    def start(self, cancel: threading.Event | None = None) -> FunctionUrl:
+        """Spawn and warm every worker, then take traffic (the first requests do not pay the imports).
+        ``cancel`` set meanwhile abandons the wait (StartCancelled); ``stop`` ends the workers."""
+        with _terminal_signals_blocked():  # each call spawns a worker: all of them are spawned here
+            warming = {self.pool.submit(_warm, n) for n in range(self.spec.workers)}
+        while warming:
+            raise_if_cancelled(cancel)
+            done, warming = wait(warming, timeout=0.1)
+            for future in done:
+                future.result()  # BrokenProcessPool if a worker could not import its handler
         self.thread.start()
         return self
 
@@ -235,10 +244,17 @@ class FunctionUrl:
         return list(self.pool._processes or {})
 
     def stop(self) -> None:
+        """Stop taking requests and end the workers at once, those still importing their handler
+        included (a function keeps nothing): waiting for them delayed a stop by seconds."""
         if self.thread.is_alive():  # shutdown() waits for serve_forever, forever if it never ran
             self.server.shutdown()
         self.server.server_close()
+        workers = list((self.pool._processes or {}).values())
         self.pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:  # as Python 3.14's ProcessPoolExecutor.terminate_workers()
+            worker.terminate()
+        for worker in workers:
+            worker.join()
 
     def invoke(self, event: dict) -> Any:
         result, seconds = self.pool.submit(_invoke, self.spec, event).result(timeout=self.spec.timeout_s + 5)
@@ -354,6 +370,19 @@ def _drain(stream: Any, length: int) -> None:
     """Read and drop up to ``length`` bytes (less if the client closes), a chunk at a time."""
     while length > 0 and (chunk := stream.read(min(length, 1 << 20))):
         length -= len(chunk)
+
+
+@contextmanager
+def _terminal_signals_blocked() -> Iterator[None]:
+    """Processes spawned inside start with the terminal's signals blocked (a child inherits the signal
+    mask, and Python leaves it as it finds it): Ctrl-C reaches the whole foreground group, workers
+    included, and is for the stack to handle (standalone/stopping.py). The stack ends its workers
+    with SIGTERM. The standard library starts multiprocessing's resource tracker the same way."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _warm(_: int) -> bool:

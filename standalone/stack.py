@@ -23,18 +23,17 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
 
 from dataplane.deployment import Deployment
-from rillet.errors import RilletError
+from rillet.errors import InvalidArgument
 from standalone.faults import FAULTS_ENV, FaultConfig
 from standalone.gateway import FunctionSpec, FunctionUrl, InvocationMeter
 from standalone.logs import LOG_FILE_ENV, tee_process_output
 from standalone.moto_server import MotoServer, RequestMeter
 from standalone.resources import create_resources
+from standalone.stopping import pause, raise_if_cancelled
 
 # The functions' memory where it is not the default 512 MB, as infra/terraform/lambda.tf sets it (the
 # invocation meter bills GB-seconds with it).
@@ -53,6 +52,10 @@ sensors:
   use_threads: true
   num_workers: 4
 """
+# How long Dagster has to stop by itself before it is killed. Its state is deleted right after (it lives in
+# DAGSTER_HOME, and so do its code servers' sockets), so waiting longer keeps nothing: on two busy cores
+# its webserver, daemon and code servers took 10 to 20 s to stop.
+DAGSTER_STOP_S = 5
 
 
 @dataclass
@@ -70,8 +73,9 @@ class StackConfig:
     sensor_intervals_s: dict[str, int] = field(default_factory=lambda: {
         "sweeper": 15, "tiering": 30, "txn_timeout": 10, "autoscale": 15, "watermark": 10})
     # Settings for every component (handlers and Dagster), e.g. RILLET_RATE_WINDOWS_S for fast auto-scaling.
+    # One shard per index (dataplane/shards.py): moto has no partitions and scans the table for each index query.
     env: dict[str, str] = field(default_factory=lambda: {
-        "RILLET_RETENTION_CRON": "* * * * *", "RILLET_RETENTION_FREQUENCY_MS": "60000"})
+        "RILLET_RETENTION_CRON": "* * * * *", "RILLET_RETENTION_FREQUENCY_MS": "60000", "RILLET_INDEX_SHARDS": "1"})
     # Faults injected into the AWS calls of the named functions' handlers (standalone/faults.py).
     faults: FaultConfig | None = None
     # Where the functions and Dagster write their output (one file each, emptied at start); None leaves
@@ -111,41 +115,70 @@ class Stack:
     def dagster_url(self) -> str | None:
         return f"http://{self.config.host}:{self._dagster_port}" if self.dagster else None
 
-    def start(self) -> Stack:
+    def start(self, cancel: threading.Event | None = None) -> Stack:
+        """Start everything; each port is checked first (PortInUse names every clash, before anything
+        starts). A failed start stops what it had started, and so does ``cancel`` (set by Ctrl-C in
+        ``rillet standalone``), looked at between the steps and in their waits (StartCancelled)."""
         cfg = self.config
+        raise_if_cancelled(cancel)
+        if clashes := self.port_clashes():
+            raise PortInUse(clashes)
         os.environ.update({k: os.environ.get(k, v) for k, v in FAKE_CREDENTIALS.items()})
-        with _port_in_use("DynamoDB + S3 (moto)", "--moto-port", cfg.moto_port):
-            self.moto = MotoServer(cfg.host, cfg.moto_port, self.requests).start()
-        self.deployment = Deployment(endpoint_url=self.moto.url)
-        create_resources(self.deployment)
-        # Trying grants (simulated identities), a grant added or removed must apply to the very next
-        # command, whichever worker serves it: no grant cache (each request reads the grant count and
-        # the caller's grants, two moto reads). Without identities there is nothing to cache.
-        grants = {"RILLET_GRANTS_CACHE_S": "0"} if cfg.simulate_identities else {}
-        env = {**FAKE_CREDENTIALS, **self.deployment.to_env(), "POWERTOOLS_TRACE_DISABLED": "true",
-               "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **grants, **cfg.env}
         try:
+            self.moto = MotoServer(cfg.host, cfg.moto_port, self.requests).start()
+            raise_if_cancelled(cancel)
+            self.deployment = Deployment(endpoint_url=self.moto.url)
+            create_resources(self.deployment)
+            raise_if_cancelled(cancel)
+            # Trying grants (simulated identities), a grant added or removed must apply to the very next
+            # command, whichever worker serves it: no grant cache (each request reads the grant count and
+            # the caller's grants, two moto reads). Without identities there is nothing to cache.
+            grants = {"RILLET_GRANTS_CACHE_S": "0"} if cfg.simulate_identities else {}
+            env = {**FAKE_CREDENTIALS, **self.deployment.to_env(), "POWERTOOLS_TRACE_DISABLED": "true",
+                   "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **grants, **cfg.env}
             for name, port in (("append", cfg.append_port), ("read", cfg.read_port), ("tails", cfg.tails_port)):
                 spec = FunctionSpec(name, f"lambdas.{name}.handler.handler",
                                     FUNCTION_MEMORY_MB.get(name, FunctionSpec.memory_mb), workers=cfg.workers[name])
-                with _port_in_use(f"{name} API", f"--{name}-port", port):
-                    self.functions[name] = FunctionUrl(spec, self._function_env(name, env), self.invocations,
-                                                       cfg.host, port, cfg.simulate_identities)
+                self.functions[name] = FunctionUrl(spec, self._function_env(name, env), self.invocations,
+                                                   cfg.host, port, cfg.simulate_identities)
             env = {**env, "RILLET_APPEND_URL": self.functions["append"].url,
                    "RILLET_READ_URL": self.functions["read"].url, "RILLET_TAILS_URL": self.functions["tails"].url}
-            with _port_in_use("controller API", "--controller-port", cfg.controller_port):
-                self.functions["controller"] = FunctionUrl(
-                    FunctionSpec("controller", "lambdas.controller_api.handler.handler",
-                                 workers=cfg.workers["controller"]), self._function_env("controller", env),
-                    self.invocations, cfg.host, cfg.controller_port, cfg.simulate_identities)
+            self.functions["controller"] = FunctionUrl(
+                FunctionSpec("controller", "lambdas.controller_api.handler.handler", workers=cfg.workers["controller"]),
+                self._function_env("controller", env), self.invocations, cfg.host, cfg.controller_port,
+                cfg.simulate_identities)
             for function in self.functions.values():
-                function.start()
+                function.start(cancel)
             if cfg.with_dagster:
                 self._start_dagster(env)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def port_clashes(self) -> list[str]:
+        """One line for each configured port the stack cannot listen on (taken, or given twice), naming
+        what it serves and the option that changes it."""
+        cfg = self.config
+        ports = [("moto: DynamoDB and S3", "--moto-port", cfg.moto_port),
+                 ("controller API", "--controller-port", cfg.controller_port),
+                 ("append API", "--append-port", cfg.append_port), ("read API", "--read-port", cfg.read_port),
+                 ("tails API", "--tails-port", cfg.tails_port)]
+        if cfg.with_dagster:
+            ports.append(("Dagster UI", "--dagster-port", cfg.dagster_port))
+        clashes: list[str] = []
+        served: dict[int, str] = {}
+        for what, option, port in ports:
+            if not port:
+                continue
+            if port in served:
+                problem = f"is also given to the {served[port]}"
+            else:
+                problem = _listen_problem(cfg.host, port)
+                served[port] = what
+            if problem:
+                clashes.append(f"port {port} ({what}) {problem}; choose another with {option} (0 picks a free one)")
+        return clashes
 
     def _function_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
         """The environment of one function's workers: its log file (metrics on, as on AWS, where there
@@ -162,16 +195,15 @@ class Stack:
         with open(os.path.join(self.dagster_home, "dagster.yaml"), "w") as f:
             f.write(DAGSTER_INSTANCE)
         self._dagster_port = self.config.dagster_port or _free_port(self.config.host)
-        with _port_in_use("Dagster UI", "--dagster-port", self._dagster_port):  # Dagster would fail later, in its log
-            _free_port(self.config.host, self._dagster_port)
         intervals = {f"RILLET_{k.upper()}_INTERVAL_S": str(v) for k, v in self.config.sensor_intervals_s.items()}
         child_env = {**os.environ, **env, **intervals, "DAGSTER_HOME": self.dagster_home,
-                     "RILLET_CONTROLLER_URL": self.controller_url}
+                     "TMPDIR": self.dagster_home, "RILLET_CONTROLLER_URL": self.controller_url}
         output = subprocess.PIPE if self.config.log_dir else subprocess.DEVNULL
         self.dagster = subprocess.Popen(
             [sys.executable, "-m", "dagster", "dev", "-m", "dagster_project.definitions",
              "-h", self.config.host, "-p", str(self._dagster_port)],
-            env=child_env, stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            env=child_env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)  # its own process group: the terminal's Ctrl-C is for the stack
         if self.config.log_dir:
             tee_process_output("dagster", self.dagster.stdout, self.log_file("dagster"), self._stopping)
 
@@ -184,10 +216,12 @@ class Stack:
             self._log_files.add(name)
         return path
 
-    def wait_for_dagster(self, timeout_s: float = 180) -> None:
-        """Block until the Dagster webserver answers (it loads the code location first)."""
+    def wait_for_dagster(self, timeout_s: float = 180, cancel: threading.Event | None = None) -> None:
+        """Block until the Dagster webserver answers (it loads the code location first), or ``cancel``
+        is set (StartCancelled)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            raise_if_cancelled(cancel)
             if self.dagster.poll() is not None:
                 raise RuntimeError(f"dagster exited with {self.dagster.returncode}")
             try:
@@ -195,17 +229,14 @@ class Stack:
                     if r.status == 200:
                         return
             except OSError:
-                time.sleep(1)
+                pause(1, cancel)
         raise TimeoutError("the Dagster webserver did not come up")
 
     def stop(self) -> None:
+        """Stop everything that has started, and return once it has (calling it again does nothing)."""
         self._stopping.set()
-        if self.dagster and self.dagster.poll() is None:
-            os.killpg(self.dagster.pid, signal.SIGTERM)
-            try:
-                self.dagster.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.dagster.pid, signal.SIGKILL)
+        if self.dagster:
+            _stop_process_group(self.dagster, DAGSTER_STOP_S)
         if self.dagster_home:
             shutil.rmtree(self.dagster_home, ignore_errors=True)
         for function in self.functions.values():
@@ -220,27 +251,56 @@ class Stack:
         self.stop()
 
 
-def _free_port(host: str, port: int = 0) -> int:
-    """A port nothing listens on (``port`` itself, if it is free)."""
+def _free_port(host: str) -> int:
+    """A port nothing listens on."""
     with socket.socket() as s:
-        s.bind((host, port))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-class PortInUse(RilletError):
-    """A port the stack was told to listen on is taken (often by another stack: 9090 is also Pravega's
-    and Prometheus' default)."""
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port``, or None if it can."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers: TIME_WAIT is no clash
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return "is already in use" if e.errno == errno.EADDRINUSE else f"cannot be listened on at {host}: {e.strerror}"
+    return None
+
+
+def _stop_process_group(leader: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the leader's whole process group, then SIGKILL to what is left of it after the
+    leader exits or ``grace_s``: Dagster's webserver, daemon, code servers and runs are in it, and one
+    that outlived ``dagster dev`` stayed behind. Returns once the group is gone (or 5 s more)."""
+    group = leader.pid  # started with start_new_session: the leader of its group
+    _signal_group(group, signal.SIGTERM)
+    try:
+        leader.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(group, signal.SIGKILL)
+    leader.wait()
+    deadline = time.monotonic() + 5
+    while _signal_group(group, 0) and time.monotonic() < deadline:  # the group's last members dying
+        time.sleep(0.05)
+
+
+def _signal_group(group: int, signum: int) -> bool:
+    """Send ``signum`` to a process group; whether any process was left in it."""
+    try:
+        os.killpg(group, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class PortInUse(InvalidArgument):
+    """Ports the stack was told to listen on are taken (often by another stack: 9090 is also Pravega's
+    and Prometheus' default) or given twice; ``clashes`` has one line for each."""
 
     code = "PortInUse"
 
-
-@contextmanager
-def _port_in_use(what: str, option: str, port: int) -> Iterator[None]:
-    """Around starting a server on ``port``: a port in use is one line naming it and the option to change."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno != errno.EADDRINUSE:
-            raise
-        raise PortInUse(f"port {port} ({what}) is already in use: stop what listens there, or start with "
-                        f"{option} PORT (0 picks a free one)") from None
+    def __init__(self, clashes: list[str]) -> None:
+        super().__init__("; ".join(clashes))
+        self.clashes = clashes

@@ -1,5 +1,6 @@
 """``rillet standalone`` keeps its terminal for a person: the endpoints and where the logs are, warnings
-and errors, and no metric JSON; the functions' log records and EMF metrics go to their log files."""
+and errors, and no metric JSON; the functions' log records and EMF metrics go to their log files. Ctrl-C
+while it starts: test_standalone_stop.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +18,7 @@ import urllib.request
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+from test_standalone_stop import Terminal
 
 import rillet
 from standalone.logs import LOG_FILE_ENV, route_worker_output, tee_process_output, terminal_line
@@ -32,19 +33,13 @@ def _post(url: str, body: bytes) -> int:
         return e.code
 
 
-def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
+def test_the_terminal_shows_endpoints_and_no_metric_json_and_ctrl_c_stops_it(tmp_path, unique):
+    """Ctrl-C once it runs: ``stopped.`` when every process of the stack has stopped, then exit 130."""
     logs = tmp_path / "logs"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", "0",
-         "--append-port", "0", "--read-port", "0", "--tails-port", "0", "--log-dir", str(logs)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    terminal = Terminal("--no-dagster", "--log-dir", str(logs))
     try:
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith("Press Ctrl-C"):
-                break
-        banner = "".join(lines)
+        terminal.wait_for("Press Ctrl-C to stop.\n", 120)
+        banner = terminal.output
         controller = re.search(r"controller API\s+(\S+)", banner)[1]
         assert f"{logs}/<controller|append|read|tails|dagster>.log" in banner
         assert _post(f"{controller}/v1/scopes", b'{"scope": ""}') == 400
@@ -59,14 +54,18 @@ def test_the_terminal_shows_endpoints_and_no_metric_json(tmp_path, unique):
             time.sleep(3)
             tail.send_signal(signal.SIGINT)
             _, err = tail.communicate(timeout=30)
-            assert (tail.returncode, err) == (130, ""), err
+            assert tail.returncode == 130 and "Traceback" not in err, err
+        terminal.interrupt()
+        code, exit_after_s = terminal.finish(60)
+        assert code == 130, terminal.output
+        assert terminal.output[len(banner):].splitlines() == ["stopping ...", "stopped."], terminal.output
+        assert exit_after_s < 3, f"exited {exit_after_s:.1f} s after it said stopped"
+        assert terminal.survivors() == []
     finally:
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=60)
-    terminal = banner + rest
-    assert "stopped." in rest
-    assert "Traceback" not in terminal and "Error" not in terminal, terminal
-    assert '"_aws"' not in terminal and not any(line.startswith("{") for line in terminal.splitlines())
+        terminal.kill()  # a failed test leaves nothing running
+    shown = terminal.output
+    assert "Traceback" not in shown and "Error" not in shown, shown
+    assert '"_aws"' not in shown and not any(line.startswith("{") for line in shown.splitlines())
     metrics = [json.loads(line) for line in (logs / "append.log").read_text().splitlines()
                if line.startswith("{") and '"_aws"' in line]
     assert metrics and metrics[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Rillet"
@@ -109,20 +108,6 @@ def test_terminal_lines_are_warnings_and_errors_only():
     assert terminal_line("read", '{"level": "ERROR", "message": "unexpected error"}', path) == (
         f"[read] ERROR: unexpected error (details in {path})")
     assert terminal_line("read", "{not json", path) is None
-
-
-def test_a_port_in_use_is_one_line_naming_it_and_the_option(tmp_path):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "standalone", "--no-dagster", "--moto-port", "0", "--controller-port", str(port),
-             "--append-port", "0", "--read-port", "0", "--tails-port", "0", "--log-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.splitlines()[-1] == (f"error: PortInUse: port {port} (controller API) is already in use: stop "
-                                            "what listens there, or start with --controller-port PORT (0 picks a free one)")
 
 
 def test_what_a_child_reports_while_the_stack_stops_stays_in_its_log(tmp_path, capsys):
