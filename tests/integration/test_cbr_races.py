@@ -168,15 +168,15 @@ def test_a_group_created_after_a_cycle_decided_starts_at_the_head_the_cycle_made
     not register a start the truncation already released."""
     _stream(controller, unique)
     groups = controller.reader_groups
-    starts = groups._starts
+    starts = groups.subscriptions.starts
 
     def starts_then_cycle(config):
         found = starts(config)
         controller.retention.cycle(unique, "s", now=1_000)  # no subscriber yet: truncates at 800
-        groups._starts = starts
+        groups.subscriptions.starts = starts
         return found
 
-    groups._starts = starts_then_cycle
+    groups.subscriptions.starts = starts_then_cycle
     assert groups.create(unique, "g", _config(controller, unique))
     assert _head(controller, unique) == 800
     _assert_nothing_truncated_past_a_subscriber(controller, unique)

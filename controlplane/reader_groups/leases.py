@@ -1,0 +1,167 @@
+"""Reader leases: readers' renewals in their own items, and when the control plane looks for dead readers.
+
+What changes with every sync -- a reader's lease renewal and its offsets -- is not the group's to
+share: each online reader has a small item of its own for them (controlplane.reader_items), and a
+sync that changes nothing else writes no group record (the record is tens of kilobytes for a large
+group, DynamoDB charges a write by the item's size, and readers sync every few seconds). Anything that
+reads the state to decide (a join, a reader going offline, a checkpoint, the lease job, the group's
+stream cuts) folds the items in first (:func:`overlay`), and a sync folds them into the record when
+the group's lease deadline comes near (:func:`fold_due`).
+
+The deadline (``GroupState.lease_deadline_ms``, :func:`schedule_lease_check`) is announced in the
+group's lease record (``rg#<scope>/<group>``, sort key ``lease``), which a sparse index keeps by
+deadline; the lease job (the Dagster sensor ``reader_lease_sensor``) queries it for due groups
+(:func:`groups_due`) and takes their expired readers offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
+
+from controlplane.models import ReaderLeaseRecord, reader_group_pk
+from controlplane.reader_groups.state import GroupState
+from controlplane.store import failed_condition
+from dataplane.fanout import per_second
+from dataplane.shards import query_every_shard, shard_key
+
+# a reader's item is rewritten to renew its lease once its last renewal is this fraction of a lease old
+RENEW_FRACTION = 4
+LEASE_KEY = "lease"
+LEASE_SHARD = "reader-lease"  # the lease records' partition keys of the deadlines index: reader-lease#<n>
+# The lease job (docs/limits.md): a run takes at most LEASE_RUN_LIMIT due groups, earliest first, and the
+# next tick the rest; it looks at LEASE_WORKERS groups at once.
+LEASE_RUN_LIMIT = 1_000
+LEASE_WORKERS = 16
+
+
+# -- the deadline and the readers' items (pure) -------------------------------------------------
+
+
+def schedule_lease_check(state: GroupState, now: int) -> int | None:
+    """When the control plane should next look for expired readers of this group (None: no reader).
+
+    Never after an online reader's lease ends, so no dead reader is missed; moved on only when it is
+    due within a third of a lease (see :func:`fold_due`: the sync that moves it has read every reader's
+    renewals) or half a lease behind, so live readers cost one small write of the lease record per
+    half lease rather than one per sync, and the lease job never wakes for a group whose readers all sync.
+    """
+    expiries = [entry.seen_ms + state.config.reader_lease_ms for entry in state.readers.values()]
+    if not expiries:
+        state.lease_deadline_ms = None
+        return None
+    earliest, scheduled = min(expiries), state.lease_deadline_ms
+    if (scheduled is None or earliest < scheduled or fold_due(state, now)
+            or earliest - scheduled > state.config.reader_lease_ms // 2):
+        state.lease_deadline_ms = earliest
+    return state.lease_deadline_ms
+
+
+def fold_due(state: GroupState, now: int) -> bool:
+    """Whether the group's lease deadline is due within a third of a lease: then a sync reads every
+    reader's item, folds their renewals and offsets into the group record (taking offline those whose
+    lease did end) and moves the deadline on, before the lease job would wake for the group.
+
+    Readers renew their item at least every RENEW_FRACTION-th of a lease and the SDK syncs at least every
+    sixth of one, so a live reader's renewal is never older than about 0.42 leases: a fold moves the
+    deadline at least a quarter lease on, and live readers' syncs fold before the lease job looks."""
+    scheduled = state.lease_deadline_ms
+    return scheduled is not None and scheduled <= now + state.config.reader_lease_ms // 3
+
+
+def overlay(state: GroupState, items: dict[str, Any]) -> None:
+    """Bring the readers' entries up to their own items (controlplane.reader_items): the later renewal
+    and, per segment still held, the further offset. An item counts only for the entry it was written
+    for (same generation, same join id), so one left from before a reset, a rejoin or a re-create of the
+    group never moves anyone's position or lease."""
+    for name, item in items.items():
+        entry = state.readers.get(name)
+        if entry is None or entry.join is None or item.join != entry.join or item.generation != state.config.generation:
+            continue
+        entry.seen_ms = max(entry.seen_ms, item.seen_ms)
+        for key, offset in item.offsets.items():
+            if key in entry.segments:
+                entry.segments[key].offset = max(entry.segments[key].offset, offset)
+
+
+def stale_items(state: GroupState, items: dict[str, Any]) -> list[Any]:
+    """The items that count for no online reader of ``state`` (see :func:`overlay`)."""
+    return [item for name, item in items.items()
+            if name not in state.readers or item.join != state.readers[name].join
+            or item.generation != state.config.generation]
+
+
+def shared_view(state: GroupState) -> dict[str, Any]:
+    """The state without what readers' own items carry (their renewals and offsets): a change that
+    leaves this alike needs no group record write."""
+    body = state.model_dump(mode="json")
+    for entry in body["readers"].values():
+        entry["seen_ms"] = 0
+        for held in entry["segments"].values():
+            held["offset"] = 0
+    return body
+
+
+# -- the group's lease record --------------------------------------------------------------------
+
+
+def announce_lease(scope: str, group: str, version: int, deadline: int | None) -> None:
+    """Write the lease record decided by the group record's ``version``, unless a later decision is
+    already there (writes may arrive out of order). A write lost after the group's was stored
+    leaves an earlier deadline (joins announce first), which only makes the lease job look once
+    in vain."""
+    lease = ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY, scope=scope, group=group,
+                              group_version=version, deadline_ms=deadline,
+                              deadline_shard=None if deadline is None else shard_key(LEASE_SHARD, f"{scope}/{group}"))
+    try:
+        lease.save(condition=ReaderLeaseRecord.group_version.does_not_exist()
+                   | (ReaderLeaseRecord.group_version < version))
+    except PutError as e:
+        if not failed_condition(e):
+            raise
+
+
+def drop_lease(scope: str, group: str, version: int) -> None:
+    """Delete the lease record of a deleted group, whose last version was ``version`` (a record a
+    later group of that name wrote stays)."""
+    _delete_lease(scope, group, ReaderLeaseRecord.group_version <= version)
+
+
+def drop_orphan_lease(scope: str, group: str) -> None:
+    """Delete the lease record a deleted group left, unless it changed since it was read here."""
+    try:
+        orphan = ReaderLeaseRecord.get(reader_group_pk(scope, group), LEASE_KEY, consistent_read=True)
+    except DoesNotExist:
+        return
+    _delete_lease(scope, group, ReaderLeaseRecord.group_version == orphan.group_version)
+
+
+def _delete_lease(scope: str, group: str, condition: Any) -> None:
+    try:
+        ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY).delete(condition=condition)
+    except DeleteError as e:
+        if not failed_condition(e):
+            raise
+
+
+def groups_due(now: int, limit: int) -> dict[tuple[str, str], int]:
+    """The groups whose earliest reader lease may have ended by ``now``, (scope, group) -> the deadline
+    that passed: one query per index shard, at most ``limit`` groups, earliest first."""
+    due = query_every_shard(LEASE_SHARD, lambda key: ReaderLeaseRecord.txn_deadlines.query(
+        key, ReaderLeaseRecord.deadline_ms <= now, limit=limit))
+    return {(lease.scope, lease.group): lease.deadline_ms for lease in sorted(due, key=lambda x: x.deadline_ms)[:limit]}
+
+
+@dataclass(frozen=True)
+class LeaseRun:
+    """What a lease run did: the readers it took offline, per group it looked at, and how fast."""
+
+    expired: dict[tuple[str, str], list[str]]
+    seconds: float
+
+    def summary(self) -> str:
+        readers = sum(len(names) for names in self.expired.values())
+        return (f"looked at {len(self.expired)} reader group(s) in {self.seconds:.2f} s "
+                f"({per_second(len(self.expired), self.seconds):,.1f}/s), took {readers} reader(s) offline")
