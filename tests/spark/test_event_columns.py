@@ -9,8 +9,10 @@ import pytest
 
 from rillet import framing
 from rillet.framing import frame, unframe
-from rillet_spark import datasource
-from rillet_spark.datasource import _after_events, _events, _Piece
+from rillet_spark import limits
+from rillet_spark.limits import _after_events
+from rillet_spark.planning import _Piece
+from rillet_spark.unframing import _events
 
 
 def test_columns_hold_exactly_the_whole_frames_and_leave_a_partial_one():
@@ -138,7 +140,7 @@ class _Segment:
 @pytest.mark.parametrize("window", [64 * 1024, 100])  # one window, and events running past windows
 def test_the_driver_walk_for_max_events_per_trigger_masks_the_kept_flag(monkeypatch, window):
     """A kept frame's word has its high bit set: read as a length it would skip about 2 GB."""
-    monkeypatch.setattr(datasource, "COUNT_WINDOW_BYTES", window)
+    monkeypatch.setattr(limits, "COUNT_WINDOW_BYTES", window)
     frames = _mixed_frames(200, seed=3)
     data = b"".join(frames)
     ends = [position + length for position, length, *_ in unframe(data)[0]]

@@ -4,7 +4,7 @@ size, and packing by bytes alone gave 6, 4, then 3 partitions for ``min_partitio
 
 from __future__ import annotations
 
-from rillet_spark.datasource import RangePartition, _at_least
+from rillet_spark.planning import RangePartition, _at_least
 
 
 def _partition(sizes: list[int], start: int = 0) -> RangePartition:

@@ -16,7 +16,8 @@ import pytest
 import rillet
 from controlplane.models import SinkRecord, stream_pk
 from rillet.models import StreamConfiguration
-from rillet_spark.datasource import _Options, _StreamWriter
+from rillet_spark.options import _Options
+from rillet_spark.sink import _StreamWriter
 
 DRIVER = Path(__file__).with_name("sink_driver.py")
 
