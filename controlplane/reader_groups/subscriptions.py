@@ -12,7 +12,7 @@ it starts at: a retention cycle deciding meanwhile truncates nothing, and a regi
 truncation reads the head again. The acknowledged cut then follows every completed checkpoint
 (AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT) or the application's explicit cuts
 (MANUAL_RELEASE_AT_USER_STREAMCUT). A subscriber never acknowledges bytes already truncated: a start
-behind the head is taken at the head there, key by key.
+or a published cut behind the head is taken at the head there, key by key.
 """
 
 from __future__ import annotations
@@ -165,7 +165,10 @@ class Subscriptions:
 
     def publish_cut(self, scope: str, group: str, state: GroupState, cut: StreamCutBody) -> StreamCutBody:
         """A MANUAL_RELEASE_AT_USER_STREAMCUT group acknowledges consumption up to ``cut``; what it
-        acknowledged is answered."""
+        acknowledged is answered. Where ``cut`` is behind the head (truncated already) it is taken at the
+        head, as a start cut is: a group started at a truncated start is subscribed at the head, and
+        publishing that start must not count as moving backwards. A cut behind one the group published
+        itself is refused (InvalidArgument), as always."""
         config = state.config
         if config.retention_type != StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT:
             raise IllegalState(f"reader group {scope}/{group} is {config.retention_type.value}: "
@@ -177,8 +180,13 @@ class Subscriptions:
             raise StreamRecreated(f"the cut is of incarnation {cut.incarnation} of {cut.scope}/{cut.stream}; reader "
                                   f"group {scope}/{group} reads its incarnation {incarnation}",
                                   expected=cut.incarnation, current=incarnation)
+        positions = cut.positions
+        head = self.streams.head(cut.scope, cut.stream)
+        if _behind(positions, head):  # as the caller's segment ranges say: it is resolved before it is moved
+            resolved = self.streams.resolve_cut(cut.scope, cut.stream, _offsets(positions))
+            positions = self._no_earlier_than(head, cut.scope, cut.stream, resolved)
         positions = self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}", config.generation,
-                                                         _offsets(cut.positions))
+                                                         _offsets(positions))
         return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions, incarnation=incarnation)
 
     def acknowledged_cuts(self, scope: str, group: str, config: ReaderGroupConfig) -> list[AcknowledgedCut]:

@@ -337,3 +337,43 @@ def test_a_group_started_at_a_cut_partly_truncated_acknowledges_the_head_there(c
     assert setup.subscribers() == {f"{unique}/g": {a: 200, b: 100}}  # a's part was gone; b's kept
     controller.reader_groups.reset(unique, "g", setup.config(MANUAL, start={"s": {a: 0, b: 300}}))
     assert setup.subscribers() == {f"{unique}/g": {a: 200, b: 300}}
+
+
+def test_a_manual_group_started_at_a_truncated_cut_publishes_a_cut_behind_the_head_at_the_head(controller, unique):
+    """A MANUAL group created at a start cut partly truncated is subscribed at the head there; a cut it
+    publishes that is still behind the head (its own start, say) is taken at the head the same way,
+    key by key: accepted, never acknowledging bytes already gone."""
+    setup = Setup(controller, unique)
+    a, b = setup.ids()
+    setup.append("s", a, 4)
+    setup.append("s", b, 4)
+    controller.streams.truncate_stream(unique, "s", {a: 200, b: 0})
+    head = _offsets(controller.streams.head(unique, "s"))
+    controller.reader_groups.create(unique, "g", setup.config(MANUAL, start={"s": {a: 100, b: 0}}))
+    published = controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 100, b: 0}))
+    assert _offsets(published.positions) == head
+    (acknowledged,) = controller.reader_groups.acknowledged_cuts(unique, "g")
+    assert _offsets(acknowledged.cut.positions) == head == {a: 200, b: 0}
+    # behind the head on a, ahead on b: the head on a, the cut on b
+    published = controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 0, b: 300}))
+    assert _offsets(published.positions) == {a: 200, b: 300}
+    assert setup.subscribers() == {f"{unique}/g": {a: 200, b: 300}}
+
+
+def test_a_manual_group_publishing_behind_its_own_cut_is_still_refused(controller, unique):
+    """The clamp to the head is no licence to move back: a cut behind what the group published itself
+    is refused, whether or not it is also behind the head."""
+    setup = Setup(controller, unique)
+    a, b = setup.ids()
+    setup.append("s", a, 4)
+    setup.append("s", b, 4)
+    controller.streams.truncate_stream(unique, "s", {a: 200, b: 0})
+    controller.reader_groups.create(unique, "g", setup.config(MANUAL, start={"s": {a: 100, b: 0}}))
+    controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 300, b: 200}))
+    with pytest.raises(InvalidArgument, match="never moves backwards"):  # at or after the head, behind its own
+        controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 200, b: 100}))
+    with pytest.raises(InvalidArgument, match="never moves backwards"):  # behind the head too
+        controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 100, b: 0}))
+    with pytest.raises(InvalidArgument, match="never moves backwards"):  # at the head on a, so behind its own
+        controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 0, b: 400}))
+    assert setup.subscribers() == {f"{unique}/g": {a: 300, b: 200}}
