@@ -11,11 +11,11 @@ except ModuleNotFoundError as missing:  # Spark 3.5 (EMR 7.x) has no Python Data
                       f"{pyspark.__version__}. Supported: Spark 4.0 (EMR emr-spark-8.0.0) to 4.3.") from None
 
 
-from rillet_spark.lag import backlog_bytes
+from rillet_spark.lag import Lag, RilletLagListener, backlog_bytes
 
 
 def register(spark) -> None:
     spark.dataSource.register(RilletDataSource)
 
 
-__all__ = ["RilletDataSource", "backlog_bytes", "register"]
+__all__ = ["Lag", "RilletDataSource", "RilletLagListener", "backlog_bytes", "register"]

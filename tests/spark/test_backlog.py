@@ -1,7 +1,9 @@
-"""The backlog in a streaming query's progress: on Spark 4.2+ the source reports the streams' tails
-(``reportLatestOffset``), and ``rillet_spark.backlog_bytes`` turns a progress into bytes behind per
-stream: more than 0 while a rate-limited query is behind, 0 once it caught up."""
+"""A streaming query's backlog: ``RilletLagListener`` asks the controller at each progress report (every
+Spark 4 line); on Spark 4.2+ the source also reports the streams' tails (``reportLatestOffset``), and
+``rillet_spark.backlog_bytes`` turns a progress into bytes behind per stream. Both read more than 0
+while a rate-limited query is behind, 0 once it caught up."""
 
+import time
 import uuid
 
 import pyspark
@@ -9,7 +11,7 @@ import pytest
 
 import rillet
 from rillet.models import ScalingPolicy, StreamConfiguration
-from rillet_spark import backlog_bytes
+from rillet_spark import RilletLagListener, backlog_bytes
 
 REPORTS_LATEST = tuple(int(n) for n in pyspark.__version__.split(".")[:2]) >= (4, 2)
 
@@ -38,3 +40,51 @@ def test_a_rate_limited_query_reports_its_backlog_until_it_catches_up(spark, sta
     assert len(behind) == 4 and behind[0] > behind[1] > behind[2] > 0  # 200 events, 50 a batch
     assert behind[-1] == 0
     assert backlog_bytes({"sources": [{"endOffset": "not ours", "latestOffset": None}]}) == {}
+
+
+def test_the_lag_listener_shows_a_rate_limited_query_fall_behind_and_catch_up(spark, stack, manager, tmp_path):
+    """Rounds of 60 events, each followed by two progress reports of batches of at most 10: the lag
+    grows round by round, per segment too, and reads 0 once the writes stop and the query caught up."""
+    scope = "sparkl" + uuid.uuid4().hex[:8]
+    name = f"{scope}/s"
+    manager.create_scope(scope)
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    lags = []
+    listener = RilletLagListener(stack.controller_url, on_lag=lags.append)
+    spark.streams.addListener(listener)
+    factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+             .option("s3_endpoint", stack.moto.url).option("stream", name)
+             .option("max_events_per_trigger", "10").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        behind = []
+        with factory.create_event_writer("s", rillet.BytesSerializer()) as writer:
+            for round_ in range(3):
+                for i in range(60):
+                    writer.write_event(f"r{round_}e{i:02d}".ljust(30, ".").encode(), routing_key=f"k{i}")
+                writer.flush()
+                behind.append(_second_report_from_now(lags))
+        _wait(lambda: listener.latest[query.id].streams[name] == 0, "the query to catch up")
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
+    assert 0 < behind[0].streams[name] < behind[1].streams[name] < behind[2].streams[name]
+    assert len(behind[2].segments[name]) == 2 and behind[2].metrics["maxBytesBehindLatest"] > 0
+    assert listener.latest[query.id].metrics == {
+        "minBytesBehindLatest": 0, "avgBytesBehindLatest": 0, "maxBytesBehindLatest": 0}
+
+
+def _second_report_from_now(lags: list):
+    """The lag of the second progress report from now: measured after now (the first may be under way)."""
+    seen = len(lags)
+    _wait(lambda: len(lags) >= seen + 2, "two progress reports")
+    return lags[-1]
+
+
+def _wait(condition, what: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        time.sleep(0.05)
