@@ -77,7 +77,9 @@ def profile(total_mb: int = 8, size: int = 64) -> str:
     import cProfile
     import pstats
 
-    from rillet_spark.datasource import _Options, _read, _Reader
+    from rillet_spark.batch import _Reader
+    from rillet_spark.options import _Options
+    from rillet_spark.reading import _read
 
     with Stack(StackConfig.ephemeral()) as stack:
         scope = "bench" + uuid.uuid4().hex[:8]

@@ -52,7 +52,7 @@ from pyspark.sql.types import StructType
 
 from rillet_spark.batch import _Reader
 from rillet_spark.options import _Options
-from rillet_spark.reading import COLUMNS, _read  # noqa: F401  (_read: bench.spark_read --profile imports it here)
+from rillet_spark.reading import COLUMNS
 from rillet_spark.sink import _StreamWriter, _write_options, _Writer
 from rillet_spark.streaming import _StreamReader
 
