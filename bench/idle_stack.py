@@ -55,6 +55,40 @@ def _tree_cpu_s(root: int) -> float:
     return total / _TICKS
 
 
+def _labelled_cpu_s(root: int) -> Counter:
+    """Own user + system CPU seconds of ``root``'s live descendants by what they are, and the CPU of
+    descendants already reaped (finished runs, mostly) under ``reaped``: where an idle stack's CPU goes."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        stats[int(entry)] = [*fields, command]
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    labels = [("dagster api grpc", "dagster code server (sensors, schedules)"), ("dagster._daemon", "dagster daemon"),
+              ("dagster_webserver", "dagster webserver"), ("execute_run", "dagster runs"), ("dagster", "dagster other"),
+              ("multiprocessing", "function workers")]
+    by_label: Counter = Counter()
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        if pid in stats:
+            fields, command = stats[pid][:-1], stats[pid][-1]
+            label = "stack process (moto, gateways)" if pid == root else next(
+                (name for marker, name in labels if marker in command), "other")
+            by_label[label] += (int(fields[11]) + int(fields[12])) / _TICKS
+            by_label["reaped"] += (int(fields[13]) + int(fields[14])) / _TICKS
+        pending += children.get(pid, [])
+    return by_label
+
+
 def _runs(dagster_url: str, statuses: list[str] | None = None) -> list[dict]:
     run_filter = f"(filter: {{statuses: [{', '.join(statuses)}]}})" if statuses else "(limit: 10000)"
     query = "{ runsOrError" + run_filter + " { ... on Runs { results { runId status jobName } } } }"
@@ -96,7 +130,7 @@ def run(minutes: float = 3, settle_s: float = 90, streams: int = 2, events: int 
         time.sleep(settle_s)  # the code location loads, the first ticks and runs happen
 
         runs_before = {r["runId"] for r in _runs(stack.dagster_url)}
-        cpu_before, started = _tree_cpu_s(os.getpid()), time.monotonic()
+        cpu_before, labelled_before, started = _tree_cpu_s(os.getpid()), _labelled_cpu_s(os.getpid()), time.monotonic()
         most_active, samples = 0, 0
         while time.monotonic() - started < minutes * 60:
             most_active = max(most_active, len(_runs(stack.dagster_url, _ACTIVE)))
@@ -104,11 +138,13 @@ def run(minutes: float = 3, settle_s: float = 90, streams: int = 2, events: int 
             time.sleep(5)
         elapsed = time.monotonic() - started
         cpu = _tree_cpu_s(os.getpid()) - cpu_before
+        by_part = _labelled_cpu_s(os.getpid())
+        by_part.subtract(labelled_before)  # a process that started meanwhile counts from 0
         new_runs = [r for r in _runs(stack.dagster_url) if r["runId"] not in runs_before]
         return {"minutes": elapsed / 60, "streams": streams, "cpu_s": cpu, "core_share": cpu / elapsed,
                 "runs": len(new_runs), "runs_by_job": dict(Counter(r["jobName"] for r in new_runs)),
                 "most_active_runs": most_active, "samples": samples, "load_1m": os.getloadavg()[0],
-                "logs": config.log_dir}
+                "cpu_by_part": {k: round(v, 1) for k, v in by_part.most_common()}, "logs": config.log_dir}
 
 
 def report(r: dict) -> str:
@@ -119,6 +155,8 @@ def report(r: dict) -> str:
         f"  Dagster runs launched           {r['runs']} ({jobs})",
         f"  most runs queued or in progress {r['most_active_runs']} (sampled every 5 s, {r['samples']} samples)",
         f"  load average (1 min, machine)   {r['load_1m']:.2f}",
+        "  CPU seconds by part (live processes' own time; 'reaped': processes that ended, mostly runs):",
+        *[f"    {part:<42} {seconds:6.1f}" for part, seconds in r["cpu_by_part"].items()],
     ])
 
 
