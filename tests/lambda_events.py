@@ -24,6 +24,9 @@ def handler_modules(deployment, monkeypatch) -> dict[str, ModuleType]:
         imported = sys.modules.get(f"lambdas.{name}.handler")
         module = importlib.import_module(f"lambdas.{name}.handler")
         if imported is not None and getattr(module, "imported_with_env", None) != env:
+            # its route modules first: they also bind a deployment on import (grant_routes' GrantStore)
+            for routes in [m for m in sys.modules if m.startswith(f"lambdas.{name}.") and not m.endswith(".handler")]:
+                importlib.reload(sys.modules[routes])
             module = importlib.reload(module)
         module.imported_with_env = env
         modules[name] = module

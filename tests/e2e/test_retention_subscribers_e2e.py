@@ -23,7 +23,6 @@ import rillet
 from controlplane import models as control_models
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
-from controlplane.streams import _bucket
 from dagster_project.resources import RilletDeployment
 from dagster_project.retention import stream_retention
 from dataplane import models as data_models
@@ -203,7 +202,8 @@ def test_truncation_follows_the_subscriber_and_a_non_subscriber_moves_on_to_the_
         cp2 = sub_group.initiate_checkpoint("cp2", timeout_s=30).cuts[stream]
         with bound_to(stack) as controller:
             assert _acknowledged(controller, scope, cp2.offsets) == cp2.offsets
-        bucket = _bucket(scope, "s", config)
+            # the bucket the stack's controller put the stream in (its deployment's shard count, not this process's)
+            bucket = int(controller.store.get_stream(scope, "s").retention_bucket)
         try:
             result = materialize([stream_retention], run_config={"ops": {"stream_retention": {"config": {"buckets": [bucket]}}}},
                                  resources={"rillet": RilletDeployment(endpoint_url=stack.moto.url)})
