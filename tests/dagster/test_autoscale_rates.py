@@ -28,7 +28,8 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
-def _traffic(scope: str, sid: int, events: tuple[float, ...], age_ms: int) -> None:
+def _traffic(scope: str, sid: int, events: tuple[float, ...], age_ms: int) -> int:
+    """Set the segment's rates as of now and return that instant (rates decay as time passes after it)."""
     name, now = segment_name(scope, "s", sid), _now()
     meta = SegmentMeta.get(name, META_KEY, consistent_read=True)
     rates = Rates(now, tuple(events), (0.0,) * len(events))
@@ -37,6 +38,7 @@ def _traffic(scope: str, sid: int, events: tuple[float, ...], age_ms: int) -> No
         hot = ScaleThresholds.from_item(meta.scaling.as_dict()).hot(rates)
         actions += mark_actions(name, now if hot else first_check_ms(now - age_ms))
     meta.update(actions=actions)
+    return now
 
 
 def _stream(controller, scope: str, policy: ScalingPolicy) -> None:
@@ -48,8 +50,8 @@ def test_a_fixed_stream_says_it_does_not_auto_scale(isolated, unique):
     _, resource = isolated
     controller = resource.controller()
     _stream(controller, unique, ScalingPolicy.fixed(2))
-    _traffic(unique, 0, (1000.0, 1000.0, 1000.0, 1000.0), age_ms=3_600_000)
-    rates = stream_rates(controller.autoscaler, unique, "s", _now())
+    written = _traffic(unique, 0, (1000.0, 1000.0, 1000.0, 1000.0), age_ms=3_600_000)
+    rates = stream_rates(controller.autoscaler, unique, "s", written)
     assert not rates.auto_scaled and rates.unit is None and rates.last_decision is None
     assert rates.decision_now == "none: the scaling policy is fixed, so the stream never scales by itself"
     assert [s.status for s in rates.segments] == ["fixed", "fixed"]
