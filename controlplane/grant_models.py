@@ -19,7 +19,7 @@ from __future__ import annotations
 from pynamodb.attributes import DiscriminatorAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.models import Model
 
-from dataplane.deployment import Deployment
+from dataplane.deployment import Deployment, point_models
 
 GRANTS_PK = "grants"
 SUMMARY_SK = "summary"
@@ -75,8 +75,4 @@ class GrantSummaryRecord(GrantItem, discriminator="grant-summary"):
 
 def bind(deployment: Deployment) -> None:
     """Point the grant models at a deployment's metadata table."""
-    for model in (GrantItem, GrantRecord, GrantPrincipalRecord, GrantSummaryRecord):
-        model.Meta.table_name = deployment.metadata_table
-        model.Meta.region = deployment.region
-        model.Meta.host = deployment.endpoint_url
-        model._connection = None
+    point_models((GrantItem, GrantRecord, GrantPrincipalRecord, GrantSummaryRecord), deployment.metadata_table, deployment)

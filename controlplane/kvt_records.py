@@ -21,7 +21,7 @@ import hashlib
 from pynamodb.attributes import BinaryAttribute, NumberAttribute, UnicodeAttribute, VersionAttribute
 
 from controlplane.models import MetadataItem
-from dataplane.deployment import Deployment
+from dataplane.deployment import Deployment, point_models
 
 
 def tables_pk(scope: str) -> str:
@@ -70,11 +70,7 @@ class EntryRecord(MetadataItem, discriminator="kvt-entry"):
 
 def bind(deployment: Deployment) -> None:
     """Point these models at a deployment, as controlplane.models.bind does for its own."""
-    for model in (KeyValueTableRecord, EntryRecord):
-        model.Meta.table_name = deployment.metadata_table
-        model.Meta.region = deployment.region
-        model.Meta.host = deployment.endpoint_url
-        model._connection = None
+    point_models((KeyValueTableRecord, EntryRecord), deployment.metadata_table, deployment)
 
 
 def scope_has_key_value_tables(scope: str) -> bool:

@@ -47,7 +47,7 @@ from pynamodb.attributes import (
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
-from dataplane.deployment import Deployment
+from dataplane.deployment import Deployment, point_models
 from dataplane.shards import shard_key
 
 SCOPES_PK = "scopes"
@@ -400,8 +400,4 @@ MODELS = (MetadataItem, ScopeRecord, StreamRecord, StreamNameRecord, EpochRecord
 
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in MODELS:
-        model.Meta.table_name = deployment.metadata_table
-        model.Meta.region = deployment.region
-        model.Meta.host = deployment.endpoint_url
-        model._connection = None
+    point_models(MODELS, deployment.metadata_table, deployment)

@@ -35,8 +35,7 @@ class Controller:
     def for_deployment(cls, deployment: Deployment, settings: StoreSettings | None = None,
                        txn_settings: TxnSettings | None = None,
                        retention_settings: RetentionSettings | None = None) -> Controller:
-        models.bind(deployment)
-        data_models.bind(deployment)
+        _bind(deployment)
         store = MetadataStore(deployment)
         segments = SegmentStore(deployment, settings)
         streams = StreamTasks(store, segments)
@@ -47,3 +46,12 @@ class Controller:
         transactions.watermarks = watermarks
         return cls(deployment, store, segments, streams, Sweeper(streams), ReaderGroups(streams, retention),
                    transactions, retention, AutoScaler(streams), watermarks)
+
+    def bind(self) -> None:
+        """Point the models at this controller's deployment (a no-op when they already are)."""
+        _bind(self.deployment)
+
+
+def _bind(deployment: Deployment) -> None:
+    models.bind(deployment)
+    data_models.bind(deployment)

@@ -3,6 +3,7 @@
 
 import hashlib
 import os
+from functools import lru_cache
 
 from dagster import ConfigurableResource
 
@@ -44,8 +45,23 @@ class RilletDeployment(ConfigurableResource):
                           segments_table=self.segments_table, bucket=self.bucket)
 
     def controller(self) -> Controller:
+        """This process's controller of the deployment: built once (its AWS clients with it), not on every
+        sensor tick; the models are pointed at the deployment again, as a test may have pointed them at
+        another since."""
         settings = StoreSettings(chunk_target=self.chunk_target_bytes, tier_min_age_ms=self.tier_min_age_ms)
-        return Controller.for_deployment(self.deployment(), settings)
+        controller = _controller(self.deployment(), settings, _settings_environment())
+        controller.bind()
+        return controller
+
+
+def _settings_environment() -> tuple[tuple[str, str], ...]:
+    """The RILLET_* variables the controller's parts read their settings from when built."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("RILLET_")))
+
+
+@lru_cache(maxsize=8)  # a deployment's process talks to one deployment; tests to a few at a time
+def _controller(deployment: Deployment, settings: StoreSettings, environment: tuple[tuple[str, str], ...]) -> Controller:
+    return Controller.for_deployment(deployment, settings)
 
 
 def work_key(prefix: str, parts: list[str]) -> str:

@@ -39,7 +39,7 @@ from pynamodb.attributes import (
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
-from dataplane.deployment import Deployment
+from dataplane.deployment import Deployment, point_models
 
 META_KEY = "m"
 ENTRY_PREFIX = "e#"
@@ -199,8 +199,4 @@ class WriterState(SegmentItem, discriminator="w"):
 
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    for model in (SegmentItem, SegmentMeta, IndexEntry, WriterState):
-        model.Meta.table_name = deployment.segments_table
-        model.Meta.region = deployment.region
-        model.Meta.host = deployment.endpoint_url
-        model._connection = None
+    point_models((SegmentItem, SegmentMeta, IndexEntry, WriterState), deployment.segments_table, deployment)
