@@ -46,11 +46,11 @@ from dataplane.scale_signals import (
 )
 from dataplane.segment_store import SegmentInfo
 from dataplane.shards import query_every_shard
-from rillet.cli.format import human_duration
 from rillet.errors import SegmentNotFound, StreamNotFound, WriteConflict
 from rillet.keyspace import split_evenly
 from rillet.models import ScaleType, ScalingPolicy, SegmentRange, StreamConfiguration, StreamState
 from rillet.names import segment_name
+from rillet.units import human_duration
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,7 @@ class AutoScaler:
         key = (deployment.endpoint_url, deployment.metadata_table)
         if key in AutoScaler._backfilled:
             return 0
-        streams = query_every_shard(AUTOSCALED, StreamRecord.autoscaled.query)
+        streams = query_every_shard(AUTOSCALED, StreamRecord.autoscaled.query, StreamRecord)
         for found in streams:
             try:
                 record = self.streams.store.get_stream(found.scope, found.stream)

@@ -65,7 +65,6 @@ from controlplane.models import (
 from controlplane.parallel import in_parallel
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
-from rillet.cli.format import human_bytes, human_duration, human_size, rounded_duration
 from rillet.errors import InvalidArgument, NotFound, RilletError, StreamNotFound, WriteConflict
 from rillet.models import (
     AcknowledgedCut,
@@ -82,6 +81,7 @@ from rillet.models import (
     SubscriberLag,
 )
 from rillet.stream_cut import Ordering, compare_positions, segment_is_before, validity_problem
+from rillet.units import human_bytes, human_duration, human_size, rounded_duration
 
 DECISION_KEY = "retention-decision"
 # The subscriber set's fence: a SubscriberRecord item whose ``generation`` counts the registrations and

@@ -35,7 +35,6 @@ from controlplane.store import MetadataStore, failed_condition
 from controlplane.streams import MAX_CURRENT_SEGMENTS
 from dataplane.scale_signals import APPEND_REQUEST_SPLIT, COLD_FACTORS, HOT_FACTORS
 from dataplane.segment_store import SegmentInfo
-from rillet.cli.format import rounded_duration, short_duration
 from rillet.errors import SegmentNotFound, WriteConflict
 from rillet.models import (
     AutoScaleDecision,
@@ -49,6 +48,7 @@ from rillet.models import (
     WindowRate,
 )
 from rillet.names import segment_name
+from rillet.units import rounded_duration, short_duration
 
 # A recorded reason or outcome is cut to this many characters (the reasons the auto-scaler writes are
 # about 150), which bounds what a decision adds to an epoch record.

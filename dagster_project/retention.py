@@ -40,7 +40,7 @@ from controlplane.retention import Decision
 from controlplane.streams import RETENTION_BUCKETS
 from dagster_project.observability import emit_retention_metrics
 from dagster_project.resources import RilletDeployment
-from rillet.cli.format import human_bytes, rounded_duration
+from rillet.units import human_bytes, rounded_duration
 
 
 class RetentionRun(Config):

@@ -4,7 +4,8 @@ import io
 
 from rillet import RetentionPolicy
 from rillet.cli.data import Progress
-from rillet.cli.format import describe_retention, human_duration, human_size
+from rillet.cli.format import describe_retention
+from rillet.units import human_duration, human_size
 
 
 class Terminal(io.StringIO):

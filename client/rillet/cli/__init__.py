@@ -1,8 +1,7 @@
 """The ``rillet`` command: ``main`` is its console script (``rillet = "rillet.cli:main"``).
 
 This module imports nothing of the command or the SDK: ``main`` imports them inside its handling of
-Ctrl-C, so that Ctrl-C while they import ends the command as it does later. And Dagster's reports,
-which state sizes and durations as the CLI does (``rillet.cli.format``), load nothing else of it.
+Ctrl-C, so that Ctrl-C while they import ends the command as it does later.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import time
 
 from rillet.cli.commands import HELP
 from rillet.cli.data import resolve_cut
-from rillet.cli.format import counted, describe_retention, human_bytes, human_duration, rounded_duration
+from rillet.cli.format import counted, describe_retention
 from rillet.connection import Connection
 from rillet.errors import ReaderGroupNotFound
 from rillet.models import (
@@ -23,6 +23,7 @@ from rillet.reader_group import ReaderGroupManager, group_config
 from rillet.serializers import BytesSerializer
 from rillet.stream_cut import StreamCut
 from rillet.transaction import TransactionalEventStreamWriter
+from rillet.units import human_bytes, human_duration, rounded_duration
 
 
 def _print(args: argparse.Namespace, data: object, text: str) -> None:

@@ -20,13 +20,13 @@ from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import TextIO
 
-from rillet.cli.format import human_bytes
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.names import split_scoped_name
 from rillet.reader import EventRead, StreamReader
 from rillet.serializers import BytesSerializer
 from rillet.stream_cut import StreamCut
+from rillet.units import human_bytes
 from rillet.writer import EventStreamWriter, EventWriterConfig
 
 UNCONFIRMED_EVENTS = 10_000  # events written but not yet known durable, before ``write`` waits for the oldest

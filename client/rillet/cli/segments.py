@@ -13,20 +13,14 @@ import json
 import time
 
 from rillet.cli.data import accept_relative_times, parse_time_ms, positive_int, resolve_cut
-from rillet.cli.format import (
-    counted,
-    describe_scaling,
-    human_bytes,
-    human_duration,
-    rounded_duration,
-    short_duration,
-)
+from rillet.cli.format import counted, describe_scaling
 from rillet.connection import Connection
 from rillet.errors import InvalidArgument
 from rillet.keyspace import KeyRange, covers_exactly, merge_adjacent, split_evenly
 from rillet.models import SegmentRange, StreamRates
 from rillet.names import split_scoped_name
 from rillet.stream_cut import Ordering, StreamCut, compare_positions
+from rillet.units import human_bytes, human_duration, rounded_duration, short_duration
 
 DIAGRAM_WIDTH = 64  # columns for the key space [0, 1)
 SCALE_WAIT_S = 60.0  # how long ``scale`` waits for the new epoch before reporting it still in progress

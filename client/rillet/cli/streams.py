@@ -9,16 +9,10 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from rillet.cli.format import (
-    counted,
-    describe_retention,
-    describe_scaling,
-    human_duration,
-    human_size,
-    one_line,
-)
+from rillet.cli.format import counted, describe_retention, describe_scaling, one_line
 from rillet.errors import AlreadyExists, InvalidArgument, ScopeNotFound
 from rillet.names import split_scoped_name
+from rillet.units import human_duration, human_size
 
 if TYPE_CHECKING:
     from rillet.manager import StreamManager
