@@ -107,7 +107,7 @@ def report(result: dict) -> str:
         (f"  the appends that made them hot: {result['append_requests']:.2f} requests each (a writer's first append to a segment, "
         f"as without scale signals: the mark rides on the head-record update)"),
         (f"  model at 10,000 streams, {AWS_REQUEST_MS} ms a request, {WORKERS} streams at once: idle tick "
-        f"{SHARDS + 1} requests (~{AWS_REQUEST_MS * 3} ms: {SHARDS + 1} queries {WORKERS} at a time); "
+        f"{SHARDS} requests (~{AWS_REQUEST_MS * 3} ms: {SHARDS} queries, {WORKERS} at a time after the first); "
         f"a tick takes at most {AutoScaleSettings.tick_limit} due candidates, "
         f"~{AutoScaleSettings.tick_limit * per_hot * AWS_REQUEST_MS / WORKERS / 1000:.1f} s; "
         f"polling: {polling_requests(10_000)} serial requests, ~{polling_requests(10_000) * AWS_REQUEST_MS / 1000:.0f} s"),

@@ -468,7 +468,7 @@ class MetadataStore:
         (every shard, in parallel) gives their keys; one consistent BatchGetItem per 100 gives the records
         as they are now, leaving out any whose workflow finished in between."""
         found = query_every_shard(PENDING, lambda key: MetadataItem.workflows.query(
-            key, MetadataItem.pending_since <= older_than_ms))
+            key, MetadataItem.pending_since <= older_than_ms), MetadataItem)
         found.sort(key=lambda item: item.pending_since)
         current = {(record.pk, record.sk): record
                    for record in MetadataItem.batch_get([(item.pk, item.sk) for item in found], consistent_read=True)}

@@ -317,7 +317,7 @@ class TransactionTasks:
         earliest deadlines first (each shard's query stops at ``limit``; the next call finds the rest)."""
         now = now_ms()
         due = query_every_shard(OPEN_SHARD, lambda key: TxnRecord.txn_deadlines.query(
-            key, TxnRecord.deadline_ms <= now, limit=limit))
+            key, TxnRecord.deadline_ms <= now, limit=limit), TxnRecord)
         return sorted(due, key=lambda t: t.deadline_ms)[:limit]
 
     def abort_expired(self, limit: int = TIMEOUT_RUN_LIMIT) -> list[tuple[str, str]]:

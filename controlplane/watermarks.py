@@ -216,7 +216,7 @@ class WatermarkTasks:
     def candidates(self) -> list[tuple[str, str]]:
         """The watermark set: every stream with a writer's mark (an operator's listing; the job reads
         ``due`` instead)."""
-        return [(r.scope, r.stream) for r in query_every_shard(WATERMARKED, StreamRecord.watermarking.query)]
+        return [(r.scope, r.stream) for r in query_every_shard(WATERMARKED, StreamRecord.watermarking.query, StreamRecord)]
 
     def due(self, now: int | None = None, shards: list[int] | None = None) -> list[tuple[str, str]]:
         """The streams with a writer's mark due for a look (noted since the last look, or turning silent),

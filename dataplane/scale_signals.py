@@ -121,7 +121,7 @@ def due_candidates(now_ms: int, limit: int) -> list[tuple[str, int]]:
     """(segment, its mark) of the marked segments due by ``now_ms``, earliest first: one query per shard
     of the index, in parallel (``limit`` each, so at most ``limit`` from every shard before the cut)."""
     due = query_every_shard(SCALE_PREFIX, lambda key: SegmentMeta.scale_candidates.query(
-        key, SegmentMeta.scale_at <= now_ms, limit=limit))
+        key, SegmentMeta.scale_at <= now_ms, limit=limit), SegmentMeta)
     return [(m.pk, int(m.scale_at)) for m in sorted(due, key=lambda m: m.scale_at)[:limit]]
 
 

@@ -7,7 +7,9 @@ that throttles pushes back on the base table's writes. So each item goes under `
 partition then takes 1/SHARDS of the index's writes (docs/limits.md states each index's figure).
 
 An item written before its index was sharded still carries the bare ``<prefix>`` value; the jobs read
-that key too until no such item is left, so a deployment upgrades in place.
+that key too, so a deployment upgrades in place. Nothing writes it any more: once a read finds it empty,
+a process reads it again only every ``BARE_KEY_RECHECK_S`` (a component of the previous release may
+still write one while an upgrade rolls out), so an idle tick costs one query per shard, not one more.
 
 The shard count is a deployment setting (``RILLET_INDEX_SHARDS``, default 16), the same for every
 component. It may be raised (a job then reads every old shard too) but never lowered: items under a
@@ -19,6 +21,7 @@ do the work would make an idle laptop stack's jobs cost in proportion to its str
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +36,11 @@ def _shards() -> int:
 
 
 SHARDS = _shards()  # per index: SHARDS x 1,000 write units a second before any one partition throttles
+BARE_KEY_RECHECK_S = 600.0
 T = TypeVar("T")
+# When a read last found an index's bare key empty, by (endpoint, table, prefix): bounded by the
+# indexes of the deployments a process reads (seven per deployment).
+_bare_key_empty_at: dict[tuple[str | None, str, str], float] = {}
 
 
 def shard_key(prefix: str, item_key: str, shards: int = SHARDS) -> str:
@@ -47,12 +54,22 @@ def every_shard(prefix: str, shards: int = SHARDS) -> list[str]:
     return [prefix] + [f"{prefix}#{n}" for n in range(shards)]
 
 
-def query_every_shard(prefix: str, query: Callable[[str], Iterable[T]], shards: int = SHARDS) -> list[T]:
-    """``query`` of each partition key of the index, the shards in parallel (each is a request, and a
-    job's tick should cost a few round trips, not one per shard), results in shard order. The first
-    query runs in the calling thread, so the connection's botocore client (whose creation is not
-    thread-safe) exists before the threads share it."""
+def query_every_shard(prefix: str, query: Callable[[str], Iterable[T]], model: type, shards: int = SHARDS) -> list[T]:
+    """``query`` of each partition key of the index of ``model``'s table, the shards in parallel (each
+    is a request, and a job's tick should cost a few round trips, not one per shard), results in shard
+    order; the bare key as the module doc says. The first queries run in the calling thread, so the
+    connection's botocore client (whose creation is not thread-safe) exists before the threads share it."""
     first, *rest = every_shard(prefix, shards)
-    found = list(query(first))
+    index = (getattr(model.Meta, "host", None), model.Meta.table_name, prefix)
+    found: list[T] = []
+    empty_at = _bare_key_empty_at.get(index)
+    if empty_at is None or time.monotonic() - empty_at >= BARE_KEY_RECHECK_S:
+        found = list(query(first))
+        if not found:
+            _bare_key_empty_at[index] = time.monotonic()
+    first_shard, *others = rest
+    found += query(first_shard)
+    if not others:
+        return found
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="shard-query") as pool:
-        return found + [item for items in pool.map(lambda key: list(query(key)), rest) for item in items]
+        return found + [item for items in pool.map(lambda key: list(query(key)), others) for item in items]

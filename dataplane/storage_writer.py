@@ -81,7 +81,7 @@ class StorageWriter(SegmentJournal):
         (``limit`` each, so at most ``limit`` from every shard before the cut)."""
         now = now_ms()
         due = query_every_shard(TIER_PREFIX, lambda key: SegmentMeta.tiering.query(
-            key, SegmentMeta.tier_at <= now, limit=limit))
+            key, SegmentMeta.tier_at <= now, limit=limit), SegmentMeta)
         return [m.pk for m in sorted(due, key=lambda m: m.tier_at)[:limit]]
 
     def tier_many(self, segments: list[str], workers: int = TIER_WORKERS) -> TieringRun:

@@ -150,7 +150,7 @@ def groups_due(now: int, limit: int) -> dict[tuple[str, str], int]:
     """The groups whose earliest reader lease may have ended by ``now``, (scope, group) -> the deadline
     that passed: one query per index shard, at most ``limit`` groups, earliest first."""
     due = query_every_shard(LEASE_SHARD, lambda key: ReaderLeaseRecord.txn_deadlines.query(
-        key, ReaderLeaseRecord.deadline_ms <= now, limit=limit))
+        key, ReaderLeaseRecord.deadline_ms <= now, limit=limit), ReaderLeaseRecord)
     return {(lease.scope, lease.group): lease.deadline_ms for lease in sorted(due, key=lambda x: x.deadline_ms)[:limit]}
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from dataplane_model import inject_crash, segment_events
 
-from controlplane.models import PENDING, TxnRecord
+from controlplane.models import TxnRecord, workflow_shard
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from controlplane.sweeper import Sweeper
@@ -353,7 +353,7 @@ def test_commit_requested_while_the_stream_is_being_sealed_does_not_hang(control
             c.transactions._to_committing(record, [
                 TxnRecord.state.set(TxnState.COMMITTING.value), TxnRecord.commit_ms.set(now_ms()),
                 TxnRecord.deadline_shard.remove(), TxnRecord.deadline_ms.remove(),
-                TxnRecord.pending.set(PENDING), TxnRecord.pending_since.set(now_ms())])
+                TxnRecord.pending.set(workflow_shard(record.pk, record.sk)), TxnRecord.pending_since.set(now_ms())])
 
     monkeypatch.setattr(c.transactions, "drive_commits", drive_then_race)
     c.streams.seal_stream(scope, STREAM)

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from dataplane.shards import every_shard, shard_key
+from dataplane import shards
+from dataplane.shards import every_shard, query_every_shard, shard_key
 
 
 def _shards_in_a_fresh_process(value: str) -> subprocess.CompletedProcess:
@@ -36,3 +37,37 @@ def test_a_job_with_more_shards_reads_every_item_written_with_fewer():
     for fewer, more in [(1, 16), (4, 16), (16, 32)]:
         for n in range(200):
             assert shard_key("due", f"segment-{n}", fewer) in every_shard("due", more)
+
+
+class _Index:
+    """A table's index as query_every_shard sees it: items by partition key, and the keys each read asked."""
+
+    class Meta:
+        host, table_name = None, "unit-bare-key"
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[str]] = {}
+        self.asked: list[str] = []
+
+    def query(self, key: str) -> list[str]:
+        self.asked.append(key)
+        return list(self.items.get(key, []))
+
+
+def test_the_bare_key_is_read_until_found_empty_then_only_every_recheck_interval(monkeypatch):
+    """Items written before an index was sharded are still found; once none is left an idle read costs one
+    query per shard, and the bare key is looked at again after BARE_KEY_RECHECK_S (a component of the
+    previous release may write one while an upgrade rolls out)."""
+    index = _Index()
+    index.Meta.table_name = f"unit-bare-key-{os.getpid()}-{id(index)}"
+    index.items = {"due": ["old"], "due#1": ["new"]}
+    assert query_every_shard("due", index.query, index, shards=2) == ["old", "new"]
+    assert index.asked == ["due", "due#0", "due#1"]
+    del index.items["due"]  # the old item's job moved it to its shard
+    for _ in range(2):
+        index.asked.clear()
+        assert query_every_shard("due", index.query, index, shards=2) == ["new"]
+    assert index.asked == ["due#0", "due#1"]  # found empty on the read before: not asked again
+    index.items["due"] = ["written by the previous release"]
+    monkeypatch.setattr(shards, "BARE_KEY_RECHECK_S", 0.0)
+    assert query_every_shard("due", index.query, index, shards=2) == ["written by the previous release", "new"]
