@@ -5,26 +5,27 @@
   cuts, reset, unread bytes.
 * :class:`EventStreamReader` is one reader of a group. ``read_next_event`` returns events of the
   segments the group assigned to it, checkpoint markers when the group checkpoints, and None when
-  nothing arrived within the timeout.
+  nothing arrived within the timeout; ``read_events`` returns the same, a block of one segment's
+  events at a time, as bytes (:class:`GroupEventsRead`).
 
 The group's shared state lives on the controller; a reader talks to it when it joins, when it
 finishes a segment, when it passes a checkpoint and otherwise every ``group_refresh_time_ms``, less
 often while nothing changes (:class:`SyncCadence`: up to a sixth of ``reader_lease_ms``). That
 is also its lease: a reader not heard from for ``reader_lease_ms`` (the application stopped calling
-``read_next_event``, or the process was killed) is taken offline and its segments go to the others;
-its next call raises :class:`~rillet.errors.ReaderNotInReaderGroup`, and the application creates a
-new reader (as with Pravega's ReaderNotInReaderGroupException). A reader id is one reader while it is
-online: creating a second reader of that id raises :class:`~rillet.errors.AlreadyExists` until the
-first closes or is taken offline (each reader sends a random token with its join, so a join it repeats
-after a lost answer is not taken for another reader).
+``read_next_event`` or ``read_events``, or the process was killed) is taken offline and its segments
+go to the others; its next call raises :class:`~rillet.errors.ReaderNotInReaderGroup`, and the
+application creates a new reader (as with Pravega's ReaderNotInReaderGroupException). A reader id is
+one reader while it is online: creating a second reader of that id raises
+:class:`~rillet.errors.AlreadyExists` until the first closes or is taken offline (each reader sends a
+random token with its join, so a join it repeats after a lost answer is not taken for another reader).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 from urllib.parse import quote
 
@@ -40,14 +41,16 @@ from rillet.errors import (
     StreamRecreated,
     Truncated,
 )
+from rillet.framing import EventBatch
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamDataRetention, StreamRange
 from rillet.names import mark_stream_name, split_scoped_name, validate_reader_group_name
-from rillet.reader import EventPointer, StreamReader
+from rillet.reader import EventPointer, EventsRead, StreamReader
 from rillet.segments import DEFAULT_READ_SIZE, SegmentEventReader, TailBackoff
 from rillet.serializers import JsonSerializer, Serializer
 from rillet.stream_cut import Ordering, StreamCut, compare_positions
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def group_config(streams: list[str | StreamCut], *, end: list[StreamCut] | None = None,
@@ -127,6 +130,21 @@ class GroupEventRead(Generic[T]):
     checkpoint_name: str | None = None
     routing_key: str | None = None
     timestamp_ms: int | None = None
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return self.checkpoint_name is not None
+
+
+@dataclass(frozen=True)
+class GroupEventsRead:
+    """What a group reader's ``read_events`` returns: consecutive events of one segment, as bytes (see
+    :class:`~rillet.reader.EventsRead`), or a checkpoint marker (``events`` None). ``position`` is the
+    reader's position after them, as ``get_position`` gives it."""
+
+    events: EventsRead | None
+    position: Position
+    checkpoint_name: str | None = None
 
     @property
     def is_checkpoint(self) -> bool:
@@ -249,17 +267,38 @@ class SyncCadence:
         return self.interval_s
 
 
+_NO_EVENTS = EventBatch([], [], 0)
+
+
 @dataclass
 class _Held:
     assigned: api.AssignedSegment
     reader: SegmentEventReader
     delivered: int  # offset after the last event returned to the application
-    events: deque = field(default_factory=deque)  # Frames read and not yet returned (at most one read's worth)
+    batch: EventBatch = _NO_EVENTS  # the events of the last read, decoded (at most one read's worth)
+    next: int = 0  # the index in ``batch`` of the next event to return
     waiting: bool = False  # at its tail: read again only once a tail check shows news
 
     @property
     def key(self) -> str:
         return f"{self.assigned.stream}/{self.assigned.segment.segment_id}"
+
+    @property
+    def events(self) -> range:
+        """The indices in ``batch`` of the events read and not returned yet."""
+        return range(self.next, len(self.batch))
+
+    def take(self, max_events: int | None) -> tuple[EventBatch, int, int]:
+        """Return the next events (at most ``max_events``) as ``(batch, start, stop)``: they are
+        delivered, and the batch is let go once all its events are (it may hold megabytes)."""
+        batch, start = self.batch, self.next
+        stop = len(batch) if max_events is None else min(len(batch), start + max_events)
+        self.delivered = batch.positions[stop] if stop < len(batch) else batch.end
+        if stop == len(batch):
+            self.batch, self.next = _NO_EVENTS, 0
+        else:
+            self.next = stop
+        return batch, start, stop
 
 
 class EventStreamReader(Generic[T]):
@@ -300,6 +339,22 @@ class EventStreamReader(Generic[T]):
         or ``reader_offline`` named it): its segments are another reader's now. Close it and create a
         new reader.
         """
+        return self._read(timeout_ms, self._next_buffered,
+                          lambda name: GroupEventRead(None, None, self.get_position(), checkpoint_name=name))
+
+    def read_events(self, max_events: int | None = None, timeout_ms: int = 1000) -> GroupEventsRead | None:
+        """The next events of one held segment at once (at most ``max_events``), a checkpoint marker,
+        or None, as ``read_next_event`` would return them one by one: for throughput, the events are
+        handed over as bytes, with no object per event (the serializer is not applied). The two calls
+        mix freely; each starts after the last event either returned. Raises as ``read_next_event`` does.
+        """
+        return self._read(timeout_ms, lambda: self._buffered_events(max_events),
+                          lambda name: GroupEventsRead(None, self.get_position(), checkpoint_name=name))
+
+    def _read(self, timeout_ms: int, take: Callable[[], R | None], marker: Callable[[str], R]) -> R | None:
+        """The loop both reads share, so they sync, pass checkpoints and wait alike: ``marker`` of a
+        checkpoint to return (it is passed on the next call), else what ``take`` makes of the events read
+        and not returned yet, reading more as needed; None when nothing arrived within ``timeout_ms``."""
         if self._lost is not None:
             raise self._lost
         deadline = time.monotonic() + timeout_ms / 1000
@@ -316,10 +371,10 @@ class EventStreamReader(Generic[T]):
                     self._sync(checkpoint=checkpoint)
                     continue
                 self._to_pass = checkpoint
-                return GroupEventRead(None, None, self.get_position(), checkpoint_name=checkpoint)
-            event = self._next_buffered()
-            if event is not None:
-                return event
+                return marker(checkpoint)
+            taken = take()
+            if taken is not None:
+                return taken
             if self._fetch():
                 continue
             now = time.monotonic()
@@ -434,21 +489,50 @@ class EventStreamReader(Generic[T]):
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _next_buffered(self) -> GroupEventRead[T] | None:
+    def _next_held(self) -> _Held | None:
+        """The next held segment with events read and not returned, in turn (so one busy segment does
+        not starve the others)."""
         keys = sorted(self._held)
         for i in range(len(keys)):
             held = self._held[keys[(self._next + i) % len(keys)]]
             if held.events:
                 self._next = (self._next + i + 1) % len(keys)
-                e = held.events.popleft()
-                held.delivered = e.position + e.length
-                scope, stream = split_scoped_name(held.assigned.stream)
-                pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, e.position, e.length,
-                                       held.assigned.incarnation)
-                self._complete_if_done(held)
-                return GroupEventRead(self.serializer.deserialize(e.payload), pointer, self.get_position(),
-                                      routing_key=e.routing_key, timestamp_ms=e.timestamp_ms)
+                return held
         return None
+
+    def _next_buffered(self) -> GroupEventRead[T] | None:
+        """The next event read and not returned, deserialized; None if there is none (the Pravega
+        facade's slicing reader overrides it to take the events of one segment)."""
+        held = self._next_held()
+        if held is None:
+            return None
+        batch, i, _ = held.take(1)
+        scope, stream = split_scoped_name(held.assigned.stream)
+        pointer = EventPointer(scope, stream, held.assigned.segment.segment_id, batch.positions[i], batch.length(i),
+                               held.assigned.incarnation)
+        self._complete_if_done(held)
+        return GroupEventRead(self.serializer.deserialize(batch.payloads[i]), pointer, self.get_position(),
+                              routing_key=batch.routing_keys[i] if batch.routing_keys else None,
+                              timestamp_ms=batch.timestamps[i] if batch.timestamps else None)
+
+    def _buffered_events(self, max_events: int | None) -> GroupEventsRead | None:
+        """The next events read and not returned of one segment (at most ``max_events``, at least one),
+        as bytes; None if there are none."""
+        held = self._next_held()
+        if held is None:
+            return None
+        batch, start, stop = held.take(None if max_events is None else max(1, max_events))
+        if start == 0 and stop == len(batch):
+            payloads, positions, keys, times = batch.payloads, batch.positions, batch.routing_keys, batch.timestamps
+        else:
+            payloads, positions = batch.payloads[start:stop], batch.positions[start:stop]
+            keys = batch.routing_keys[start:stop] if batch.routing_keys else None
+            times = batch.timestamps[start:stop] if batch.timestamps else None
+        scope, stream = split_scoped_name(held.assigned.stream)
+        events = EventsRead(scope, stream, held.assigned.segment.segment_id, payloads, positions, held.delivered,
+                            keys, times, held.assigned.incarnation)
+        self._complete_if_done(held)
+        return GroupEventsRead(events, self.get_position())
 
     def _fetch(self) -> bool:
         """Read once from each held segment not at its tail, and check the tails of those that are (one
@@ -490,7 +574,7 @@ class EventStreamReader(Generic[T]):
                 progressed |= self._complete_if_done(held)
                 continue
             try:
-                events = held.reader.read_events()
+                batch = held.reader.read_batch()
             except Truncated as e:  # truncation overtook this reader: continue at the new start
                 start = int(e.details.get("start_offset", held.reader.offset))
                 held.reader = SegmentEventReader(self.connection.segments, held.reader.scope, held.reader.stream,
@@ -504,9 +588,9 @@ class EventStreamReader(Generic[T]):
                 del self._held[held.key]
                 progressed = True
                 continue
-            held.events.extend(events)
-            progressed |= bool(events) or self._complete_if_done(held)
-            held.waiting = not events and held.reader.at_tail
+            held.batch, held.next = batch, 0  # the last read's events were all returned: _fetch reads only then
+            progressed |= bool(batch) or self._complete_if_done(held)
+            held.waiting = not batch and held.reader.at_tail
         return progressed
 
     def _complete_if_done(self, held: _Held) -> bool:
