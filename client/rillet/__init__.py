@@ -86,6 +86,7 @@ _MODULE_OF = {
     "SuccessorInfo": "rillet.models",
     "TableEntry": "rillet.kvt",
     "TableKey": "rillet.kvt_models",
+    "TailBackoff": "rillet.segments",
     "Throttled": "rillet.errors",
     "TimeWindow": "rillet.reader_group",
     "TooLarge": "rillet.errors",
@@ -195,6 +196,7 @@ if TYPE_CHECKING:  # the names as type checkers and IDEs see them
         TimeWindow,
         group_config,
     )
+    from rillet.segments import TailBackoff
     from rillet.serializers import BytesSerializer, JsonSerializer, Serializer, UTF8StringSerializer
     from rillet.stream_cut import Ordering, StreamCut
     from rillet.transaction import Transaction, TransactionalEventStreamWriter

@@ -11,6 +11,7 @@ from rillet.models import SegmentPosition
 from rillet.names import validate_scope_name
 from rillet.reader import StreamReader
 from rillet.reader_group import EventStreamReader
+from rillet.segments import TailBackoff
 from rillet.serializers import Serializer
 from rillet.stream_cut import StreamCut
 from rillet.transaction import TransactionalEventStreamWriter
@@ -45,15 +46,19 @@ class EventStreamClientFactory(_Factory):
                                     config: EventWriterConfig | None = None) -> TransactionalEventStreamWriter[T]:
         return TransactionalEventStreamWriter(self.connection, self.scope, stream, serializer, config)
 
-    def create_reader(self, reader_id: str, reader_group: str, serializer: Serializer[T]) -> EventStreamReader[T]:
-        """A reader that joins ``reader_group`` (created with ReaderGroupManager) as ``reader_id``."""
-        return EventStreamReader(self.connection, self.scope, reader_group, reader_id, serializer)
+    def create_reader(self, reader_id: str, reader_group: str, serializer: Serializer[T], *,
+                      backoff: TailBackoff | None = None) -> EventStreamReader[T]:
+        """A reader that joins ``reader_group`` (created with ReaderGroupManager) as ``reader_id``;
+        ``backoff``: the cadence of its tail checks at the tail (``TailBackoff``'s defaults if None)."""
+        return EventStreamReader(self.connection, self.scope, reader_group, reader_id, serializer, backoff=backoff)
 
     def create_stream_reader(self, stream: str, serializer: Serializer[T],
-                             start: list[SegmentPosition] | StreamCut | None = None) -> StreamReader[T]:
+                             start: list[SegmentPosition] | StreamCut | None = None, *,
+                             backoff: TailBackoff | None = None) -> StreamReader[T]:
         """A single reader over the whole stream from ``start`` (the head by default; a StreamCut's reads
-        name its incarnation, so a stream deleted and created again since is StreamRecreated)."""
-        return StreamReader(self.connection, self.scope, stream, serializer, start)
+        name its incarnation, so a stream deleted and created again since is StreamRecreated);
+        ``backoff`` as for ``create_reader``."""
+        return StreamReader(self.connection, self.scope, stream, serializer, start, backoff=backoff)
 
 
 class ByteStreamClientFactory(_Factory):

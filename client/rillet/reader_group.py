@@ -305,7 +305,7 @@ class EventStreamReader(Generic[T]):
     """One reader of a reader group."""
 
     def __init__(self, connection: Connection, scope: str, group: str, reader_id: str, serializer: Serializer[T],
-                 read_size: int = DEFAULT_READ_SIZE) -> None:
+                 read_size: int = DEFAULT_READ_SIZE, backoff: TailBackoff | None = None) -> None:
         self.connection = connection
         self.group = ReaderGroup(connection, scope, group)
         self.reader_id = reader_id
@@ -317,7 +317,7 @@ class EventStreamReader(Generic[T]):
         self._cadence = SyncCadence(self.refresh_s, config.reader_lease_ms / 1000)
         self._held: dict[str, _Held] = {}
         self._reported: list[api.SegmentOffset] = []  # the positions the last sync reported
-        self._tail_backoff = TailBackoff()
+        self._tail_backoff = backoff or TailBackoff()  # the cadence of its tail checks: latency against cost
         self._check_at = 0.0  # when the next tail check of the held segments at their tail is due
         self._completed: list[api.SegmentOffset] = []
         self._to_pass: str | None = None  # a checkpoint returned to the application, passed on the next call

@@ -15,7 +15,7 @@ import rillet
 from rillet import api
 from rillet.framing import frame
 from rillet.models import SegmentPosition
-from rillet.segments import SegmentEventReader, TailBackoff
+from rillet.segments import SegmentEventReader
 from rillet.stream_cut import StreamCut
 
 http = urllib3.PoolManager(retries=False, timeout=60)
@@ -100,8 +100,7 @@ def test_one_tail_check_answers_many_segments(manager, url, unique):
 def test_an_idle_reader_sends_only_tail_checks_backing_off_and_wakes_on_data(stack, manager, url, unique):
     connection, segments = _stream(manager, url, unique, "s", segments=4)
     factory = rillet.EventStreamClientFactory(unique, url)
-    reader = factory.create_stream_reader("s", rillet.BytesSerializer())
-    reader._backoff = TailBackoff(first_s=0.05, max_s=0.4)
+    reader = factory.create_stream_reader("s", rillet.BytesSerializer(), backoff=rillet.TailBackoff(first_s=0.05, max_s=0.4))
     sent = []
     for transport in (reader.connection.segments.read_transport, reader.connection.segments.tails_transport):
         original = transport.request

@@ -8,7 +8,6 @@ import time
 
 import rillet
 from rillet.framing import frame
-from rillet.segments import TailBackoff
 
 
 def test_an_idle_group_reader_sends_only_backing_off_tail_checks_and_wakes_on_data(stack, manager, url, unique):
@@ -18,8 +17,7 @@ def test_an_idle_group_reader_sends_only_backing_off_tail_checks_and_wakes_on_da
     groups.create_reader_group("g", rillet.group_config([f"{unique}/s"], automatic_checkpoint_interval_ms=0,
                                                         group_refresh_time_ms=200, reader_lease_ms=60_000))
     factory = rillet.EventStreamClientFactory(unique, url)
-    reader = factory.create_reader("r1", "g", rillet.BytesSerializer())
-    reader._tail_backoff = TailBackoff(first_s=0.05, max_s=0.4)
+    reader = factory.create_reader("r1", "g", rillet.BytesSerializer(), backoff=rillet.TailBackoff(first_s=0.05, max_s=0.4))
     reads, syncs = [], []
     for segments in (reader.connection.segments.read_transport, reader.connection.segments.tails_transport):
         read_request = segments.request
@@ -45,3 +43,31 @@ def test_an_idle_group_reader_sends_only_backing_off_tail_checks_and_wakes_on_da
     event = reader.read_next_event(timeout_ms=5000)
     assert event is not None and event.event == b"news" and event.pointer.segment_id == segment
     reader.close()
+
+
+class _CountingBackoff(rillet.TailBackoff):
+    """A fixed 100 ms cadence that counts how often a reader asked it for its next pause."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def next_delay(self) -> float:
+        self.asked += 1
+        return 0.1
+
+
+def test_both_readers_check_tails_at_the_cadence_the_application_gives(stack, manager, url, unique):
+    """``backoff`` of create_reader and create_stream_reader sets the tail-check cadence (latency against
+    the requests an idle reader sends)."""
+    manager.create_scope(unique)
+    manager.create_stream(unique, "s", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(2)))
+    groups = rillet.ReaderGroupManager(unique, url)
+    groups.create_reader_group("g", rillet.group_config([f"{unique}/s"], automatic_checkpoint_interval_ms=0))
+    factory = rillet.EventStreamClientFactory(unique, url)
+    group_cadence, stream_cadence = _CountingBackoff(), _CountingBackoff()
+    with factory.create_reader("r1", "g", rillet.BytesSerializer(), backoff=group_cadence) as reader:
+        assert reader.read_next_event(timeout_ms=1000) is None
+    assert factory.create_stream_reader("s", rillet.BytesSerializer(), backoff=stream_cadence) \
+        .read_next_event(timeout_ms=1000) is None
+    assert group_cadence.asked >= 3 and stream_cadence.asked >= 3, (group_cadence.asked, stream_cadence.asked)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import rillet
 from rillet.framing import frame
-from rillet.segments import TailBackoff
 
 
 def test_an_idle_reader_checks_tails_at_the_tails_function_only(stack, manager, url, unique):
     manager.create_scope(unique)
     manager.create_stream(unique, "s", rillet.StreamConfiguration(scaling_policy=rillet.ScalingPolicy.fixed(2)))
     factory = rillet.EventStreamClientFactory(unique, url)
-    reader = factory.create_stream_reader("s", rillet.BytesSerializer())
-    reader._backoff = TailBackoff(first_s=0.05, max_s=0.4)
+    reader = factory.create_stream_reader("s", rillet.BytesSerializer(), backoff=rillet.TailBackoff(first_s=0.05, max_s=0.4))
     segments = reader.connection.segments
     assert reader.connection.controller.endpoints.tails_url == stack.functions["tails"].url
     assert stack.functions["tails"].spec.memory_mb == 128
