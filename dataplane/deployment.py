@@ -54,13 +54,17 @@ class Deployment:
 
 
 def point_models(models, table: str, deployment: Deployment) -> None:
-    """Point PynamoDB models at a table of a deployment. A model already pointed there keeps its
-    connection: a new one costs a botocore session and a service-model load (about 0.1–0.8 s of CPU),
-    which a process that binds on every unit of work (a Dagster sensor tick) would pay each time."""
+    """Point PynamoDB models at a table of a deployment. A model whose connection already goes there
+    keeps it: a new one costs a botocore session and a service-model load (about 0.1–0.8 s of CPU),
+    which a process that binds on every unit of work (a Dagster sensor tick) would pay each time.
+
+    The connection is what is compared, not ``Meta``: models of one table share their base's ``Meta``
+    (so another module's bind may already have moved it) and may use their base's connection."""
+    target = (table, deployment.region, deployment.endpoint_url)
     for model in models:
         meta = model.Meta
-        if (meta.table_name, meta.region, getattr(meta, "host", None)) == (table, deployment.region,
-                                                                            deployment.endpoint_url):
-            continue
-        meta.table_name, meta.region, meta.host = table, deployment.region, deployment.endpoint_url
-        model._connection = None
+        meta.table_name, meta.region, meta.host = target
+        connection = model._connection
+        if connection is not None and (connection.table_name, connection.connection.region,
+                                       connection.connection.host) != target:
+            model._connection = None
