@@ -34,7 +34,13 @@ version it read.
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
+from typing import Any
+
 from pynamodb.attributes import (
+    Attribute,
     DiscriminatorAttribute,
     JSONAttribute,
     ListAttribute,
@@ -44,6 +50,7 @@ from pynamodb.attributes import (
     UnicodeSetAttribute,
     VersionAttribute,
 )
+from pynamodb.constants import STRING
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
@@ -353,8 +360,28 @@ class SinkRecord(MetadataItem, discriminator="sink"):
     version = VersionAttribute()
 
 
+class CompressedJSONAttribute(Attribute[Any]):
+    """JSON stored deflated, as ``z:`` and the base64 of its zlib form: a reader group's state repeats its
+    stream's name and field names in every entry, so it stores in about a sixth of its JSON's bytes,
+    and a consistent read of it (every sync) costs as many fewer read units. A plain JSON value (a
+    record written before compression) reads as it is."""
+
+    attr_type = STRING
+    PREFIX = "z:"
+
+    def serialize(self, value: Any) -> str:
+        packed = zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 6)
+        return self.PREFIX + base64.b64encode(packed).decode()
+
+    def deserialize(self, value: str) -> Any:
+        if value.startswith(self.PREFIX):
+            return json.loads(zlib.decompress(base64.b64decode(value[len(self.PREFIX):])))
+        return json.loads(value)
+
+
 class ReaderGroupRecord(MetadataItem, discriminator="rg"):
-    """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as JSON).
+    """A reader group's configuration and shared state (controlplane.reader_groups.GroupState as
+    compressed JSON).
 
     Every change is a read-modify-write conditional on ``version``: the role Pravega's State
     Synchronizer plays for reader groups.
@@ -362,7 +389,7 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
 
     scope = UnicodeAttribute()
     group = UnicodeAttribute()
-    state = JSONAttribute()
+    state = CompressedJSONAttribute()
     version = VersionAttribute()
 
 

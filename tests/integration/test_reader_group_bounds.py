@@ -181,10 +181,11 @@ def test_a_group_that_completed_10000_segments_with_100_readers_stays_under_64_k
 
 
 def test_a_group_too_large_for_its_item_is_refused_with_a_typed_error(deployment, unique):
-    """A group over a stream of 3,000 live segments does not fit in a DynamoDB item: creating it answers
-    IllegalState (409) saying so, not DynamoDB's validation failure (an opaque 500), and leaves nothing."""
+    """A group over a stream of 20,000 live segments does not fit in a DynamoDB item (5,000 do, compressed:
+    docs/limits.md): creating it answers IllegalState (409) saying so, not DynamoDB's validation failure
+    (an opaque 500), and leaves nothing."""
     scaling = Scaling(unique)
-    scaling.history = ScalingHistory.start([i / 3000 for i in range(3000)] + [1.0])
+    scaling.history = ScalingHistory.start([i / 20_000 for i in range(20_000)] + [1.0])
     groups = ReaderGroups(_Streams(scaling), retention=None)
     config = ReaderGroupConfig(streams=[StreamRange(scope=unique, stream="s")])
     with pytest.raises(IllegalState) as refused:

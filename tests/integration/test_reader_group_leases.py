@@ -14,6 +14,8 @@ import pytest
 
 from controlplane.models import ReaderGroupRecord, ReaderLeaseRecord, reader_group_pk
 from controlplane.reader_groups import LEASE_KEY
+from controlplane.reader_groups.leases import LEASE_SHARD
+from dataplane.shards import shard_key
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import ReaderNotInReaderGroup
 from rillet.models import ReaderGroupConfig, ScalingPolicy, StreamConfiguration, StreamRange
@@ -109,7 +111,7 @@ def test_deleting_a_group_removes_its_lease_record_and_the_job_forgets_an_orphan
         ReaderLeaseRecord.get(reader_group_pk(scope, "g"), LEASE_KEY, consistent_read=True)
     # a late write of the lease record (a sync that lost the race with the delete) is cleaned up
     ReaderLeaseRecord(reader_group_pk(scope, "g"), LEASE_KEY, scope=scope, group="g", group_version=7,
-                      deadline_ms=1, deadline_shard="reader-lease").save()
+                      deadline_ms=1, deadline_shard=shard_key(LEASE_SHARD, f"{scope}/g")).save()
     assert (scope, "g") in groups.groups_due_for_lease_check(limit=1000)
     assert groups.expire_readers(scope, "g") == []
     assert (scope, "g") not in groups.groups_due_for_lease_check(limit=1000)

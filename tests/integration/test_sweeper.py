@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.models import ScopeRecord
+from controlplane.models import ScopeRecord, workflow_shard
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from controlplane.sweeper import Sweeper
@@ -98,7 +98,8 @@ def test_sweeper_reverts_a_scope_delete_that_found_streams(controller, scope):
     tasks, store = controller.streams, controller.store
     tasks.create_stream(scope, "s", StreamConfiguration())
     # A delete that marked the scope and then died before checking for streams.
-    store.update(store.get_scope(scope), [ScopeRecord.state.set("DELETING"), ScopeRecord.pending.set("wf"),
+    record = store.get_scope(scope)
+    store.update(record, [ScopeRecord.state.set("DELETING"), ScopeRecord.pending.set(workflow_shard(record.pk, record.sk)),
                                           ScopeRecord.pending_since.set(now_ms())], "test")
     outcomes = Sweeper(tasks, grace_ms=0).sweep()
     assert [(o.workflow, o.outcome) for o in outcomes if o.subject == scope] == [("delete-scope", "reverted")]
@@ -108,7 +109,8 @@ def test_sweeper_reverts_a_scope_delete_that_found_streams(controller, scope):
 
 def test_sweeper_completes_a_scope_delete(controller, scope):
     store = controller.store
-    store.update(store.get_scope(scope), [ScopeRecord.state.set("DELETING"), ScopeRecord.pending.set("wf"),
+    record = store.get_scope(scope)
+    store.update(record, [ScopeRecord.state.set("DELETING"), ScopeRecord.pending.set(workflow_shard(record.pk, record.sk)),
                                           ScopeRecord.pending_since.set(now_ms())], "test")
     outcomes = Sweeper(controller.streams, grace_ms=0).sweep()
     assert [(o.workflow, o.outcome) for o in outcomes if o.subject == scope] == [("delete-scope", "completed")]
