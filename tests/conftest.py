@@ -101,6 +101,26 @@ _SHARED_BOTOCORE_LOADER = []
 
 
 @pytest.fixture
+def count_aws_clients(monkeypatch):
+    """Call it once the code under test is warm: it returns the list of the botocore clients built from
+    then on (their service names). Each costs a session and a service-model load (0.1-0.8 s of CPU)."""
+    import botocore.session
+
+    def start() -> list[str]:
+        built: list[str] = []
+        original = botocore.session.Session.create_client
+
+        def counting(self, *args, **kwargs):
+            built.append(args[0] if args else kwargs.get("service_name"))
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(botocore.session.Session, "create_client", counting)
+        return built
+
+    return start
+
+
+@pytest.fixture
 def fast_botocore_sessions(monkeypatch):
     """Test speed only: let every new botocore session reuse one data loader.
 

@@ -2,7 +2,6 @@
 botocore client costs a session and a service-model load (0.1–0.8 s of CPU), which at standalone's
 intervals was most of an idle stack's Dagster CPU (docs/benchmarks.md, the idle stack)."""
 
-import botocore.session
 import pytest
 from dagster import build_sensor_context
 
@@ -12,19 +11,12 @@ _SENSORS = [s for s in defs.sensors if s.name != "run_failure_reporter"]  # that
 
 
 @pytest.mark.usefixtures("fast_botocore_sessions")
-def test_a_second_tick_of_every_sensor_builds_no_aws_client(isolated, monkeypatch):
+def test_a_second_tick_of_every_sensor_builds_no_aws_client(isolated, count_aws_clients):
     _, resource = isolated
     for sensor in _SENSORS:  # the first ticks build what the process keeps
         with build_sensor_context(resources={"rillet": resource}) as context:
             sensor(context)
-    built = []
-    original = botocore.session.Session.create_client
-
-    def counting(self, *args, **kwargs):
-        built.append(args[0] if args else kwargs.get("service_name"))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(botocore.session.Session, "create_client", counting)
+    built = count_aws_clients()
     for sensor in _SENSORS:
         with build_sensor_context(resources={"rillet": resource}) as context:
             sensor(context)

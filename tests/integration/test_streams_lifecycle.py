@@ -410,21 +410,12 @@ def test_queries_on_a_missing_scope(controller, unique):
         controller.streams.current_segments(unique, "s")
 
 
-def test_creating_streams_reuses_aws_clients(controller, scope, monkeypatch):
+def test_creating_streams_reuses_aws_clients(controller, scope, count_aws_clients):
     """A botocore client costs a session and a service-model load (hundreds of ms of Lambda CPU);
     once warm, a create must reuse the clients it already has instead of building new ones."""
-    import botocore.session
-
     tasks = controller.streams
     tasks.create_stream(scope, "warm", fixed(1))  # first use builds the clients
-    built = []
-    original = botocore.session.Session.create_client
-
-    def counting(self, *args, **kwargs):
-        built.append(args[0] if args else kwargs.get("service_name"))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(botocore.session.Session, "create_client", counting)
+    built = count_aws_clients()
     for i in range(3):
         tasks.create_stream(scope, f"s{i}", fixed(1))
     assert built == []
