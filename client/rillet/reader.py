@@ -67,6 +67,18 @@ class EventsRead:
     def __len__(self) -> int:
         return len(self.payloads)
 
+    @classmethod
+    def of(cls, scope: str, stream: str, segment_id: int, batch: EventBatch, start: int, stop: int,
+           incarnation: int | None) -> EventsRead:
+        """Events ``start`` to ``stop`` of a decoded batch (the batch's own lists when that is all of it)."""
+        if start == 0 and stop == len(batch):
+            return cls(scope, stream, segment_id, batch.payloads, batch.positions, batch.end, batch.routing_keys,
+                       batch.timestamps, incarnation)
+        return cls(scope, stream, segment_id, batch.payloads[start:stop], batch.positions[start:stop],
+                   batch.positions[stop] if stop < len(batch) else batch.end,
+                   batch.routing_keys[start:stop] if batch.routing_keys else None,
+                   batch.timestamps[start:stop] if batch.timestamps else None, incarnation)
+
     def pointer(self, i: int) -> EventPointer:
         """Event ``i``'s pointer, as ``read_next_event`` would have given it."""
         end = self.positions[i + 1] if i + 1 < len(self.positions) else self.end
@@ -155,16 +167,7 @@ class StreamReader(Generic[T]):
         pending.next = stop
         if stop == len(batch):
             self._buffered.popleft()
-        if start == 0 and stop == len(batch):
-            payloads, positions, keys, times, end = (batch.payloads, batch.positions, batch.routing_keys,
-                                                     batch.timestamps, batch.end)
-        else:
-            payloads, positions = batch.payloads[start:stop], batch.positions[start:stop]
-            keys = batch.routing_keys[start:stop] if batch.routing_keys else None
-            times = batch.timestamps[start:stop] if batch.timestamps else None
-            end = batch.positions[stop] if stop < len(batch) else batch.end
-        return EventsRead(self.scope, self.stream, pending.segment_id, payloads, positions, end, keys, times,
-                          self.incarnation)
+        return EventsRead.of(self.scope, self.stream, pending.segment_id, batch, start, stop, self.incarnation)
 
     def iter_events(self, max_events: int | None = None) -> Iterator[EventsRead]:
         """``read_events`` until the reader reaches the tail of every segment."""

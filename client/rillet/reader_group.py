@@ -522,15 +522,9 @@ class EventStreamReader(Generic[T]):
         if held is None:
             return None
         batch, start, stop = held.take(None if max_events is None else max(1, max_events))
-        if start == 0 and stop == len(batch):
-            payloads, positions, keys, times = batch.payloads, batch.positions, batch.routing_keys, batch.timestamps
-        else:
-            payloads, positions = batch.payloads[start:stop], batch.positions[start:stop]
-            keys = batch.routing_keys[start:stop] if batch.routing_keys else None
-            times = batch.timestamps[start:stop] if batch.timestamps else None
         scope, stream = split_scoped_name(held.assigned.stream)
-        events = EventsRead(scope, stream, held.assigned.segment.segment_id, payloads, positions, held.delivered,
-                            keys, times, held.assigned.incarnation)
+        events = EventsRead.of(scope, stream, held.assigned.segment.segment_id, batch, start, stop,
+                               held.assigned.incarnation)
         self._complete_if_done(held)
         return GroupEventsRead(events, self.get_position())
 
