@@ -8,12 +8,17 @@ _UNITS_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
                 ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
+def _exactly(count: int, units: tuple[tuple[str, int], ...], separator: str, smallest: str) -> str:
+    """``count`` in the largest of ``units`` that states it exactly, else in ``smallest``."""
+    for unit, size in units:
+        if count and count % size == 0:
+            return f"{count // size}{separator}{unit}"
+    return f"{count}{separator}{smallest}"
+
+
 def human_duration(ms: int) -> str:
     """The largest unit that states ``ms`` exactly: 604800000 -> ``7d``, 90000 -> ``90s``."""
-    for unit, size in _UNITS_MS:
-        if ms and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
+    return _exactly(ms, _UNITS_MS, "", "ms")
 
 
 def rounded_duration(ms: float) -> str:
@@ -41,10 +46,7 @@ def short_duration(ms: float) -> str:
 
 def human_size(count: int) -> str:
     """The largest unit that states ``count`` bytes exactly: 10**10 -> ``10 GB``, 2**29 -> ``512 MiB``."""
-    for unit, size in _UNITS_BYTES:
-        if count and count % size == 0:
-            return f"{count // size} {unit}"
-    return f"{count} B"
+    return _exactly(count, _UNITS_BYTES, " ", "B")
 
 
 def human_bytes(count: float) -> str:
