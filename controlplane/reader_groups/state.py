@@ -9,6 +9,7 @@ also holds what keeps it so (:func:`forget_superseded_completions`, :func:`stora
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -24,6 +25,9 @@ from rillet.stream_cut import segment_is_after, validity_problem
 GROUP_KEY = "rg"
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
+# Deflate grows data by at most 5 bytes per 16 KB block plus 11, and base64 adds a third: a state whose
+# JSON is no longer than this stores under MAX_STATE_BYTES, so a write compresses it only once, to store it.
+_FITS_UNCOMPRESSED_JSON = MAX_STATE_BYTES * 3 // 4 - 1_000
 
 
 class Held(BaseModel):
@@ -243,6 +247,8 @@ def storable(state: GroupState, group: str) -> dict[str, Any]:
     """The state as stored, or a typed refusal when it would not fit in its DynamoDB item (the limit is
     on the stored, compressed bytes: ReaderGroupRecord.state)."""
     body = state.model_dump(mode="json")
+    if len(json.dumps(body)) <= _FITS_UNCOMPRESSED_JSON:
+        return body
     size = stored_size(body)
     if size > MAX_STATE_BYTES:
         raise IllegalState(f"{group} cannot take this change: its state would be {size} bytes, more than "
