@@ -56,7 +56,9 @@ def test_a_fixed_stream_says_it_does_not_auto_scale(isolated, unique):
     assert rates.decision_now == "none: the scaling policy is fixed, so the stream never scales by itself"
     assert [s.status for s in rates.segments] == ["fixed", "fixed"]
     first = rates.segments[0].windows
-    assert [w.events_per_s for w in first] == pytest.approx([1000.0] * 4, rel=1e-3)
+    # the head read decays the rates to its own clock, some time after ``written`` on a loaded machine
+    floor = Rates(written, (1000.0,) * 4, (0.0,) * 4).decayed(_now()).events
+    assert all(low - 1e-6 <= w.events_per_s <= 1000.0 for low, w in zip(floor, first))
     assert all(w.split_above is None and w.merge_below is None for w in first)
 
 
