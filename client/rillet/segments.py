@@ -192,10 +192,19 @@ class SegmentClient:
             done: Future[bytes] = Future()
             done.set_result(base64.b64decode(location.data))
             return done
+        return self._threads().submit(self.fetch, location)
+
+    def locate_later(self, scope: str, stream: str, segment: str | int, offset: int, max_bytes: int,
+                     incarnation: int | None = None) -> Future[api.ReadLocations]:
+        """``locate`` on this client's fetch threads: a reader asks where its next range is while it
+        still fetches and decodes the last one."""
+        return self._threads().submit(self.locate, scope, stream, segment, offset, max_bytes, incarnation)
+
+    def _threads(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._fetcher is None:
                 self._fetcher = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="rillet-fetch")
-        return self._fetcher.submit(self.fetch, location)
+        return self._fetcher
 
     def plan(self, scope: str, stream: str, segment: str | int, start: int, end: int,
              incarnation: int | None = None) -> api.ReadPlan:
@@ -231,6 +240,8 @@ class SegmentEventReader:
         self._locations: deque[api.ReadLocation] = deque()  # located, not fetched yet
         self._fetches: deque[tuple[api.ReadLocation, Future[bytes]]] = deque()  # in flight, in offset order
         self._stale_at: int | None = None  # where a fetch last found its location stale
+        self._ahead: Future[api.ReadLocations] | None = None  # the next range's locate, asked ahead
+        self._ahead_at = offset  # where that locate starts
         self.end_of_segment = False  # the locations reached the end of the sealed segment
         self.last_read: SegmentRead | None = None  # the state of the segment as the last answer gave it
 
@@ -289,17 +300,28 @@ class SegmentEventReader:
     def _no_events(self) -> EventBatch:
         return EventBatch([], [], self.offset)
 
-    def _locate(self) -> bool:
-        """Ask where the next bytes are; False if there are none yet (at the tail, or at the end)."""
+    def _want(self) -> int:
+        """How many bytes to locate from ``_located``."""
         want = self.read_size
         if len(self._buffer) >= HEADER_SIZE:  # a partial event: locate at least the rest of it
             (word,) = FRAME_HEADER.unpack_from(self._buffer, 0)
             want = max(want, HEADER_SIZE + body_size(word) - len(self._buffer))
         if self.end_offset is not None:
             want = min(want, self.end_offset - self._located)
-        if want <= 0:
-            return False
-        answer = self.client.locate(self.scope, self.stream, self.segment, self._located, want, self.incarnation)
+        return want
+
+    def _locate(self) -> bool:
+        """Ask where the next bytes are (or take the answer asked ahead); False if there are none yet
+        (at the tail, or at the end)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and self._ahead_at == self._located:
+            answer = ahead.result()
+        else:
+            want = self._want()
+            if want <= 0:
+                return False
+            answer = self.client.locate(self.scope, self.stream, self.segment, self._located, want,
+                                        self.incarnation)
         self.last_read = SegmentRead(b"", answer.offset, answer.next_offset, answer.start_offset, answer.length,
                                      answer.sealed, answer.end_of_segment)
         self.end_of_segment = answer.end_of_segment
@@ -309,9 +331,13 @@ class SegmentEventReader:
 
     def _next_events(self) -> EventBatch:
         """Take the next fetched location's bytes and return the whole events they complete."""
-        while self._locations and len(self._fetches) < self.prefetch:
-            location = self._locations.popleft()
-            self._fetches.append((location, self.client.fetch_later(location)))
+        self._fetch_ahead()
+        if not self._locations and self._ahead is None and self._more_known():
+            # The located range is all being fetched: ask where the next one is meanwhile, on another
+            # thread, so neither the caller's decoding nor the fetches wait a round trip once a range.
+            self._ahead_at = self._located
+            self._ahead = self.client.locate_later(self.scope, self.stream, self.segment, self._located,
+                                                   self._want(), self.incarnation)
         location, fetch = self._fetches.popleft()
         try:
             data = fetch.result()
@@ -322,15 +348,31 @@ class SegmentEventReader:
             self._relocate_from(location.offset)
             return self._no_events()
         self._stale_at = None
-        self._buffer += data
-        events, consumed = unframe_batch(self._buffer, self.offset)
-        del self._buffer[:consumed]
+        if self._buffer:  # the rest of a partial event first
+            self._buffer += data
+            data = bytes(self._buffer)
+        events, consumed = unframe_batch(data, self.offset)
+        self._buffer = bytearray(data[consumed:])  # no copy of the fetched bytes unless an event spans two
         self.offset += consumed
         return events
+
+    def _fetch_ahead(self) -> None:
+        while self._locations and len(self._fetches) < self.prefetch:
+            location = self._locations.popleft()
+            self._fetches.append((location, self.client.fetch_later(location)))
+
+    def _more_known(self) -> bool:
+        """Bytes past what was located that the last answer already showed (so asking where they are
+        ahead costs no request a reader at the tail would not make)."""
+        limit = self.last_read.length if self.last_read is not None else 0
+        if self.end_offset is not None:
+            limit = min(limit, self.end_offset)
+        return not self.end_of_segment and self._located < limit
 
     def _relocate_from(self, offset: int) -> None:
         """Drop what was located from ``offset`` on (URLs expired, or objects released): the next read
         locates it again, and that answer says whether the bytes are gone (Truncated)."""
+        self._ahead = None  # its URLs may be as old: located again too
         for _, fetch in self._fetches:
             fetch.cancel()
         self._fetches.clear()

@@ -15,7 +15,7 @@ import rillet
 from rillet import api
 from rillet.framing import frame
 from rillet.models import SegmentPosition
-from rillet.segments import SegmentEventReader
+from rillet.segments import DEFAULT_READ_SIZE, SegmentClient, SegmentEventReader, StaleLocation
 from rillet.stream_cut import StreamCut
 
 http = urllib3.PoolManager(retries=False, timeout=60)
@@ -47,6 +47,64 @@ def test_catch_up_reads_fetch_each_object_once_and_inline_bytes_come_in_the_answ
     assert got == [*events, b"tiny-1", b"tiny-2"]
     counts, _ = stack.requests.snapshot()
     assert counts[("s3", "GetObject")] == 5  # one GET per object holding the bytes, none by the function
+
+
+class _CountingSegments(SegmentClient):
+    """The SDK's segment client, counting its locates (in the caller's thread and ahead) and making the
+    first fetch of the offsets in ``stale_once`` find its location stale, as an expired URL does."""
+
+    def __init__(self, connection, stale_once=()):
+        super().__init__(connection.segments.append_transport, connection.segments.read_transport)
+        self.locates, self.ahead, self.stale_once = [], [], set(stale_once)
+
+    def locate(self, scope, stream, segment, offset, max_bytes=DEFAULT_READ_SIZE, incarnation=None):
+        self.locates.append(offset)
+        return super().locate(scope, stream, segment, offset, max_bytes, incarnation)
+
+    def locate_later(self, scope, stream, segment, offset, max_bytes, incarnation=None):
+        self.ahead.append(offset)
+        return super().locate_later(scope, stream, segment, offset, max_bytes, incarnation)
+
+    def fetch(self, location):
+        if location.offset in self.stale_once:
+            self.stale_once.discard(location.offset)
+            raise StaleLocation("GET of a segment object answered 403")
+        return super().fetch(location)
+
+
+def test_a_catch_up_asks_where_the_next_range_is_while_it_reads_the_last_for_no_more_requests(manager, url, unique):
+    connection, (segment,) = _stream(manager, url, unique, "s")
+    events = [bytes([i]) * BIG for i in range(5)]
+    for i, payload in enumerate(events):
+        _append(connection, unique, "s", segment, "big", i, [payload])
+    _append(connection, unique, "s", segment, "small", 0, [b"tiny"])
+    block = BIG + 4
+    segments = _CountingSegments(connection)
+    reader = SegmentEventReader(segments, unique, "s", segment, read_size=block)  # one object per answer
+    got = []
+    while batch := reader.read_events():
+        got += [e.payload for e in batch]
+    assert got == [*events, b"tiny"]
+    # One locate per range, as reading range by range takes, and one at the tail; all but the first and
+    # the tail's asked ahead, while the range before was fetched and decoded.
+    assert segments.locates == [0, block, 2 * block, 3 * block, 4 * block, 5 * block, 5 * block + 8]
+    assert segments.ahead == [block, 2 * block, 3 * block, 4 * block, 5 * block]
+    assert reader.read_events() == [] and segments.locates[-1] == 5 * block + 8  # at the tail: no locate ahead
+
+
+def test_a_location_found_stale_is_located_again_and_the_range_asked_ahead_with_it(manager, url, unique):
+    connection, (segment,) = _stream(manager, url, unique, "s")
+    events = [bytes([i]) * BIG for i in range(4)]
+    for i, payload in enumerate(events):
+        _append(connection, unique, "s", segment, "big", i, [payload])
+    block = BIG + 4
+    segments = _CountingSegments(connection, stale_once={block})
+    reader = SegmentEventReader(segments, unique, "s", segment, read_size=block)
+    got = []
+    while batch := reader.read_events():
+        got += [e.payload for e in batch]
+    assert got == events  # in order, once each
+    assert segments.locates.count(block) == 2  # located again after the stale fetch, not taken from ahead
 
 
 def test_an_answer_ends_where_an_object_ends(stack, manager, url, unique):
