@@ -17,23 +17,28 @@ How an append commits (one S3 PUT for a large block, then three small DynamoDB r
    and, when they cross an auto-scaling threshold, the segment's scale mark (dataplane/scale_signals.py).
 
 The head record's length is the commit point: entries at or beyond it are claims, not data. If step 3
-finds another writer's claim, the appender first completes that claim's step 4 on its behalf and
-tries again at the new tail, so a crashed appender never blocks the segment and concurrent writers
-always make progress (each round commits one block) instead of colliding forever. No multi-item
+finds another writer's claim, the appender pauses (its owner commits it within a round trip; see
+``StoreSettings.contention_pause_ms``) and reads the head record again; a claim still there after a
+pause it completes (step 4) on its owner's behalf, then tries again at the new tail. So a crashed
+appender never blocks the segment, concurrent writers always make progress (each round commits one
+block), and the losers of a round do not each pay a write racing a live owner. No multi-item
 transaction is needed, which keeps an append at about 2 write units and 1 read unit.
 """
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from dataclasses import dataclass, replace
 
+from botocore.exceptions import ClientError
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.expressions.condition import Condition
 from pynamodb.transactions import TransactWrite
 
 from dataplane.journal import (
+    _CONDITION_FAILED,
     MERGE_KEY,
     SegmentJournal,
     _Block,
@@ -100,6 +105,31 @@ def _block_of(entry: IndexEntry) -> _Block:
                   data=entry.data, object_key=entry.object_key, source=entry.source, raw=bool(entry.raw),
                   incarnation=None if entry.incarnation is None else int(entry.incarnation),
                   token=None if entry.token is None else int(entry.token))
+
+
+_RELEASED = object()  # what _put_unless_taken met was gone when read
+
+
+def _put_unless_taken(entry: IndexEntry) -> IndexEntry | object | None:
+    """Put ``entry`` unless its key holds one. None: put; else the entry there, which DynamoDB hands
+    back with the refusal (``ReturnValuesOnConditionCheckFailure``: no read, no read units), or
+    _RELEASED if it was deleted before a fallback read. PynamoDB's ``save`` drops the refused item, so
+    this one put goes through its model's botocore client."""
+    table = IndexEntry._get_connection()
+    try:
+        table.connection.client.put_item(
+            TableName=table.table_name, Item=entry.serialize(), ConditionExpression="attribute_not_exists(#pk)",
+            ExpressionAttributeNames={"#pk": IndexEntry.pk.attr_name}, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        return None
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") != _CONDITION_FAILED:
+            raise PutError("Failed to put item", e) from e
+        if e.response.get("Item"):
+            return IndexEntry.from_raw_data(e.response["Item"])
+    try:  # a service that does not hand the item back
+        return IndexEntry.get(entry.pk, entry.sk, consistent_read=True)
+    except DoesNotExist:
+        return _RELEASED
 
 
 class AppendPath(SegmentJournal):
@@ -193,6 +223,7 @@ class AppendPath(SegmentJournal):
         last event moved past the block's predecessor), which also stops helpers from committing it.
         """
         owned_at = None  # where this request's own claim put the block
+        paused_for, lost = None, 0  # the other claim this request last paused for; rounds lost in a row
         incarnation = None if meta is None else int(meta.created_ms)  # of the segment this request appends to
         waiting_since, waited, waited_length = None, None, None
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
@@ -259,9 +290,18 @@ class AppendPath(SegmentJournal):
             self._check_event_order(state, block)
             tail = meta.length
             meta_read, meta = meta, None  # the next round reads the head record again
+            claiming = time.monotonic()
             claimed = self._claim(segment, tail, block, incarnation)
             if claimed is block:
                 owned_at = tail
+            elif claimed is not None and (tail, claimed) != paused_for:
+                # Another request's claim: its owner commits it within a round trip. Pause and read the
+                # head record again; help only a claim that is still there after a pause (see StoreSettings).
+                paused_for, lost = (tail, claimed), lost + 1
+                round_trip_ms = max(self.settings.contention_pause_ms, (time.monotonic() - claiming) * 500)
+                ceiling = min(self.settings.contention_pause_max_ms, round_trip_ms * 2 ** (lost - 1))
+                time.sleep(random.uniform(0, ceiling) / 1000)  # full jitter: the losers spread out
+                continue
             if claimed is not None and self._advance(meta_read, tail, claimed) and claimed is block:
                 return AppendResult(tail, tail + block.size)
 
@@ -359,15 +399,10 @@ class AppendPath(SegmentJournal):
         so that exactly one request reports a block as appended (``duplicate=False``). A claim of
         another incarnation there is removed once the head record shows it stale (None comes back).
         """
-        try:
-            block.to_entry(segment, tail, incarnation).save(condition=IndexEntry.pk.does_not_exist())
+        existing = _put_unless_taken(block.to_entry(segment, tail, incarnation))
+        if existing is None:
             return block
-        except PutError as e:
-            if not _failed_condition(e):
-                raise
-        try:
-            existing = IndexEntry.get(segment, entry_key(tail), consistent_read=True)
-        except DoesNotExist:
+        if existing is _RELEASED:
             return None  # the claim was released meanwhile; the next round claims again
         if (block.object_key is not None and existing.object_key == block.object_key) \
                 or (block.token is not None and existing.token == block.token):

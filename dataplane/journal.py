@@ -81,6 +81,13 @@ class StoreSettings:
     # that no invocation idles.
     order_wait_ms: int = 100
     order_poll_ms: int = 10  # the first wait; later ones grow by half
+    # An appender that finds another one's claim at the tail pauses and reads the head record again,
+    # rather than race the claim's owner to commit it: that owner advances within a round trip, and every
+    # racer would pay a write and reads for nothing. Only a claim still at the tail after a pause is helped
+    # through (its owner may have died). The pause is a random part of the round trip its claim just took
+    # (at least ``contention_pause_ms``), doubling with each round it loses in a row, up to the maximum.
+    contention_pause_ms: int = 5
+    contention_pause_max_ms: int = 1000
     # How old an unnamed block object must be before it is deleted as an orphan: its request must be
     # over. The append function's timeout is 30 s (infra/terraform/lambda.tf); twenty times that covers
     # a request in flight when the function is stopped and skew between S3's clock and ours.

@@ -114,7 +114,9 @@ def test_stale_appender_against_seal_and_tier(store, unique, crash):
 
     runs = explore(make, lambda actors, schedule: cases[-1].check(actors, schedule, (SegmentSealed,)),
                    max_switches=1)
-    assert runs > 20
+    # One schedule per preemption point, i.e. per request of the two actors: 19 since the appender pauses
+    # on meeting the committed entry at its stale tail (it helped it before: 21 and more).
+    assert runs >= 15
 
 
 def test_stale_appender_against_truncation_and_a_reader(store, unique):

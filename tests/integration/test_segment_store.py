@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 from dataplane_model import (
@@ -23,7 +24,7 @@ from dataplane_model import (
     read_all,
 )
 
-from dataplane import models
+from dataplane import append_path, models
 from dataplane.models import IndexEntry, entry_key
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import (
@@ -301,6 +302,40 @@ def test_a_claim_helped_through_by_another_writer_counts_as_appended(store, seg,
     assert (other.offset, other.duplicate) == (100, False)
     again = store.append(seg, "wa", 0, 1, block)
     assert (again.offset, again.duplicate) == (0, True)
+    assert store.read(seg, 0).data == block + b"fast"
+
+
+def test_a_writer_that_meets_a_live_claim_pauses_for_its_owner_instead_of_racing_it(store, seg, monkeypatch):
+    """Writer B finds A's claim at the tail and pauses (StoreSettings.contention_pause_ms); A commits its
+    own block meanwhile, so B never writes for A's claim: one commit per block, no racing writes."""
+    block = payload("slow", 100)
+    resume = _append_paused_after_claim(store, monkeypatch, seg, "wa", 0, 1, block)
+    advanced_by_b: list[str] = []
+    advance = SegmentStore._advance  # A's pause-after-claim wrapper
+
+    def counting_advance(self, meta, tail, claimed_block):
+        advanced_by_b.append(claimed_block.writer)
+        return advance(self, meta, tail, claimed_block)
+
+    pauses: list[float] = []
+
+    class _Clock:  # append_path's ``time``: B's first pause lets A finish its append
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            if len(pauses) == 1:
+                finished.append(resume())
+
+    finished: list = []
+    monkeypatch.setattr(append_path, "time", _Clock)
+    monkeypatch.setattr(SegmentStore, "_advance", counting_advance)
+    other = store.append(seg, "wb", 0, 1, b"fast")
+    assert (finished[0].offset, finished[0].duplicate) == (0, False)
+    assert (other.offset, other.duplicate) == (100, False)
+    assert len(pauses) == 1 and 0 <= pauses[0] <= StoreSettings().contention_pause_max_ms / 1000
+    assert advanced_by_b == ["wb"]  # B only ever committed its own block
     assert store.read(seg, 0).data == block + b"fast"
 
 
