@@ -299,7 +299,7 @@ class AppendPath(SegmentJournal):
                 # head record again; help only a claim that is still there after a pause (see StoreSettings).
                 paused_for, lost = (tail, claimed), lost + 1
                 round_trip_ms = max(self.settings.contention_pause_ms, (time.monotonic() - claiming) * 500)
-                ceiling = min(self.settings.contention_pause_max_ms, round_trip_ms * 2 ** (lost - 1))
+                ceiling = min(self.settings.contention_pause_max_ms, round_trip_ms * 2 ** min(lost - 1, 10))
                 time.sleep(random.uniform(0, ceiling) / 1000)  # full jitter: the losers spread out
                 continue
             if claimed is not None and self._advance(meta_read, tail, claimed) and claimed is block:

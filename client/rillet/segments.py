@@ -351,7 +351,11 @@ class SegmentEventReader:
         if self._buffer:  # the rest of a partial event first
             self._buffer += data
             data = bytes(self._buffer)
-        events, consumed = unframe_batch(data, self.offset)
+        try:
+            events, consumed = unframe_batch(data, self.offset)
+        except Exception:
+            self._buffer = bytearray(data)  # a corrupt frame: kept, so reading again meets it again
+            raise
         self._buffer = bytearray(data[consumed:])  # no copy of the fetched bytes unless an event spans two
         self.offset += consumed
         return events
