@@ -2,7 +2,7 @@
 committed append costs (issue 40): a loser pauses for a live claim instead of racing to commit it.
 
 Only request counts are asserted, with room for a loaded machine: before the pause, 8 appenders cost
-about 4 times the requests per append of one (8.4 at 4 appenders, 26 at 16 against 3.0 at 1); since, about 2."""
+about 5 times the requests per append of one (15.3 to 15.8 against 3.0); since, 2.1 to 2.3 times."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from test_benchmark_figures import _run
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_eight_appenders_on_one_segment_cost_at_most_two_and_a_half_times_the_requests_per_append_of_one():
+def test_eight_appenders_on_one_segment_cost_at_most_three_times_the_requests_per_append_of_one():
     one, eight = _run("segment_contention", "segment_contention.run((1, 8), 64)")["rows"]
     assert one["appends"] == eight["appends"] == 64  # every append committed once (the bench checks the length)
     assert one["requests"] == pytest.approx(3.0, abs=0.1)  # the head record, the claim, the advance
-    assert eight["requests"] <= 2.5 * one["requests"], eight
+    assert eight["requests"] <= 3 * one["requests"], eight
