@@ -15,6 +15,7 @@ from bench import (
     reader_group_state,
     record_sizes,
     retention_cycle,
+    segment_contention,
     segment_requests,
     segment_throughput,
     spark_read,
@@ -34,6 +35,8 @@ def main() -> None:
     print(writer_count.report(writer_count.run()))
     print()
     print(segment_throughput.report(segment_throughput.run()))
+    print()
+    print(segment_contention.report(segment_contention.run()))
     print()
     print(record_sizes.report(record_sizes.run()))
     print()
