@@ -82,12 +82,6 @@ def _catch_up_bytes(segments: SegmentClient, scope: str, segment: int) -> int:
     return total + sum(len(f.result()) for f in fetches)
 
 
-def _in_child(function, *args):
-    """``function(*args)`` in a spawned process (its answer must pickle)."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(function, *args).result()
-
-
 def _catch_up_figures(controller_url: str, moto_url: str, bucket: str, scope: str, segment: int,
                       objects: list[str], events: int, rounds: int = CATCH_UP_ROUNDS) -> dict[str, float]:
     """Seconds of the batch read, of the bytes alone and of raw GetObject of ``objects``, each the median
@@ -170,8 +164,9 @@ def run(total_mb: int = 32, event_size: int = 1024, rate_mb_s: float | None = No
         # the level of bytes (locations and object GETs, no event framing), and raw GetObject of the very
         # objects that hold them, in another process: on AWS, S3 does not share the reader's interpreter,
         # and here moto serves from a thread of this one.
-        catch_up = _in_child(_catch_up_figures, stack.controller_url, stack.moto.url, stack.deployment.bucket,
-                             scope, segment.segment_id, objects, events)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+            catch_up = child.submit(_catch_up_figures, stack.controller_url, stack.moto.url, stack.deployment.bucket,
+                                    scope, segment.segment_id, objects, events).result()
         decode_s = _decode_seconds(payload, MB * 4 // (event_size + 4))
 
         # The baseline: the same bytes in blocks of the writer's batch size, one PUT (GET) each.
