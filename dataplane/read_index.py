@@ -26,7 +26,7 @@ from rillet.errors import (
     SegmentNotFound,
     Truncated,
 )
-from rillet.framing import MAX_READ_SIZE
+from rillet.framing import MAX_LOCATE_BYTES, MAX_READ_SIZE
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,6 @@ MAX_TAILS = 100  # segments per tail check: one BatchGetItem reads at most 100 i
 # What one locate answer holds at most: whole S3 objects are what a reader fetches, so an answer ends
 # where an index entry ends; inline bytes travel in the answer itself, so they are bounded to keep it
 # far below the Function URL's 6 MB; and the parts (each a presigned URL of about 1 KB) are bounded.
-MAX_LOCATE_BYTES = 64 * 1024 * 1024
 MAX_LOCATE_INLINE = 1024 * 1024
 MAX_LOCATE_PARTS = 256
 

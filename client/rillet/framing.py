@@ -39,6 +39,7 @@ MAX_KEPT_SIZE = 1 + _TIME.size + _KEY_SIZE.size + MAX_ROUTING_KEY_SIZE
 MAX_BODY_SIZE = MAX_EVENT_SIZE + MAX_KEPT_SIZE
 MAX_BLOCK_SIZE = MAX_BODY_SIZE + HEADER_SIZE
 MAX_READ_SIZE = MAX_BLOCK_SIZE
+MAX_LOCATE_BYTES = 64 * 1024 * 1024  # the most one answer of the locations API covers (its URLs, not its bytes)
 
 
 class Frame(NamedTuple):

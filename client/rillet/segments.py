@@ -26,6 +26,7 @@ from rillet.errors import ServiceUnavailable
 from rillet.framing import (
     FRAME_HEADER,
     HEADER_SIZE,
+    MAX_LOCATE_BYTES,
     MAX_READ_SIZE,
     EventBatch,
     Frame,
@@ -242,6 +243,7 @@ class SegmentEventReader:
         self._stale_at: int | None = None  # where a fetch last found its location stale
         self._ahead: Future[api.ReadLocations] | None = None  # the next range's locate, asked ahead
         self._ahead_at = offset  # where that locate starts
+        self._window = read_size  # how many bytes the next locate asks for (see _locate)
         self.end_of_segment = False  # the locations reached the end of the sealed segment
         self.last_read: SegmentRead | None = None  # the state of the segment as the last answer gave it
 
@@ -302,7 +304,7 @@ class SegmentEventReader:
 
     def _want(self) -> int:
         """How many bytes to locate from ``_located``."""
-        want = self.read_size
+        want = self._window
         if len(self._buffer) >= HEADER_SIZE:  # a partial event: locate at least the rest of it
             (word,) = FRAME_HEADER.unpack_from(self._buffer, 0)
             want = max(want, HEADER_SIZE + body_size(word) - len(self._buffer))
@@ -327,17 +329,21 @@ class SegmentEventReader:
         self.end_of_segment = answer.end_of_segment
         self._locations.extend(answer.locations)
         self._located = answer.next_offset
+        # A catch-up widens its window to twice what the last answer covered, up to what one answer may
+        # cover: fewer locates per MB where the bytes are in large objects. An answer cut short (inline
+        # bytes, the tail) brings it back to read_size, so a window of small appends' index entries stays small.
+        self._window = min(max(self.read_size, 2 * (answer.next_offset - answer.offset)), MAX_LOCATE_BYTES)
+        if answer.locations and self._more_known():
+            # Ask where the next range is at once, on another thread: locating takes longer than fetching
+            # a range of large objects, so asking only once they are fetched would leave nothing in flight.
+            self._ahead_at = self._located
+            self._ahead = self.client.locate_later(self.scope, self.stream, self.segment, self._located,
+                                                   self._want(), self.incarnation)
         return bool(answer.locations)
 
     def _next_events(self) -> EventBatch:
         """Take the next fetched location's bytes and return the whole events they complete."""
         self._fetch_ahead()
-        if not self._locations and self._ahead is None and self._more_known():
-            # The located range is all being fetched: ask where the next one is meanwhile, on another
-            # thread, so neither the caller's decoding nor the fetches wait a round trip once a range.
-            self._ahead_at = self._located
-            self._ahead = self.client.locate_later(self.scope, self.stream, self.segment, self._located,
-                                                   self._want(), self.incarnation)
         location, fetch = self._fetches.popleft()
         try:
             data = fetch.result()

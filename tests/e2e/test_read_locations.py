@@ -58,11 +58,11 @@ class _CountingSegments(SegmentClient):
         self.locates, self.ahead, self.stale_once = [], [], set(stale_once)
 
     def locate(self, scope, stream, segment, offset, max_bytes=DEFAULT_READ_SIZE, incarnation=None):
-        self.locates.append(offset)
+        self.locates.append((offset, max_bytes))
         return super().locate(scope, stream, segment, offset, max_bytes, incarnation)
 
     def locate_later(self, scope, stream, segment, offset, max_bytes, incarnation=None):
-        self.ahead.append(offset)
+        self.ahead.append((offset, max_bytes))
         return super().locate_later(scope, stream, segment, offset, max_bytes, incarnation)
 
     def fetch(self, location):
@@ -72,24 +72,25 @@ class _CountingSegments(SegmentClient):
         return super().fetch(location)
 
 
-def test_a_catch_up_asks_where_the_next_range_is_while_it_reads_the_last_for_no_more_requests(manager, url, unique):
+def test_a_catch_up_locates_ahead_in_widening_windows_for_no_more_requests(manager, url, unique):
     connection, (segment,) = _stream(manager, url, unique, "s")
-    events = [bytes([i]) * BIG for i in range(5)]
+    events = [bytes([i]) * BIG for i in range(7)]
     for i, payload in enumerate(events):
         _append(connection, unique, "s", segment, "big", i, [payload])
     _append(connection, unique, "s", segment, "small", 0, [b"tiny"])
     block = BIG + 4
     segments = _CountingSegments(connection)
-    reader = SegmentEventReader(segments, unique, "s", segment, read_size=block)  # one object per answer
+    reader = SegmentEventReader(segments, unique, "s", segment, read_size=block)  # one object in the first answer
     got = []
     while batch := reader.read_events():
         got += [e.payload for e in batch]
     assert got == [*events, b"tiny"]
-    # One locate per range, as reading range by range takes, and one at the tail; all but the first and
-    # the tail's asked ahead, while the range before was fetched and decoded.
-    assert segments.locates == [0, block, 2 * block, 3 * block, 4 * block, 5 * block, 5 * block + 8]
-    assert segments.ahead == [block, 2 * block, 3 * block, 4 * block, 5 * block]
-    assert reader.read_events() == [] and segments.locates[-1] == 5 * block + 8  # at the tail: no locate ahead
+    # Each answer makes the next window twice what it covered (1, 2, then 4 objects; the small append
+    # after them in a fourth answer), and the next range is asked for as soon as an answer comes, while
+    # its objects are fetched: one locate per range, none ahead of the tail. The fourth answer covered
+    # 8 bytes, so the check at the tail asks for read_size again.
+    assert segments.ahead == [(block, 2 * block), (3 * block, 4 * block), (7 * block, 8 * block)]
+    assert segments.locates == [(0, block), *segments.ahead, (7 * block + 8, block)]
 
 
 def test_a_location_found_stale_is_located_again_and_the_range_asked_ahead_with_it(manager, url, unique):
@@ -104,7 +105,8 @@ def test_a_location_found_stale_is_located_again_and_the_range_asked_ahead_with_
     while batch := reader.read_events():
         got += [e.payload for e in batch]
     assert got == events  # in order, once each
-    assert segments.locates.count(block) == 2  # located again after the stale fetch, not taken from ahead
+    located = [offset for offset, _ in segments.locates]
+    assert located.count(block) == 2  # located again after the stale fetch, not taken from ahead
 
 
 def test_an_answer_ends_where_an_object_ends(stack, manager, url, unique):
