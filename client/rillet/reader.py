@@ -212,13 +212,13 @@ class StreamReader(Generic[T]):
             if reader.finished:
                 self._complete(segment)
                 return True
+            if reader.at_tail:  # its last answer reached the length: a tail check, not a locate, looks for more
+                self._waiting.add(sid)
             if events:
                 self._next = (self._next + i + 1) % max(1, len(ids))
                 self._backoff.reset()
-                self._check_at = 0.0
+                self._check_at = time.monotonic() + self._backoff.next_delay()  # at once (the reset's delay), once
                 return True
-            if reader.at_tail:
-                self._waiting.add(sid)
         return False
 
     def _check_tails(self) -> bool:

@@ -533,12 +533,11 @@ class EventStreamReader(Generic[T]):
         request per stream for all of them, backing off while nothing arrives: ``TailBackoff``); True
         if anything arrived or finished."""
         progressed = self._read_once()
+        if not progressed and time.monotonic() >= self._check_at and self._check_tails():
+            progressed = self._read_once()
         if progressed:
             self._tail_backoff.reset()
-            self._check_at = 0.0
-        elif time.monotonic() >= self._check_at and self._check_tails():
-            self._tail_backoff.reset()
-            progressed = self._read_once()
+            self._check_at = time.monotonic() + self._tail_backoff.next_delay()  # at once (the reset's delay), once
         return progressed
 
     def _check_tails(self) -> bool:
@@ -584,7 +583,9 @@ class EventStreamReader(Generic[T]):
                 continue
             held.batch, held.next = batch, 0  # the last read's events were all returned: _fetch reads only then
             progressed |= bool(batch) or self._complete_if_done(held)
-            held.waiting = not batch and held.reader.at_tail
+            # at the tail once its last answer's length is read (with this batch too): a tail check, not a
+            # locate, looks for more
+            held.waiting = held.reader.at_tail
         return progressed
 
     def _complete_if_done(self, held: _Held) -> bool:
