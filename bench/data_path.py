@@ -26,8 +26,8 @@ import boto3
 
 import rillet
 from bench.cost import PRICES, RequestCounter, function_gb_seconds, usage
-from rillet.framing import MAX_LOCATE_BYTES, frame, unframe, unframe_batch
-from rillet.segments import DEFAULT_READ_SIZE, PREFETCH, SegmentClient
+from rillet.framing import frame, unframe, unframe_batch
+from rillet.segments import DEFAULT_READ_SIZE, PREFETCH, SegmentClient, locate_window
 from standalone.stack import Stack, StackConfig
 
 MB = 1024 * 1024
@@ -73,8 +73,8 @@ def _catch_up_bytes(segments: SegmentClient, scope: str, segment: int) -> int:
     total, fetches = 0, deque()
     answer = segments.locate(scope, "data", segment, 0, DEFAULT_READ_SIZE)
     while True:
-        window = min(max(DEFAULT_READ_SIZE, 2 * (answer.next_offset - answer.offset)), MAX_LOCATE_BYTES)
-        ahead = (segments.locate_later(scope, "data", segment, answer.next_offset, window)
+        ahead = (segments.locate_later(scope, "data", segment, answer.next_offset,
+                                       locate_window(DEFAULT_READ_SIZE, answer))
                  if answer.next_offset < answer.length else None)
         for location in answer.locations:
             fetches.append(segments.fetch_later(location))

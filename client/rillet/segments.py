@@ -78,6 +78,14 @@ class TailBackoff:
         self.data_at = time.monotonic()
 
 
+def locate_window(read_size: int, answer: api.ReadLocations) -> int:
+    """How many bytes a catch-up asks to locate after ``answer``: twice what it covered, at least
+    ``read_size`` and at most what one answer may cover. Where the bytes are in large objects that means
+    fewer locates per MB; an answer cut short (inline bytes, the tail) brings the window back to
+    ``read_size``, so a window of small appends' index entries stays small."""
+    return min(max(read_size, 2 * (answer.next_offset - answer.offset)), MAX_LOCATE_BYTES)
+
+
 def _path(scope: str, stream: str, segment: str | int) -> str:
     return f"/v1/segments/{quote(scope, safe='')}/{quote(stream, safe='')}/{segment}"
 
@@ -329,10 +337,7 @@ class SegmentEventReader:
         self.end_of_segment = answer.end_of_segment
         self._locations.extend(answer.locations)
         self._located = answer.next_offset
-        # A catch-up widens its window to twice what the last answer covered, up to what one answer may
-        # cover: fewer locates per MB where the bytes are in large objects. An answer cut short (inline
-        # bytes, the tail) brings it back to read_size, so a window of small appends' index entries stays small.
-        self._window = min(max(self.read_size, 2 * (answer.next_offset - answer.offset)), MAX_LOCATE_BYTES)
+        self._window = locate_window(self.read_size, answer)
         if answer.locations and self._more_known():
             # Ask where the next range is at once, on another thread: locating takes longer than fetching
             # a range of large objects, so asking only once they are fetched would leave nothing in flight.
