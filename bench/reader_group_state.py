@@ -1,6 +1,6 @@
 """What a reader group's shared state costs: its record's size, and the writes its readers cause.
 
-Three measurements:
+Four measurements:
 
 * (default) The group record's size. A sync that changes what the group shares (a completion, a
   checkpoint, a join) rewrites the record, and DynamoDB charges a write by the item's size (1 KB
@@ -16,6 +16,10 @@ Three measurements:
   writes, write units per reader-hour. ``--fixed-cadence`` syncs every refresh time (the SDK before
   issue 27) instead of the SDK's backing-off cadence; ``--auto-checkpoints`` turns on the default
   30 s automatic checkpoints. Run: ``.venv/bin/python -m bench.reader_group_state --metered``.
+* ``--scale``: the same with 30 s automatic checkpoints for 10, 100 and 1,000 readers on as many
+  segments over 60 simulated seconds: read and write units per sync, the group record's largest write,
+  the checkpoints completed (issue 40's target: units per sync flat as the group grows). Syncs run one
+  at a time, so it shows no conflicts. Run: ``.venv/bin/python -m bench.reader_group_state --scale``.
 * ``--idle-reader``: one SDK reader of a group on an empty 4-segment stream over the standalone stack,
   its syncs and tail checks counted and priced per day.
   Run: ``.venv/bin/python -m bench.reader_group_state --idle-reader``.
@@ -157,6 +161,12 @@ class Metered:
     read_units: float
     group_record_writes: int
     reader_item_writes: int
+    checkpoints_completed: int = 0
+    largest_stored_bytes: int = 0  # the group record's stored state at its largest in the run
+
+    @property
+    def read_units_per_sync(self) -> float:
+        return self.read_units / max(1, self.syncs)
 
     @property
     def syncs_per_reader_hour(self) -> float:
@@ -271,6 +281,8 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
             due[name] += next_of(changed, bool(held[name]), names.index(name))
             syncs += 1
         _, records = server.meter.snapshot()
+        last = groups.state(scope, "g").last_checkpoint
+        completed = int(last.name.split("-")[1]) if last and last.name.startswith("auto-") else 0
     finally:
         module._now = real_now
         server.stop()
@@ -283,8 +295,9 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
         return (key.get("sk") or {}).get("S", "")
 
     group_writes = sum(1 for r in writes if sort_key(r) == module.GROUP_KEY)
+    stored = [len(json.dumps(r.request)) for r in writes if sort_key(r) == module.GROUP_KEY]
     return Metered(readers, width, simulated_s, syncs, u.write_units, u.read_units, group_writes,
-                   sum(1 for r in writes if sort_key(r).startswith("reader#")))
+                   sum(1 for r in writes if sort_key(r).startswith("reader#")), completed, max(stored, default=0))
 
 
 def report_metered(figures: list[Metered]) -> str:
@@ -385,11 +398,25 @@ def report_idle(r: dict) -> str:
             f"S3 ${d['s3_get'] + d['s3_put']:.4f})")
 
 
+def report_scale(figures: list[Metered]) -> str:
+    """Units per sync as the group grows (issue 40: flat from 10 to 1,000 readers is the target)."""
+    lines = ["| readers | segments | simulated | syncs | read units per sync | write units per sync | "
+             "group-record writes | largest group-record write request | checkpoints completed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for f in figures:
+        lines.append(f"| {f.readers:,} | {f.width:,} | {f.simulated_s:.0f} s | {f.syncs:,} | {f.read_units_per_sync:.1f} | "
+                     f"{f.write_units_per_sync:.2f} | {f.group_record_writes:,} | {f.largest_stored_bytes / 1000:.1f} KB | "
+                     f"{f.checkpoints_completed} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     import sys
 
     if "--idle-reader" in sys.argv:
         print(report_idle(run_idle_reader()))
+    elif "--scale" in sys.argv:
+        print(report_scale([run_metered(n, n, 60, sdk_cadence, 30_000) for n in (10, 100, 1_000)]))
     elif "--metered" in sys.argv:
         cadence = fixed_cadence if "--fixed-cadence" in sys.argv else sdk_cadence
         auto_ms = 30_000 if "--auto-checkpoints" in sys.argv else 0
