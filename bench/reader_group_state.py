@@ -400,8 +400,8 @@ def report_idle(r: dict) -> str:
 
 def report_scale(figures: list[Metered]) -> str:
     """Units per sync as the group grows (issue 40: flat from 10 to 1,000 readers is the target)."""
-    lines = ["| readers | segments | simulated | syncs | read units per sync | write units per sync | "
-             "group-record writes | largest group-record write request | checkpoints completed |",
+    lines = [("| readers | segments | simulated | syncs | read units per sync | write units per sync | "
+              "group-record writes | largest group-record write request | checkpoints completed |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for f in figures:
         lines.append(f"| {f.readers:,} | {f.width:,} | {f.simulated_s:.0f} s | {f.syncs:,} | {f.read_units_per_sync:.1f} | "
