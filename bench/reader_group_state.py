@@ -162,7 +162,7 @@ class Metered:
     group_record_writes: int
     reader_item_writes: int
     checkpoints_completed: int = 0
-    largest_stored_bytes: int = 0  # the group record's stored state at its largest in the run
+    largest_group_write_bytes: int = 0  # the largest write request of the group record (JSON, as sent)
 
     @property
     def read_units_per_sync(self) -> float:
@@ -294,22 +294,25 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
         key = body.get("Key") or body.get("Item") or {}
         return (key.get("sk") or {}).get("S", "")
 
-    group_writes = sum(1 for r in writes if sort_key(r) == module.GROUP_KEY)
-    stored = [len(json.dumps(r.request)) for r in writes if sort_key(r) == module.GROUP_KEY]
-    return Metered(readers, width, simulated_s, syncs, u.write_units, u.read_units, group_writes,
-                   sum(1 for r in writes if sort_key(r).startswith("reader#")), completed, max(stored, default=0))
+    group_writes = [r for r in writes if sort_key(r) == module.GROUP_KEY]
+    return Metered(readers, width, simulated_s, syncs, u.write_units, u.read_units, len(group_writes),
+                   sum(1 for r in writes if sort_key(r).startswith("reader#")), completed,
+                   max((len(json.dumps(r.request)) for r in group_writes), default=0))
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def report_metered(figures: list[Metered]) -> str:
-    lines = [("| readers | segments | simulated | syncs per reader-hour | group-record writes | reader-item writes | "
-             "write units per sync | write units per reader-hour | read units per reader-hour | $ per reader-day |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for f in figures:
-        lines.append(f"| {f.readers} | {f.width} | {f.simulated_s:.0f} s | {f.syncs_per_reader_hour:,.0f} | "
-                     f"{f.group_record_writes:,} | {f.reader_item_writes:,} | {f.write_units_per_sync:.2f} | "
-                     f"{f.write_units_per_reader_hour:,.0f} | {f.read_units_per_reader_hour:,.0f} | "
-                     f"{f.dollars_per_reader_day:.4f} |")
-    return "\n".join(lines)
+    return _markdown(
+        ["readers", "segments", "simulated", "syncs per reader-hour", "group-record writes", "reader-item writes",
+         "write units per sync", "write units per reader-hour", "read units per reader-hour", "$ per reader-day"],
+        [[f"{f.readers}", f"{f.width}", f"{f.simulated_s:.0f} s", f"{f.syncs_per_reader_hour:,.0f}",
+          f"{f.group_record_writes:,}", f"{f.reader_item_writes:,}", f"{f.write_units_per_sync:.2f}",
+          f"{f.write_units_per_reader_hour:,.0f}", f"{f.read_units_per_reader_hour:,.0f}",
+          f"{f.dollars_per_reader_day:.4f}"] for f in figures])
 
 
 # -- an idle reader of a group over HTTP: its syncs and tail checks, priced ------------------------------
@@ -400,14 +403,12 @@ def report_idle(r: dict) -> str:
 
 def report_scale(figures: list[Metered]) -> str:
     """Units per sync as the group grows (issue 40: flat from 10 to 1,000 readers is the target)."""
-    lines = [("| readers | segments | simulated | syncs | read units per sync | write units per sync | "
-              "group-record writes | largest group-record write request | checkpoints completed |"),
-             "|---|---|---|---|---|---|---|---|---|"]
-    for f in figures:
-        lines.append(f"| {f.readers:,} | {f.width:,} | {f.simulated_s:.0f} s | {f.syncs:,} | {f.read_units_per_sync:.1f} | "
-                     f"{f.write_units_per_sync:.2f} | {f.group_record_writes:,} | {f.largest_stored_bytes / 1000:.1f} KB | "
-                     f"{f.checkpoints_completed} |")
-    return "\n".join(lines)
+    return _markdown(
+        ["readers", "segments", "simulated", "syncs", "read units per sync", "write units per sync",
+         "group-record writes", "largest group-record write request", "checkpoints completed"],
+        [[f"{f.readers:,}", f"{f.width:,}", f"{f.simulated_s:.0f} s", f"{f.syncs:,}", f"{f.read_units_per_sync:.1f}",
+          f"{f.write_units_per_sync:.2f}", f"{f.group_record_writes:,}", f"{f.largest_group_write_bytes / 1000:.1f} KB",
+          f"{f.checkpoints_completed}"] for f in figures])
 
 
 if __name__ == "__main__":
