@@ -216,8 +216,7 @@ class StreamReader(Generic[T]):
                 self._waiting.add(sid)
             if events:
                 self._next = (self._next + i + 1) % max(1, len(ids))
-                self._backoff.reset()
-                self._check_at = time.monotonic() + self._backoff.next_delay()  # at once (the reset's delay), once
+                self._check_at = self._backoff.reset()
                 return True
         return False
 

@@ -536,8 +536,7 @@ class EventStreamReader(Generic[T]):
         if not progressed and time.monotonic() >= self._check_at and self._check_tails():
             progressed = self._read_once()
         if progressed:
-            self._tail_backoff.reset()
-            self._check_at = time.monotonic() + self._tail_backoff.next_delay()  # at once (the reset's delay), once
+            self._check_at = self._tail_backoff.reset()
         return progressed
 
     def _check_tails(self) -> bool:

@@ -72,10 +72,12 @@ class TailBackoff:
             self.delay_s = min(self.max_s, max(self.first_s, self.delay_s * 2))
         return delay
 
-    def reset(self) -> None:
-        """Data arrived: check again at once, then every ``first_s`` while more keeps coming."""
-        self.delay_s = 0.0
+    def reset(self) -> float:
+        """Data arrived: the next check is due at once (the time returned), then every ``first_s`` while
+        more keeps coming."""
+        self.delay_s = self.first_s
         self.data_at = time.monotonic()
+        return self.data_at
 
 
 def locate_window(read_size: int, answer: api.ReadLocations) -> int:
