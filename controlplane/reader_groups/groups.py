@@ -22,6 +22,7 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError
 from pynamodb.transactions import TransactWrite
 
 from controlplane.models import (
+    ReaderGroupHeadRecord,
     ReaderGroupNameRecord,
     ReaderGroupRecord,
     reader_group_pk,
@@ -46,11 +47,16 @@ from controlplane.reader_groups.leases import (
 )
 from controlplane.reader_groups.readers import add_reader, expire_readers, reader_offline
 from controlplane.reader_groups.state import (
+    FIRST_VERSION,
     GROUP_KEY,
+    HEAD_KEY,
     GroupState,
     Held,
     ReaderEntry,
+    current_record,
+    new_head,
     new_state,
+    raise_bound,
     read_record,
     storable,
 )
@@ -102,6 +108,7 @@ class ReaderGroups:
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
                     tx.save(record, condition=ReaderGroupRecord.pk.does_not_exist())
+                    tx.save(new_head(scope, group, FIRST_VERSION))
                     tx.save(listed)
                     self.subscriptions.subscribe(tx, scope, group, config, starts, fences, token, dropping=None)
                 return True
@@ -132,6 +139,7 @@ class ReaderGroups:
             state = new_state(new, starts)
             deadline, version = schedule_lease_check(state, _now()), record.version + 1
             token = uuid.uuid4().hex
+            raise_bound(scope, group, version)
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
                     tx.update(record, actions=[
@@ -165,6 +173,7 @@ class ReaderGroups:
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
                 tx.delete(record, condition=ReaderGroupRecord.version == record.version)
+                tx.delete(ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY))
                 tx.delete(ReaderGroupNameRecord(reader_groups_pk(scope), group))
                 self.subscriptions.unsubscribe(tx, scope, group, config)
         except TransactWriteError as e:
@@ -198,7 +207,7 @@ class ReaderGroups:
 
     def state(self, scope: str, group: str) -> GroupState:
         """The group's state with each online reader's renewal and offsets from its own item."""
-        state = GroupState.model_validate(read_record(scope, group).state)
+        state = GroupState.model_validate(current_record(scope, group).state)
         overlay(state, self.items.all(scope, group))
         return state
 
@@ -274,7 +283,7 @@ class ReaderGroups:
         changes nothing writes nothing."""
         everyone = False  # read every reader's item, not only this reader's
         for attempt in range(20):
-            record = read_record(scope, group)
+            record = current_record(scope, group)
             state = GroupState.model_validate(record.state)
             now = _now()
             fold = everyone or fold_due(state, now)
@@ -300,7 +309,7 @@ class ReaderGroups:
                 if _offsets(entry) != offsets or now - renewed >= lease // RENEW_FRACTION:
                     self.items.write(scope, group, reader, items.get(reader), state.config.generation, entry.join,
                                      now, _offsets(entry))
-                    if now - renewed >= lease - lease // RENEW_FRACTION and read_record(scope, group).version != record.version:
+                    if now - renewed >= lease - lease // RENEW_FRACTION and current_record(scope, group).version != record.version:
                         continue  # near its lease's end: another sync may be taking it offline (see _write)
                 return result
             try:
@@ -354,7 +363,7 @@ class ReaderGroups:
         change will have (for changes that only add readers: an earlier deadline is always safe).
         """
         for attempt in range(20):
-            record = read_record(scope, group)
+            record = current_record(scope, group)
             state = GroupState.model_validate(record.state)
             items = self.items.all(scope, group)
             overlay(state, items)
@@ -387,6 +396,7 @@ class ReaderGroups:
         With the sync's own check (a sync that renewed a lease near its end reads the record's version
         again), a reader is never told it holds segments that a concurrent expiry gave away."""
         body = storable(state, f"reader group {scope}/{group}")
+        raise_bound(scope, group, record.version + 1)
         if not leaving:
             versioned_update(record, [ReaderGroupRecord.state.set(body)], "reader group state changed concurrently")
             return

@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import uuid
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel
-from pynamodb.exceptions import DoesNotExist
+from pynamodb.exceptions import DoesNotExist, UpdateError
 
-from controlplane.models import ReaderGroupRecord, reader_group_pk
+from controlplane.models import ReaderGroupHeadRecord, ReaderGroupRecord, reader_group_pk
+from controlplane.store import failed_condition
 from rillet.api import CheckpointInfo
 from rillet.errors import IllegalState, ReaderGroupNotFound
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamCutBody
 from rillet.stream_cut import segment_is_after, validity_problem
 
 GROUP_KEY = "rg"
+HEAD_KEY = "head"
+FIRST_VERSION = 1  # a new record's version (PynamoDB's VersionAttribute starts there)
+# Groups whose record a process keeps a copy of (least recently read dropped first): each copy is the
+# record as stored, at most MAX_STATE_BYTES, so at most 64 x 250 KB = 16 MB of a Lambda's memory.
+CACHED_GROUPS = 64
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
 # Deflate grows data by at most 5 bytes per 16 KB block plus 11, and base64 adds a third: a state whose
@@ -268,3 +277,69 @@ def read_record(scope: str, group: str) -> ReaderGroupRecord:
         return ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
     except DoesNotExist:
         raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
+
+
+def current_record(scope: str, group: str) -> ReaderGroupRecord:
+    """The group's record as it stands, as :func:`read_record` would read it now, from this process's
+    copy when the group's head item says no write can have changed it since (one read unit instead of
+    one per 4 KB of the record). A group without a head item (created before there were any) is read."""
+    pk = reader_group_pk(scope, group)
+    try:
+        head = ReaderGroupHeadRecord.get(pk, HEAD_KEY, consistent_read=True)
+    except DoesNotExist:
+        return read_record(scope, group)
+    copy = _COPIES.get(pk, head.token, head.bound)
+    if copy is not None:
+        return copy
+    record = read_record(scope, group)
+    if record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
+        _COPIES.put(pk, head.token, record)
+    return record
+
+
+def raise_bound(scope: str, group: str, version: int) -> None:
+    """Say that the group's record is about to be written at ``version``, before writing it, so that no
+    process takes its copy of the version before for current (:func:`current_record`). A bound already
+    there or beyond (another writer's, or this request's own resend after a lost answer) is left; a
+    head item that is missing (a group created before head items) is created."""
+    head = ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY)
+    try:
+        head.update(actions=[ReaderGroupHeadRecord.kind.set(ReaderGroupHeadRecord),
+                             ReaderGroupHeadRecord.bound.set(version),
+                             ReaderGroupHeadRecord.token.set(ReaderGroupHeadRecord.token | uuid.uuid4().hex)],
+                    condition=ReaderGroupHeadRecord.bound.does_not_exist() | (ReaderGroupHeadRecord.bound < version))
+    except UpdateError as e:
+        if not failed_condition(e):
+            raise
+
+
+def new_head(scope: str, group: str, version: int) -> ReaderGroupHeadRecord:
+    """The head item of a group just created at ``version``, with a token no earlier group had."""
+    return ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY, token=uuid.uuid4().hex, bound=version)
+
+
+class _RecordCopies:
+    """This process's copies of group records, each under the head token and version it was read at."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._copies: OrderedDict[str, tuple[str, int, dict]] = OrderedDict()  # at most ``limit`` groups
+        self._lock = threading.Lock()
+
+    def get(self, pk: str, token: str, version: int) -> ReaderGroupRecord | None:
+        with self._lock:
+            copy = self._copies.get(pk)
+            if copy is None or copy[:2] != (token, version):
+                return None
+            self._copies.move_to_end(pk)
+        return ReaderGroupRecord.from_raw_data(copy[2])  # a record of its own: callers change theirs
+
+    def put(self, pk: str, token: str, record: ReaderGroupRecord) -> None:
+        with self._lock:
+            self._copies[pk] = (token, record.version, record.serialize())
+            self._copies.move_to_end(pk)
+            while len(self._copies) > self._limit:
+                self._copies.popitem(last=False)
+
+
+_COPIES = _RecordCopies(CACHED_GROUPS)

@@ -1,7 +1,9 @@
-"""What a reader group's syncs write (issue 27), through controlplane.reader_groups on the session's moto.
+"""What a reader group's syncs write (issue 27) and read (issue 40), through controlplane.reader_groups
+on the session's moto.
 
 A sync that changes nothing the group shares writes no group record: the reader's offsets and lease
-renewals go to its own small item, and that only when they moved or the renewal is due. The writes
+renewals go to its own small item, and that only when they moved or the renewal is due. Nor does it
+read the record while its head item says no write can have changed the process's copy. The requests
 are counted from the moto server's request records (what the benchmarks price). Items count only for
 the reader entry they were written for, so one left from before a reset lends nobody its positions.
 Time is simulated where leases matter (the module's clock is replaced), so no assertion depends on
@@ -12,14 +14,16 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.models import reader_group_pk
+from controlplane.models import ReaderGroupHeadRecord, ReaderGroupRecord, reader_group_pk
 from controlplane.reader_groups import groups as module
+from controlplane.reader_groups.state import HEAD_KEY
 from controlplane.reader_items import ReaderItemRecord, reader_sk
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import ReaderNotInReaderGroup
 from rillet.models import ReaderGroupConfig, ScalingPolicy, StreamConfiguration, StreamRange
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+READS = {"GetItem", "Query", "BatchGetItem", "TransactGetItems"}
 
 
 @pytest.fixture(autouse=True)
@@ -54,10 +58,21 @@ def group(controller, scope: str, lease_ms: int = 60_000, segments: int = 2):
 
 def writes(meter, scope: str) -> list[tuple[str, str]]:
     """(operation, sort key) of every write to the group's partition since the meter was reset."""
+    return requests(meter, scope, WRITES)
+
+
+def record_reads(meter, scope: str) -> int:
+    """Reads of the group's record since the meter was reset."""
+    return requests(meter, scope, READS).count(("GetItem", module.GROUP_KEY))
+
+
+def requests(meter, scope: str, operations: set[str]) -> list[tuple[str, str]]:
+    """(operation, sort key) of every request of ``operations`` to an item of the group's partition
+    named by its key, since the meter was reset."""
     pk = reader_group_pk(scope, "g")
     found = []
     for record in meter.snapshot()[1]:
-        if record.operation not in WRITES:
+        if record.operation not in operations:
             continue
         body = record.request or {}
         actions = [next(iter(a.values())) for a in body.get("TransactItems", [])] or [body]
@@ -209,3 +224,91 @@ def test_a_reader_whose_renewal_lands_while_another_sync_expires_it_stays_online
     groups.sync(unique, "g", "r2", report(unique, held_by["r2"], "tok-r2"))
     assert renewals and sorted(groups.info(unique, "g").online_readers) == ["r1", "r2"]
     assert held(groups.sync(unique, "g", "r1", report(unique, held_by["r1"], "tok-r1"))) == held_by["r1"]
+
+
+def test_a_sync_reads_the_group_record_only_after_it_changed(controller, unique, metered, clock):
+    """Unchanged, a sync reads the group's head item (a few bytes) instead of its record (a unit per 4 KB,
+    25 at 1,000 readers): the process's copy serves. A change by another operation moves the head, so
+    the next sync reads the record once, and sees the change."""
+    groups = group(controller, unique)
+    groups.add_reader(unique, "g", "r1", "tok1")
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))  # acquires: a group write
+    metered.reset()
+    for _ in range(5):
+        clock[0] += 1_000
+        assert groups.sync(unique, "g", "r1", report(unique, offsets, "tok1")).checkpoint is None
+    assert record_reads(metered, unique) == 1  # the first after the acquiring write; before issue 40: 5
+    assert requests(metered, unique, READS).count(("GetItem", HEAD_KEY)) == 5
+
+    groups.initiate_checkpoint(unique, "g", "cp")
+    metered.reset()
+    for _ in range(3):
+        clock[0] += 1_000
+        assert groups.sync(unique, "g", "r1", report(unique, offsets, "tok1")).checkpoint == "cp"
+    assert record_reads(metered, unique) == 1
+
+
+def test_a_write_applied_by_a_controller_that_died_is_never_hidden_by_a_copy(controller, unique, clock, monkeypatch):
+    """The head moves before the record is written, so a change stored by a request whose controller
+    died before it could answer (or do anything else) is seen by the next sync, not the copy from
+    before it. A head raised for a write that never landed only costs reads of the record."""
+    groups = group(controller, unique)
+    groups.add_reader(unique, "g", "r1", "tok1")
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))
+    clock[0] += 1_000
+    groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))  # the copy is current now
+    stored = ReaderGroupRecord.update
+
+    def update_then_die(self, *args, **kwargs):
+        stored(self, *args, **kwargs)
+        raise ConnectionResetError("the controller died")
+
+    monkeypatch.setattr(ReaderGroupRecord, "update", update_then_die)
+    with pytest.raises(ConnectionResetError):
+        groups.initiate_checkpoint(unique, "g", "cp")
+    monkeypatch.undo()
+    clock[0] += 1_000
+    assert groups.sync(unique, "g", "r1", report(unique, offsets, "tok1")).checkpoint == "cp"
+
+    def die(self, *args, **kwargs):
+        raise ConnectionResetError("the controller died before writing")
+
+    monkeypatch.setattr(ReaderGroupRecord, "update", die)
+    with pytest.raises(ConnectionResetError):
+        groups.initiate_checkpoint(unique, "g", "cp2")
+    monkeypatch.undo()
+    clock[0] += 1_000
+    assignment = groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))
+    assert assignment.checkpoint == "cp" and held(assignment) == offsets
+    assert [c.name for c in groups.state(unique, "g").checkpoints] == ["cp"]
+
+
+def test_a_copy_of_a_deleted_group_never_answers_for_a_new_group_of_its_name(controller, unique):
+    """Both groups' records are at the same version, so only the head's token, new with every create,
+    tells the deleted group's copy from the new record."""
+    groups = group(controller, unique)
+    assert groups.state(unique, "g").config.group_refresh_time_ms == 1_000  # the copy is taken here
+    assert groups.delete(unique, "g")
+    config = ReaderGroupConfig(streams=[StreamRange(scope=unique, stream="s")], automatic_checkpoint_interval_ms=0,
+                               group_refresh_time_ms=2_000)
+    assert groups.create(unique, "g", config)
+    assert groups.state(unique, "g").config.group_refresh_time_ms == 2_000
+
+
+def test_a_group_created_without_a_head_item_is_read_until_its_next_change_makes_one(
+        controller, unique, metered, clock):
+    """Groups created by a release before head items: every sync reads the record, as it did; the first
+    change writes the head, and the syncs after it are served from the copy."""
+    groups = group(controller, unique)
+    ReaderGroupHeadRecord(reader_group_pk(unique, "g"), HEAD_KEY).delete()
+    groups.add_reader(unique, "g", "r1", "tok1")
+    ReaderGroupHeadRecord(reader_group_pk(unique, "g"), HEAD_KEY).delete()
+    metered.reset()
+    clock[0] += 1_000
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))  # acquires: makes the head
+    for _ in range(4):
+        clock[0] += 1_000
+        assert held(groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))) == offsets
+    assert record_reads(metered, unique) == 2  # the acquiring sync's and the first after it
+    assert ReaderGroupHeadRecord.get(reader_group_pk(unique, "g"), HEAD_KEY, consistent_read=True).bound \
+        == ReaderGroupRecord.get(reader_group_pk(unique, "g"), module.GROUP_KEY, consistent_read=True).version
