@@ -19,7 +19,10 @@ Four measurements:
 * ``--scale``: the same with 30 s automatic checkpoints for 10, 100 and 1,000 readers on as many
   segments over 60 simulated seconds: read and write units per sync, the group record's largest write,
   the checkpoints completed (issue 40's target: units per sync flat as the group grows). Syncs run one
-  at a time, so it shows no conflicts. Run: ``.venv/bin/python -m bench.reader_group_state --scale``.
+  at a time, so it shows no conflicts. Each sync goes to one of 16 controller processes at random (the
+  Lambda containers a busy group's syncs spread over), each with its own copies of group records
+  (controlplane.reader_groups.state.current_record). Run: ``.venv/bin/python -m bench.reader_group_state --scale``
+  (or ``--scale 10 100`` for those sizes only; the 1,000-reader row takes about half an hour).
 * ``--idle-reader``: one SDK reader of a group on an empty 4-segment stream over the standalone stack,
   its syncs and tail checks counted and priced per day.
   Run: ``.venv/bin/python -m bench.reader_group_state --idle-reader``.
@@ -163,6 +166,7 @@ class Metered:
     reader_item_writes: int
     checkpoints_completed: int = 0
     largest_group_write_bytes: int = 0  # the largest write request of the group record (JSON, as sent)
+    containers: int = 1  # controller processes the syncs went to, each with its own copies of group records
 
     @property
     def read_units_per_sync(self) -> float:
@@ -216,18 +220,21 @@ def sdk_cadence(config: ReaderGroupConfig):
 
 
 def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cadence,
-                automatic_checkpoint_interval_ms: int = 0) -> Metered:
+                automatic_checkpoint_interval_ms: int = 0, containers: int = 1) -> Metered:
     """A group of ``readers`` on a fixed stream of ``width`` segments where nothing changes: every
     reader holds its segments at the same offsets and syncs on ``cadence`` (a function of the config
     that answers, per sync, the milliseconds to the next one given whether that sync changed the
     reader's assignment, and whether it holds segments). Readers pass the checkpoints they are asked
     to at their next sync. Time is simulated (the module's clock is replaced), so ``simulated_s`` of
-    syncs run as fast as moto answers; the joins and first acquisitions are not metered."""
+    syncs run as fast as moto answers; the joins and first acquisitions are not metered. Each sync runs
+    in one of ``containers`` controller processes, chosen at random: each keeps its own copies of group
+    records, as Lambda containers do."""
     import os
     import uuid
 
     from bench.cost import usage
     from controlplane.reader_groups import groups as module
+    from controlplane.reader_groups import state as state_module
     from controlplane.service import Controller
     from dataplane.deployment import Deployment
     from rillet.models import ScalingPolicy, StreamConfiguration
@@ -239,6 +246,9 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
     server = MotoServer().start()
     clock = [1_800_000_000_000]
     real_now, module._now = module._now, lambda: clock[0]
+    real_copies = state_module._COPIES
+    copies = [state_module._RecordCopies(state_module.CACHED_GROUPS) for _ in range(containers)]
+    choose = random.Random(7)
     try:
         deployment = Deployment(endpoint_url=server.url)
         create_resources(deployment)
@@ -271,6 +281,7 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
                 break
             clock[0] = due[name]
             before = held[name]
+            state_module._COPIES = choose.choice(copies)
             assignment = groups.sync(scope, "g", name, SyncRequest(positions=before, instance=tokens[name],
                                                                    checkpoint=passing.pop(name, None)))
             held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
@@ -284,7 +295,7 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
         last = groups.state(scope, "g").last_checkpoint
         completed = int(last.name.split("-")[1]) if last and last.name.startswith("auto-") else 0
     finally:
-        module._now = real_now
+        module._now, state_module._COPIES = real_now, real_copies
         server.stop()
     u = usage(records)
     writes = [r for r in records if r.operation in ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems")]
@@ -297,7 +308,7 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
     group_writes = [r for r in writes if sort_key(r) == module.GROUP_KEY]
     return Metered(readers, width, simulated_s, syncs, u.write_units, u.read_units, len(group_writes),
                    sum(1 for r in writes if sort_key(r).startswith("reader#")), completed,
-                   max((len(json.dumps(r.request)) for r in group_writes), default=0))
+                   max((len(json.dumps(r.request)) for r in group_writes), default=0), containers)
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -404,9 +415,10 @@ def report_idle(r: dict) -> str:
 def report_scale(figures: list[Metered]) -> str:
     """Units per sync as the group grows (issue 40: flat from 10 to 1,000 readers is the target)."""
     return _markdown(
-        ["readers", "segments", "simulated", "syncs", "read units per sync", "write units per sync",
-         "group-record writes", "largest group-record write request", "checkpoints completed"],
-        [[f"{f.readers:,}", f"{f.width:,}", f"{f.simulated_s:.0f} s", f"{f.syncs:,}", f"{f.read_units_per_sync:.1f}",
+        ["readers", "segments", "controller processes", "simulated", "syncs", "read units per sync",
+         "write units per sync", "group-record writes", "largest group-record write request", "checkpoints completed"],
+        [[f"{f.readers:,}", f"{f.width:,}", f"{f.containers}", f"{f.simulated_s:.0f} s", f"{f.syncs:,}",
+          f"{f.read_units_per_sync:.1f}",
           f"{f.write_units_per_sync:.2f}", f"{f.group_record_writes:,}", f"{f.largest_group_write_bytes / 1000:.1f} KB",
           f"{f.checkpoints_completed}"] for f in figures])
 
@@ -417,7 +429,8 @@ if __name__ == "__main__":
     if "--idle-reader" in sys.argv:
         print(report_idle(run_idle_reader()))
     elif "--scale" in sys.argv:
-        print(report_scale([run_metered(n, n, 60, sdk_cadence, 30_000) for n in (10, 100, 1_000)]))
+        sizes = [int(a) for a in sys.argv[sys.argv.index("--scale") + 1:] if a.isdigit()] or [10, 100, 1_000]
+        print(report_scale([run_metered(n, n, 60, sdk_cadence, 30_000, containers=16) for n in sizes]))
     elif "--metered" in sys.argv:
         cadence = fixed_cadence if "--fixed-cadence" in sys.argv else sdk_cadence
         auto_ms = 30_000 if "--auto-checkpoints" in sys.argv else 0

@@ -402,10 +402,13 @@ class ReaderGroupHeadRecord(MetadataItem, discriminator="rg-head"):
     version ``bound`` that was read under the same ``token`` is the record as it stands, and a sync that
     reads this item (1 read unit) need not read the record (a unit per 4 KB: 25 at 1,000 readers).
     ``token`` is new with every group created under the name: a copy of a deleted group never matches.
+    ``passes`` counts the checkpoint passes stored in readers' own items (each adds 1 after storing its
+    pass; controlplane.reader_groups.state.count_pass), which tells a pass whether it may be the last.
     """
 
     token = UnicodeAttribute()
     bound = NumberAttribute()
+    passes = NumberAttribute(null=True)
 
 
 class ReaderLeaseRecord(MetadataItem, discriminator="rg-lease"):

@@ -42,6 +42,10 @@ class ReaderItemRecord(MetadataItem, discriminator="rg-reader"):
     join = UnicodeAttribute()  # the reader entry's join id it belongs to
     seen_ms = NumberAttribute()
     offsets = JSONAttribute()  # {"scope/stream/segment id": offset} of the segments it holds: its fair share
+    # {checkpoint name: offsets as above when it passed it}, for the group's outstanding checkpoints only
+    # (at most ReaderGroupConfig.max_outstanding_checkpoint_request, itself at most 10), until the group
+    # record takes them in (controlplane.reader_groups.checkpoints.record_pass)
+    passes = JSONAttribute(null=True)
     version = VersionAttribute()
 
     @property
@@ -73,17 +77,20 @@ class ReaderItems:
         return {item.reader: item for item in items}
 
     def write(self, scope: str, group: str, reader: str, read: ReaderItemRecord | None, generation: int, join: str,
-              seen_ms: int, offsets: dict[str, int]) -> None:
-        """Replace the reader's item, conditioned on the version read (absent if ``read`` is None). A
-        refusal is left alone: another request of the same reader wrote it meanwhile (or a resend of this
-        one whose answer was lost), and the next sync reads it and writes again if it must."""
+              seen_ms: int, offsets: dict[str, int], passes: dict[str, dict[str, int]]) -> bool:
+        """Replace the reader's item, conditioned on the version read (absent if ``read`` is None); False
+        if refused: another request of the same reader wrote it meanwhile (or a resend of this one whose
+        answer was lost), and the next sync reads it and writes again if it must."""
         item = read or ReaderItemRecord(reader_group_pk(scope, group), reader_sk(reader))
         item.generation, item.join, item.seen_ms, item.offsets = generation, join, seen_ms, offsets
+        item.passes = passes or None
         try:
             item.save()
         except PutError as e:
             if not failed_condition(e):
                 raise
+            return False
+        return True
 
     def delete(self, items: Any) -> None:
         """Delete these items, each conditioned on the version read: one rewritten meanwhile stays."""

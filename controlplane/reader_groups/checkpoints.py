@@ -4,6 +4,9 @@ As in Pravega: every online reader must pass a checkpoint, and reports its posit
 when the last one has, the checkpoint's stream cuts are fixed (``GroupState.last_checkpoint``). While
 a checkpoint is outstanding no segment is handed out, so the cut stays consistent; a reader with more
 than its fair share releases the surplus when it passes one (rebalancing happens at checkpoints).
+A pass that releases nothing and is not the last is stored in the reader's own item rather than in the
+group record (controlplane.reader_groups.groups.ReaderGroups.sync), so the readers of a large group do
+not each rewrite the record once per checkpoint; the pass expected to be the last folds them all in.
 These are pure transitions of :class:`GroupState`; an automatic subscriber's acknowledged cut follows
 the completed ones (controlplane.reader_groups.subscriptions).
 """
@@ -32,20 +35,43 @@ def initiate_checkpoint(state: GroupState, name: str, silent: bool, now: int) ->
 
 def pass_checkpoint(state: GroupState, reader: str, entry: ReaderEntry, name: str) -> None:
     """``reader`` passes checkpoint ``name`` at the positions it holds, releasing any surplus."""
-    checkpoint = next((c for c in state.checkpoints if c.name == name), None)
-    if checkpoint is None or reader not in checkpoint.pending:
+    if not record_pass(state, reader, name, {key: held.offset for key, held in entry.segments.items()}):
         return  # already passed (a retried request) or a checkpoint that no longer exists
-    checkpoint.pending.remove(reader)
-    for key, held in entry.segments.items():
-        previous = checkpoint.positions.get(key)
-        if previous is None or held.offset > previous.offset:
-            checkpoint.positions[key] = held.model_copy()
-    surplus = len(entry.segments) - state.fair_share()
-    others_short = any(len(r.segments) < state.fair_share() for n, r in state.readers.items() if n != reader)
-    if surplus > 0 and others_short:
+    if releases_surplus(state, reader):
+        surplus = len(entry.segments) - state.fair_share()
         for key in sorted(entry.segments)[-surplus:]:
             state.unassigned[key] = entry.segments.pop(key)
     finish_checkpoints(state)
+
+
+def record_pass(state: GroupState, reader: str, name: str, offsets: dict[str, int]) -> bool:
+    """Mark ``reader`` passed checkpoint ``name`` at ``offsets`` (of the segments it holds): what its own
+    item carries when the pass is stored there (controlplane.reader_groups.leases.overlay). False if it
+    had nothing to pass (passed already, or the checkpoint is no longer outstanding)."""
+    checkpoint = pending_checkpoint(state, reader, name)
+    entry = state.readers.get(reader)
+    if checkpoint is None or entry is None:
+        return False
+    checkpoint.pending.remove(reader)
+    for key, offset in offsets.items():
+        held = entry.segments.get(key)
+        previous = checkpoint.positions.get(key)
+        if held is not None and (previous is None or offset > previous.offset):
+            checkpoint.positions[key] = held.model_copy(update={"offset": offset})
+    return True
+
+
+def pending_checkpoint(state: GroupState, reader: str, name: str) -> Checkpoint | None:
+    """The outstanding checkpoint ``name`` if ``reader`` has yet to pass it."""
+    return next((c for c in state.checkpoints if c.name == name and reader in c.pending), None)
+
+
+def releases_surplus(state: GroupState, reader: str) -> bool:
+    """Whether ``reader`` gives up segments when it passes a checkpoint: it holds more than its fair
+    share while another reader holds less."""
+    share = state.fair_share()
+    return (len(state.readers[reader].segments) > share
+            and any(len(r.segments) < share for n, r in state.readers.items() if n != reader))
 
 
 def finish_checkpoints(state: GroupState) -> None:

@@ -29,7 +29,14 @@ from controlplane.models import (
     reader_groups_pk,
 )
 from controlplane.reader_groups.assignment import assignment, sync
-from controlplane.reader_groups.checkpoints import checkpoint_info, initiate_checkpoint
+from controlplane.reader_groups.checkpoints import (
+    checkpoint_info,
+    finish_checkpoints,
+    initiate_checkpoint,
+    pending_checkpoint,
+    record_pass,
+    releases_surplus,
+)
 from controlplane.reader_groups.leases import (
     LEASE_RUN_LIMIT,
     LEASE_WORKERS,
@@ -53,6 +60,7 @@ from controlplane.reader_groups.state import (
     GroupState,
     Held,
     ReaderEntry,
+    count_pass,
     current_record,
     new_head,
     new_state,
@@ -207,7 +215,7 @@ class ReaderGroups:
 
     def state(self, scope: str, group: str) -> GroupState:
         """The group's state with each online reader's renewal and offsets from its own item."""
-        state = GroupState.model_validate(current_record(scope, group).state)
+        state = GroupState.model_validate(current_record(scope, group).record.state)
         overlay(state, self.items.all(scope, group))
         return state
 
@@ -279,37 +287,55 @@ class ReaderGroups:
         """A reader's sync. It writes the group record only when what the group shares changed (an
         assignment, a checkpoint, the lease deadline, a fold of every reader's renewals when the
         deadline is near: :func:`fold_due`); otherwise the reader's own small item, and that only when
-        its offsets moved or its last renewal is a RENEW_FRACTION-th of a lease old. A sync that
+        its offsets moved, its last renewal is a RENEW_FRACTION-th of a lease old, or it passed a
+        checkpoint. A pass goes to the item when it releases no segment and another reader has yet to
+        pass (the group's head item counts such passes); the pass whose count says it may be the last
+        reads every reader's item and stores all their passes in the record, finishing the checkpoint,
+        so a checkpoint of N readers rewrites the record about once rather than N times. A sync that
         changes nothing writes nothing."""
         everyone = False  # read every reader's item, not only this reader's
         for attempt in range(20):
-            record = current_record(scope, group)
+            record, passes = current_record(scope, group)
             state = GroupState.model_validate(record.state)
+            stored, published = shared_view(state), state.last_checkpoint
             now = _now()
             fold = everyone or fold_due(state, now)
             if fold:
                 items = self.items.all(scope, group)
+                state.folded_passes = passes or 0  # the passes counted before the items were read are in them
             else:
                 items = self.items.one(scope, group, reader) if reader in state.readers else {}
             overlay(state, items)
-            before, scheduled = shared_view(state), state.lease_deadline_ms
+            passing, in_item = request, None
+            if not fold:
+                in_item = _item_pass(state, reader, request) if passes is not None else None
+                if in_item:
+                    record_pass(state, reader, *in_item)
+                    passing = request.model_copy(update={"checkpoint": None})
+                stored = shared_view(state)  # what the items carry needs no record write: only a fold stores it
+            finish_checkpoints(state)
+            scheduled = state.lease_deadline_ms
             joins = {name: e.join for name, e in state.readers.items()}
             entry = state.readers.get(reader)
             renewed = entry.seen_ms if entry else 0
             offsets = _offsets(entry) if entry else {}
-            checkpoint = state.last_checkpoint
-            result = sync(state, reader, request, now, self._successors)
+            result = sync(state, reader, passing, now, self._successors)
             deadline = schedule_lease_check(state, now)
             lease = state.config.reader_lease_ms
             if not fold and _leaving(joins, state, items):
                 everyone = True  # it takes readers offline: only on what every reader's own item says
                 continue
-            if shared_view(state) == before:
+            if shared_view(state) == stored:
                 entry = state.readers[reader]
-                if _offsets(entry) != offsets or now - renewed >= lease // RENEW_FRACTION:
-                    self.items.write(scope, group, reader, items.get(reader), state.config.generation, entry.join,
-                                     now, _offsets(entry))
-                    if now - renewed >= lease - lease // RENEW_FRACTION and current_record(scope, group).version != record.version:
+                if in_item or _offsets(entry) != offsets or now - renewed >= lease // RENEW_FRACTION:
+                    written = self.items.write(scope, group, reader, items.get(reader), state.config.generation,
+                                               entry.join, now, _offsets(entry), _kept_passes(state, items.get(reader), in_item))
+                    if in_item and not written:
+                        continue  # the reader is told it passed only once its pass is stored
+                    if in_item and _may_be_last(state, in_item[0], count_pass(scope, group)):
+                        everyone = True  # fold every reader's pass in: the checkpoint finishes in the record
+                        continue
+                    if now - renewed >= lease - lease // RENEW_FRACTION and current_record(scope, group).record.version != record.version:
                         continue  # near its lease's end: another sync may be taking it offline (see _write)
                 return result
             try:
@@ -320,7 +346,7 @@ class ReaderGroups:
             if deadline != scheduled:
                 announce_lease(scope, group, record.version, deadline)
             self.items.delete(stale_items(state, items))
-            self.subscriptions.publish_checkpoint(scope, group, checkpoint, state)
+            self.subscriptions.publish_checkpoint(scope, group, published, state)
             return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
@@ -363,11 +389,14 @@ class ReaderGroups:
         change will have (for changes that only add readers: an earlier deadline is always safe).
         """
         for attempt in range(20):
-            record = current_record(scope, group)
+            record, passes = current_record(scope, group)
             state = GroupState.model_validate(record.state)
+            before = state.last_checkpoint
             items = self.items.all(scope, group)
             overlay(state, items)
-            before, scheduled = state.last_checkpoint, state.lease_deadline_ms
+            state.folded_passes = passes or 0  # the passes counted before the items were read are in them
+            finish_checkpoints(state)
+            scheduled = state.lease_deadline_ms
             joins = {name: e.join for name, e in state.readers.items()}
             result = change(state)
             deadline = schedule_lease_check(state, _now())
@@ -435,6 +464,41 @@ def _now() -> int:
 
 def _offsets(entry: ReaderEntry) -> dict[str, int]:
     return {key: held.offset for key, held in entry.segments.items()}
+
+
+def _item_pass(state: GroupState, reader: str, request: SyncRequest) -> tuple[str, dict[str, int]] | None:
+    """The checkpoint this sync passes and the offsets it passes it at, if the pass may be stored in the
+    reader's own item: it releases no segment (rebalancing changes the record), the sync completes no
+    segment (a completion's end offset must not be taken for the pass's position), and someone else has
+    yet to pass it (the last pass finishes it in the record)."""
+    entry = state.readers.get(reader)
+    checkpoint = pending_checkpoint(state, reader, request.checkpoint) if request.checkpoint and entry else None
+    if checkpoint is None or request.completed or releases_surplus(state, reader) or len(checkpoint.pending) < 2:
+        return None
+    offsets = _offsets(entry)
+    for p in request.positions:
+        key = f"{p.stream}/{p.segment_id}"
+        if key in offsets:
+            offsets[key] = p.offset
+    return checkpoint.name, offsets
+
+
+def _may_be_last(state: GroupState, checkpoint: str, counted: int | None) -> bool:
+    """Whether the pass just counted (``counted``: the head's count with it) may have been the last of
+    ``checkpoint``: the passes counted since the last fold, other than this one, are as many as the
+    readers the state still has pending. Concurrent last passes each see the others' counts."""
+    pending = next((c.pending for c in state.checkpoints if c.name == checkpoint), [])
+    return counted is not None and counted - 1 - state.folded_passes >= len(pending)
+
+
+def _kept_passes(state: GroupState, item: ReaderItemRecord | None, new: tuple[str, dict[str, int]] | None
+                 ) -> dict[str, dict[str, int]]:
+    """The passes a reader's item keeps: those of checkpoints still outstanding, and the new one."""
+    outstanding = {c.name for c in state.checkpoints}
+    kept = {name: offsets for name, offsets in ((item.passes if item else None) or {}).items() if name in outstanding}
+    if new:
+        kept[new[0]] = new[1]
+    return kept
 
 
 def _leaving(joins: dict[str, str | None], state: GroupState, items: dict[str, ReaderItemRecord]

@@ -22,6 +22,7 @@ from typing import Any
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
 from controlplane.models import ReaderLeaseRecord, reader_group_pk
+from controlplane.reader_groups.checkpoints import record_pass
 from controlplane.reader_groups.state import GroupState
 from controlplane.store import failed_condition
 from dataplane.fanout import per_second
@@ -72,15 +73,17 @@ def fold_due(state: GroupState, now: int) -> bool:
 
 
 def overlay(state: GroupState, items: dict[str, Any]) -> None:
-    """Bring the readers' entries up to their own items (controlplane.reader_items): the later renewal
-    and, per segment still held, the further offset. An item counts only for the entry it was written
-    for (same generation, same join id), so one left from before a reset, a rejoin or a re-create of the
-    group never moves anyone's position or lease."""
+    """Bring the readers' entries up to their own items (controlplane.reader_items): the later renewal,
+    per segment still held the further offset, and the checkpoints passed. An item counts only for the
+    entry it was written for (same generation, same join id), so one left from before a reset, a rejoin
+    or a re-create of the group never moves anyone's position or lease, nor passes a checkpoint."""
     for name, item in items.items():
         entry = state.readers.get(name)
         if entry is None or entry.join is None or item.join != entry.join or item.generation != state.config.generation:
             continue
         entry.seen_ms = max(entry.seen_ms, item.seen_ms)
+        for checkpoint, offsets in (item.passes or {}).items():  # at the offsets of the pass, before later ones
+            record_pass(state, name, checkpoint, offsets)
         for key, offset in item.offsets.items():
             if key in entry.segments:
                 entry.segments[key].offset = max(entry.segments[key].offset, offset)

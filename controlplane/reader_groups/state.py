@@ -14,7 +14,7 @@ import math
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from pynamodb.exceptions import DoesNotExist, UpdateError
@@ -110,6 +110,9 @@ class GroupState(BaseModel):
     lease_deadline_ms: int | None = None  # the group's lease record says: look again then (see schedule_lease_check)
     last_auto_checkpoint_ms: int = 0
     checkpoint_counter: int = 0
+    # the head item's pass count (ReaderGroupHeadRecord.passes) when every reader's item was last folded
+    # in: the passes counted since are at most that many more than the head says (see groups.sync)
+    folded_passes: int = 0
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -279,7 +282,12 @@ def read_record(scope: str, group: str) -> ReaderGroupRecord:
         raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
 
 
-def current_record(scope: str, group: str) -> ReaderGroupRecord:
+class Current(NamedTuple):
+    record: ReaderGroupRecord
+    passes: int | None  # the head item's count of passes stored in readers' items (None: no head item)
+
+
+def current_record(scope: str, group: str) -> Current:
     """The group's record as it stands, as :func:`read_record` would read it now, from this process's
     copy when the group's head item says no write can have changed it since (one read unit instead of
     one per 4 KB of the record). A group without a head item (created before there were any) is read."""
@@ -287,14 +295,30 @@ def current_record(scope: str, group: str) -> ReaderGroupRecord:
     try:
         head = ReaderGroupHeadRecord.get(pk, HEAD_KEY, consistent_read=True)
     except DoesNotExist:
-        return read_record(scope, group)
+        return Current(read_record(scope, group), None)
+    passes = int(head.passes or 0)
     copy = _COPIES.get(pk, head.token, head.bound)
     if copy is not None:
-        return copy
+        return Current(copy, passes)
     record = read_record(scope, group)
     if record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
         _COPIES.put(pk, head.token, record)
-    return record
+    return Current(record, passes)
+
+
+def count_pass(scope: str, group: str) -> int | None:
+    """Count one more checkpoint pass stored in a reader's item (after storing it): the count with it
+    (None: the group was deleted meanwhile). A resend after a lost answer counts it twice, and a crash
+    before it not at all: too many only makes a pass fold every reader's item sooner than needed, too
+    few leaves the last passes to the next lease fold."""
+    head = ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY)
+    try:
+        head.update(actions=[ReaderGroupHeadRecord.passes.add(1)], condition=ReaderGroupHeadRecord.token.exists())
+    except UpdateError as e:
+        if not failed_condition(e):
+            raise
+        return None
+    return int(head.passes)
 
 
 def raise_bound(scope: str, group: str, version: int) -> None:
