@@ -146,13 +146,11 @@ class ReaderGroups:
             new, starts = self.subscriptions.starts(new)
             state = new_state(new, starts)
             deadline, version = schedule_lease_check(state, _now()), record.version + 1
-            token = uuid.uuid4().hex
-            raise_bound(scope, group, version)
+            token, body = uuid.uuid4().hex, storable(state, f"reader group {scope}/{group}")
+            raise_bound(scope, group, record, body)
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                    tx.update(record, actions=[
-                        ReaderGroupRecord.state.set(storable(state, f"reader group {scope}/{group}")),
-                        ReaderGroupRecord.write_id.set(token)])
+                    tx.update(record, actions=[ReaderGroupRecord.state.set(body), ReaderGroupRecord.write_id.set(token)])
                     self.subscriptions.subscribe(tx, scope, group, new, starts, fences, token, dropping=current.config)
             except TransactWriteError as e:
                 if not self._written_by(scope, group, token):
@@ -302,7 +300,8 @@ class ReaderGroups:
             fold = everyone or fold_due(state, now)
             if fold:
                 items = self.items.all(scope, group)
-                state.folded_passes = passes or 0  # the passes counted before the items were read are in them
+                if passes is not None:
+                    state.folded_passes = passes  # the passes counted before the items were read are in them
             else:
                 items = self.items.one(scope, group, reader) if reader in state.readers else {}
             overlay(state, items)
@@ -394,7 +393,8 @@ class ReaderGroups:
             before = state.last_checkpoint
             items = self.items.all(scope, group)
             overlay(state, items)
-            state.folded_passes = passes or 0  # the passes counted before the items were read are in them
+            if passes is not None:
+                state.folded_passes = passes  # the passes counted before the items were read are in them
             finish_checkpoints(state)
             scheduled = state.lease_deadline_ms
             joins = {name: e.join for name, e in state.readers.items()}
@@ -425,7 +425,7 @@ class ReaderGroups:
         With the sync's own check (a sync that renewed a lease near its end reads the record's version
         again), a reader is never told it holds segments that a concurrent expiry gave away."""
         body = storable(state, f"reader group {scope}/{group}")
-        raise_bound(scope, group, record.version + 1)
+        raise_bound(scope, group, record, body)
         if not leaving:
             versioned_update(record, [ReaderGroupRecord.state.set(body)], "reader group state changed concurrently")
             return

@@ -32,6 +32,11 @@ FIRST_VERSION = 1  # a new record's version (PynamoDB's VersionAttribute starts 
 # Groups whose record a process keeps a copy of (least recently read dropped first): each copy is the
 # record as stored, at most MAX_STATE_BYTES, so at most 64 x 250 KB = 16 MB of a Lambda's memory.
 CACHED_GROUPS = 64
+# A state of at most this much JSON stores in about 3 KB (deflated JSON is a quarter of it in the groups
+# bench.reader_group_state builds, and base64 adds a third): a consistent read of the record then takes
+# 1 unit, as the head item's does, so such a record is read whole and its writers raise no bound (see
+# current_record). A small group (a few readers on a few dozen segments) costs what it did before.
+SMALL_STATE_JSON = 12_000
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
 # Deflate grows data by at most 5 bytes per 16 KB block plus 11, and base64 adds a third: a state whose
@@ -284,14 +289,24 @@ def read_record(scope: str, group: str) -> ReaderGroupRecord:
 
 class Current(NamedTuple):
     record: ReaderGroupRecord
-    passes: int | None  # the head item's count of passes stored in readers' items (None: no head item)
+    # the head item's count of passes stored in readers' items; None: the head was not read (a small
+    # record, or a group created before head items), and passes go to the record
+    passes: int | None
 
 
 def current_record(scope: str, group: str) -> Current:
-    """The group's record as it stands, as :func:`read_record` would read it now, from this process's
-    copy when the group's head item says no write can have changed it since (one read unit instead of
-    one per 4 KB of the record). A group without a head item (created before there were any) is read."""
+    """The group's record as it stands, as :func:`read_record` would read it now.
+
+    A large record comes from this process's copy when the group's head item says no write can have
+    changed it since (one read unit instead of one per 4 KB of the record). A record this process last
+    found small (:func:`small`) is read whole, as is one of a group without a head item (created before
+    there were any)."""
     pk = reader_group_pk(scope, group)
+    if _COPIES.small(pk):
+        record = read_record(scope, group)
+        if not small(record.state):
+            _COPIES.forget(pk)  # grown: the head is read from the next sync on
+        return Current(record, None)
     try:
         head = ReaderGroupHeadRecord.get(pk, HEAD_KEY, consistent_read=True)
     except DoesNotExist:
@@ -301,9 +316,16 @@ def current_record(scope: str, group: str) -> Current:
     if copy is not None:
         return Current(copy, passes)
     record = read_record(scope, group)
-    if record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
+    if small(record.state):
+        _COPIES.mark_small(pk)
+    elif record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
         _COPIES.put(pk, head.token, record)
     return Current(record, passes)
+
+
+def small(body: dict[str, Any]) -> bool:
+    """Whether a state is read whole rather than kept as a copy (SMALL_STATE_JSON)."""
+    return len(json.dumps(body)) <= SMALL_STATE_JSON
 
 
 def count_pass(scope: str, group: str) -> int | None:
@@ -321,11 +343,19 @@ def count_pass(scope: str, group: str) -> int | None:
     return int(head.passes)
 
 
-def raise_bound(scope: str, group: str, version: int) -> None:
-    """Say that the group's record is about to be written at ``version``, before writing it, so that no
-    process takes its copy of the version before for current (:func:`current_record`). A bound already
-    there or beyond (another writer's, or this request's own resend after a lost answer) is left; a
-    head item that is missing (a group created before head items) is created."""
+def raise_bound(scope: str, group: str, record: ReaderGroupRecord, body: dict[str, Any]) -> None:
+    """Say that the group's record is about to be written with ``body`` at the version after
+    ``record``'s, before writing it, so that no process takes its copy of the version before for current
+    (:func:`current_record`). A bound already there or beyond (another writer's, or this request's own
+    resend after a lost answer) is left; a head item that is missing (a group created before head
+    items) is created.
+
+    Not when both the state read and the one written are small: no process keeps a copy of a small
+    version, so a bound left below the record names a version nobody has a copy of, and a copy is
+    only taken of a version the bound names."""
+    if small(record.state) and small(body):
+        return
+    version = record.version + 1
     head = ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY)
     try:
         head.update(actions=[ReaderGroupHeadRecord.kind.set(ReaderGroupHeadRecord),
@@ -343,7 +373,8 @@ def new_head(scope: str, group: str, version: int) -> ReaderGroupHeadRecord:
 
 
 class _RecordCopies:
-    """This process's copies of group records, each under the head token and version it was read at."""
+    """This process's copies of group records, each under the head token and version it was read at,
+    or a mark that the group's record was small when last read."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -358,12 +389,29 @@ class _RecordCopies:
             self._copies.move_to_end(pk)
         return ReaderGroupRecord.from_raw_data(copy[2])  # a record of its own: callers change theirs
 
-    def put(self, pk: str, token: str, record: ReaderGroupRecord) -> None:
+    def small(self, pk: str) -> bool:
         with self._lock:
-            self._copies[pk] = (token, record.version, record.serialize())
+            return self._copies.get(pk) is _SMALL
+
+    def mark_small(self, pk: str) -> None:
+        self._keep(pk, _SMALL)
+
+    def forget(self, pk: str) -> None:
+        with self._lock:
+            self._copies.pop(pk, None)
+
+    def put(self, pk: str, token: str, record: ReaderGroupRecord) -> None:
+        self._keep(pk, (token, record.version, record.serialize()))
+
+    def _keep(self, pk: str, entry: tuple[str, int, dict]) -> None:
+        with self._lock:
+            self._copies[pk] = entry
             self._copies.move_to_end(pk)
             while len(self._copies) > self._limit:
                 self._copies.popitem(last=False)
+
+
+_SMALL = ("", 0, {})  # what a process keeps of a group whose record it last found small
 
 
 _COPIES = _RecordCopies(CACHED_GROUPS)

@@ -16,6 +16,7 @@ import pytest
 
 from controlplane.models import ReaderGroupHeadRecord, ReaderGroupRecord, reader_group_pk
 from controlplane.reader_groups import groups as module
+from controlplane.reader_groups import state as state_module
 from controlplane.reader_groups.state import HEAD_KEY
 from controlplane.reader_items import ReaderItemRecord, reader_sk
 from rillet.api import SegmentOffset, SyncRequest
@@ -45,6 +46,13 @@ def metered(moto_server):
     yield moto_server.meter
     moto_server.meter.keep_records = False
     moto_server.meter.reset()
+
+
+@pytest.fixture
+def every_record_large(monkeypatch):
+    """Treat every group record as too large to read whole on each sync (the copies, the head item and
+    passes in readers' items), so that small groups show what large ones do."""
+    monkeypatch.setattr(state_module, "SMALL_STATE_JSON", 0)
 
 
 def group(controller, scope: str, lease_ms: int = 60_000, segments: int = 2):
@@ -229,8 +237,8 @@ def test_a_reader_whose_renewal_lands_while_another_sync_expires_it_stays_online
 def test_a_sync_reads_the_group_record_only_after_it_changed(controller, unique, metered, clock):
     """Unchanged, a sync reads the group's head item (a few bytes) instead of its record (a unit per 4 KB,
     25 at 1,000 readers): the process's copy serves. A change by another operation moves the head, so
-    the next sync reads the record once, and sees the change."""
-    groups = group(controller, unique)
+    the next sync reads the record once, and sees the change. (64 segments: a record over 4 KB.)"""
+    groups = group(controller, unique, segments=64)
     groups.add_reader(unique, "g", "r1", "tok1")
     offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))  # acquires: a group write
     metered.reset()
@@ -248,7 +256,24 @@ def test_a_sync_reads_the_group_record_only_after_it_changed(controller, unique,
     assert record_reads(metered, unique) == 1
 
 
-def test_a_write_applied_by_a_controller_that_died_is_never_hidden_by_a_copy(controller, unique, clock, monkeypatch):
+def test_a_small_group_reads_its_record_whole_and_raises_no_bound(controller, unique, metered, clock):
+    """A record under 4 KB costs a consistent read 1 unit, as the head item does: its syncs read it
+    whole (no head read), and its changes write no head (before head items, exactly so)."""
+    groups = group(controller, unique)
+    groups.add_reader(unique, "g", "r1", "tok1")
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))
+    metered.reset()
+    for _ in range(5):
+        clock[0] += 1_000
+        groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))
+    groups.initiate_checkpoint(unique, "g", "cp")
+    assert record_reads(metered, unique) == 6
+    touched = requests(metered, unique, READS | WRITES)
+    assert not [r for r in touched if r[1] == HEAD_KEY], touched
+
+
+def test_a_write_applied_by_a_controller_that_died_is_never_hidden_by_a_copy(controller, unique, clock, monkeypatch,
+                                                                            every_record_large):
     """The head moves before the record is written, so a change stored by a request whose controller
     died before it could answer (or do anything else) is seen by the next sync, not the copy from
     before it. A head raised for a write that never landed only costs reads of the record."""
@@ -283,7 +308,7 @@ def test_a_write_applied_by_a_controller_that_died_is_never_hidden_by_a_copy(con
     assert [c.name for c in groups.state(unique, "g").checkpoints] == ["cp"]
 
 
-def test_a_copy_of_a_deleted_group_never_answers_for_a_new_group_of_its_name(controller, unique):
+def test_a_copy_of_a_deleted_group_never_answers_for_a_new_group_of_its_name(controller, unique, every_record_large):
     """Both groups' records are at the same version, so only the head's token, new with every create,
     tells the deleted group's copy from the new record."""
     groups = group(controller, unique)
@@ -296,7 +321,7 @@ def test_a_copy_of_a_deleted_group_never_answers_for_a_new_group_of_its_name(con
 
 
 def test_a_group_created_without_a_head_item_is_read_until_its_next_change_makes_one(
-        controller, unique, metered, clock):
+        controller, unique, metered, clock, every_record_large):
     """Groups created by a release before head items: every sync reads the record, as it did; the first
     change writes the head, and the syncs after it are served from the copy."""
     groups = group(controller, unique)
@@ -338,7 +363,7 @@ def checkpoint_cut(groups, scope: str, name: str = "cp") -> dict[int, int] | Non
 
 
 def test_a_checkpoint_of_five_readers_rewrites_the_group_record_once_at_each_passes_offsets(
-        controller, unique, metered, clock):
+        controller, unique, metered, clock, every_record_large):
     """Passes that release nothing are stored in the readers' own items and counted on the head item; the
     pass expected to be the last reads every item and finishes the checkpoint in one record write (before
     issue 40, every pass rewrote the record: 1,000 rewrites of 98 KB for 1,000 readers). The cut is each
@@ -357,7 +382,8 @@ def test_a_checkpoint_of_five_readers_rewrites_the_group_record_once_at_each_pas
     assert checkpoint_cut(groups, unique) == {segment: 100 + i for i, segment in enumerate(segment_of.values())}
 
 
-def test_a_pass_stored_but_never_counted_is_folded_in_by_the_next_lease_fold(controller, unique, clock, monkeypatch):
+def test_a_pass_stored_but_never_counted_is_folded_in_by_the_next_lease_fold(controller, unique, clock, monkeypatch,
+                                                                             every_record_large):
     """A controller that dies between storing a pass in the reader's item and counting it on the head
     leaves the count short: the last pass then looks like it is not the last and goes to its item too.
     The sync that folds every reader's renewals before the lease deadline folds the passes in as well,
@@ -384,7 +410,8 @@ def test_a_pass_stored_but_never_counted_is_folded_in_by_the_next_lease_fold(con
     assert checkpoint_cut(groups, unique) == {segment: 7 for segment in segment_of.values()}
 
 
-def test_a_segment_completed_after_a_pass_in_the_item_keeps_the_pass_offset_in_the_cut(controller, unique, clock):
+def test_a_segment_completed_after_a_pass_in_the_item_keeps_the_pass_offset_in_the_cut(controller, unique, clock,
+                                                                                       every_record_large):
     """A reader passes (stored in its item), reads its segment on to the end and says so: the completion
     writes the record, with the pass folded in first, so the checkpoint keeps the offset at the pass
     and a group restored from it reads the rest again rather than skipping it."""
