@@ -35,8 +35,10 @@ def initiate_checkpoint(state: GroupState, name: str, silent: bool, now: int) ->
 
 def pass_checkpoint(state: GroupState, reader: str, entry: ReaderEntry, name: str) -> None:
     """``reader`` passes checkpoint ``name`` at the positions it holds, releasing any surplus."""
-    if not record_pass(state, reader, name, {key: held.offset for key, held in entry.segments.items()}):
+    checkpoint = pending_checkpoint(state, reader, name)
+    if checkpoint is None:
         return  # already passed (a retried request) or a checkpoint that no longer exists
+    record_pass(state, reader, checkpoint, {key: held.offset for key, held in entry.segments.items()})
     if releases_surplus(state, reader):
         surplus = len(entry.segments) - state.fair_share()
         for key in sorted(entry.segments)[-surplus:]:
@@ -44,21 +46,23 @@ def pass_checkpoint(state: GroupState, reader: str, entry: ReaderEntry, name: st
     finish_checkpoints(state)
 
 
-def record_pass(state: GroupState, reader: str, name: str, offsets: dict[str, int]) -> bool:
-    """Mark ``reader`` passed checkpoint ``name`` at ``offsets`` (of the segments it holds): what its own
-    item carries when the pass is stored there (controlplane.reader_groups.leases.overlay). False if it
-    had nothing to pass (passed already, or the checkpoint is no longer outstanding)."""
-    checkpoint = pending_checkpoint(state, reader, name)
-    entry = state.readers.get(reader)
-    if checkpoint is None or entry is None:
-        return False
+def record_pass(state: GroupState, reader: str, checkpoint: Checkpoint, offsets: dict[str, int]) -> None:
+    """Mark ``reader``, pending on ``checkpoint``, passed at ``offsets`` (of the segments it holds)."""
+    entry = state.readers[reader]
     checkpoint.pending.remove(reader)
     for key, offset in offsets.items():
         held = entry.segments.get(key)
         previous = checkpoint.positions.get(key)
         if held is not None and (previous is None or offset > previous.offset):
             checkpoint.positions[key] = held.model_copy(update={"offset": offset})
-    return True
+
+
+def record_item_passes(state: GroupState, reader: str, passes: dict[str, dict[str, int]]) -> None:
+    """Mark ``reader`` passed the checkpoints its own item says it passed ({Checkpoint.key: offsets}),
+    where it is still pending on them (controlplane.reader_groups.leases.overlay)."""
+    for checkpoint in state.checkpoints:
+        if checkpoint.key in passes and reader in checkpoint.pending:
+            record_pass(state, reader, checkpoint, passes[checkpoint.key])
 
 
 def pending_checkpoint(state: GroupState, reader: str, name: str) -> Checkpoint | None:

@@ -57,6 +57,7 @@ from controlplane.reader_groups.state import (
     FIRST_VERSION,
     GROUP_KEY,
     HEAD_KEY,
+    Checkpoint,
     GroupState,
     Held,
     ReaderEntry,
@@ -311,6 +312,9 @@ class ReaderGroups:
                 if in_item:
                     record_pass(state, reader, *in_item)
                     passing = request.model_copy(update={"checkpoint": None})
+                elif _passes_checkpoint(state, reader, request) and passes is not None and passes > state.folded_passes:
+                    everyone = True  # other passes may wait in items: fold them in with this one
+                    continue
                 stored = shared_view(state)  # what the items carry needs no record write: only a fold stores it
             finish_checkpoints(state)
             scheduled = state.lease_deadline_ms
@@ -328,7 +332,7 @@ class ReaderGroups:
                 entry = state.readers[reader]
                 if in_item or _offsets(entry) != offsets or now - renewed >= lease // RENEW_FRACTION:
                     written = self.items.write(scope, group, reader, items.get(reader), state.config.generation,
-                                               entry.join, now, _offsets(entry), _kept_passes(state, items.get(reader), in_item))
+                                               entry.join, now, _offsets(entry), _kept_passes(state, entry, items.get(reader), in_item))
                     if in_item and not written:
                         continue  # the reader is told it passed only once its pass is stored
                     if in_item and _may_be_last(state, in_item[0], count_pass(scope, group)):
@@ -466,38 +470,46 @@ def _offsets(entry: ReaderEntry) -> dict[str, int]:
     return {key: held.offset for key, held in entry.segments.items()}
 
 
-def _item_pass(state: GroupState, reader: str, request: SyncRequest) -> tuple[str, dict[str, int]] | None:
+def _passes_checkpoint(state: GroupState, reader: str, request: SyncRequest) -> bool:
+    """Whether this sync passes a checkpoint its reader has yet to pass."""
+    return bool(request.checkpoint and reader in state.readers
+                and pending_checkpoint(state, reader, request.checkpoint))
+
+
+def _item_pass(state: GroupState, reader: str, request: SyncRequest) -> tuple[Checkpoint, dict[str, int]] | None:
     """The checkpoint this sync passes and the offsets it passes it at, if the pass may be stored in the
     reader's own item: it releases no segment (rebalancing changes the record), the sync completes no
     segment (a completion's end offset must not be taken for the pass's position), and someone else has
     yet to pass it (the last pass finishes it in the record)."""
-    entry = state.readers.get(reader)
-    checkpoint = pending_checkpoint(state, reader, request.checkpoint) if request.checkpoint and entry else None
-    if checkpoint is None or request.completed or releases_surplus(state, reader) or len(checkpoint.pending) < 2:
+    if not _passes_checkpoint(state, reader, request):
         return None
-    offsets = _offsets(entry)
+    checkpoint = pending_checkpoint(state, reader, request.checkpoint)
+    if request.completed or releases_surplus(state, reader) or len(checkpoint.pending) < 2:
+        return None
+    offsets = _offsets(state.readers[reader])
     for p in request.positions:
         key = f"{p.stream}/{p.segment_id}"
         if key in offsets:
             offsets[key] = p.offset
-    return checkpoint.name, offsets
+    return checkpoint, offsets
 
 
-def _may_be_last(state: GroupState, checkpoint: str, counted: int | None) -> bool:
+def _may_be_last(state: GroupState, checkpoint: Checkpoint, counted: int | None) -> bool:
     """Whether the pass just counted (``counted``: the head's count with it) may have been the last of
     ``checkpoint``: the passes counted since the last fold, other than this one, are as many as the
     readers the state still has pending. Concurrent last passes each see the others' counts."""
-    pending = next((c.pending for c in state.checkpoints if c.name == checkpoint), [])
-    return counted is not None and counted - 1 - state.folded_passes >= len(pending)
+    return counted is not None and counted - 1 - state.folded_passes >= len(checkpoint.pending)
 
 
-def _kept_passes(state: GroupState, item: ReaderItemRecord | None, new: tuple[str, dict[str, int]] | None
-                 ) -> dict[str, dict[str, int]]:
-    """The passes a reader's item keeps: those of checkpoints still outstanding, and the new one."""
-    outstanding = {c.name for c in state.checkpoints}
-    kept = {name: offsets for name, offsets in ((item.passes if item else None) or {}).items() if name in outstanding}
+def _kept_passes(state: GroupState, entry: ReaderEntry, item: ReaderItemRecord | None,
+                 new: tuple[Checkpoint, dict[str, int]] | None) -> dict[str, dict[str, int]]:
+    """The passes a reader's item keeps ({Checkpoint.key: offsets}): those its entry's item carries of
+    checkpoints still outstanding (an item of an earlier join or generation passes nothing), and the new one."""
+    outstanding = {c.key for c in state.checkpoints}
+    carried = item.passes if item and item.join == entry.join and item.generation == state.config.generation else None
+    kept = {key: offsets for key, offsets in (carried or {}).items() if key in outstanding}
     if new:
-        kept[new[0]] = new[1]
+        kept[new[0].key] = new[1]
     return kept
 
 

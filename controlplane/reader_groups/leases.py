@@ -22,7 +22,7 @@ from typing import Any
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
 from controlplane.models import ReaderLeaseRecord, reader_group_pk
-from controlplane.reader_groups.checkpoints import record_pass
+from controlplane.reader_groups.checkpoints import record_item_passes
 from controlplane.reader_groups.state import GroupState
 from controlplane.store import failed_condition
 from dataplane.fanout import per_second
@@ -82,8 +82,7 @@ def overlay(state: GroupState, items: dict[str, Any]) -> None:
         if entry is None or entry.join is None or item.join != entry.join or item.generation != state.config.generation:
             continue
         entry.seen_ms = max(entry.seen_ms, item.seen_ms)
-        for checkpoint, offsets in (item.passes or {}).items():  # at the offsets of the pass, before later ones
-            record_pass(state, name, checkpoint, offsets)
+        record_item_passes(state, name, item.passes or {})  # at the offsets of the passes, before later ones
         for key, offset in item.offsets.items():
             if key in entry.segments:
                 entry.segments[key].offset = max(entry.segments[key].offset, offset)

@@ -88,6 +88,12 @@ class Checkpoint(BaseModel):
     positions: dict[str, Held] = {}
     created_ms: int
 
+    @property
+    def key(self) -> str:
+        """What a pass stored in a reader's item names it by: a name may come back once its checkpoint
+        is done, so with the time it was created (a pass of the earlier one never counts for it)."""
+        return f"{self.name}@{self.created_ms}"
+
 
 class GroupState(BaseModel):
     """The group's shared state: one DynamoDB item, so every collection in it is bounded by the group's
@@ -318,7 +324,8 @@ def current_record(scope: str, group: str) -> Current:
     record = read_record(scope, group)
     if small(record.state):
         _COPIES.mark_small(pk)
-    elif record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
+        return Current(record, None)  # as every later read of it here will: its passes go to the record
+    if record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
         _COPIES.put(pk, head.token, record)
     return Current(record, passes)
 

@@ -427,3 +427,66 @@ def test_a_segment_completed_after_a_pass_in_the_item_keeps_the_pass_offset_in_t
         clock[0] += 1_000
         pass_at(groups, unique, name, segment_of[name], 5)
     assert checkpoint_cut(groups, unique) == {segment_of[first]: 40, **{segment_of[n]: 5 for n in others}}
+
+
+def test_a_last_pass_that_completes_a_segment_folds_in_the_passes_waiting_in_items(
+        controller, unique, clock, every_record_large):
+    """The last reader's pass goes to the record (its sync also completes a segment), while the others'
+    passes wait in their items: the head's count shows passes not folded in yet, so that sync folds every
+    item in and the checkpoint finishes then, not at the next lease fold."""
+    groups = group(controller, unique, segments=3)
+    segment_of = readers_each_holding_one(groups, unique, 3)
+    groups.initiate_checkpoint(unique, "g", "cp")
+    *first, last = segment_of
+    for name in first:
+        clock[0] += 1_000
+        pass_at(groups, unique, name, segment_of[name], 7)
+    clock[0] += 1_000
+    done = SegmentOffset(stream=f"{unique}/s", segment_id=segment_of[last], offset=900)
+    groups.sync(unique, "g", last, SyncRequest(completed=[done], checkpoint="cp", instance=f"tok-{last}"))
+    assert checkpoint_cut(groups, unique) == {**{segment_of[n]: 7 for n in first}, segment_of[last]: 900}
+
+
+def test_a_small_group_passes_in_its_record_whichever_process_serves_the_sync(controller, unique, metered, clock):
+    """A process that has not read a small group before reads its head first; it must still pass in the
+    record, as every other process does, or a pass stored in an item would wait for a lease fold."""
+    groups = group(controller, unique, segments=3)
+    segment_of = readers_each_holding_one(groups, unique, 3)
+    groups.initiate_checkpoint(unique, "g", "cp")
+    metered.reset()
+    for name in list(segment_of)[:2]:
+        state_module._COPIES.forget(reader_group_pk(unique, "g"))  # a process new to the group
+        clock[0] += 1_000
+        pass_at(groups, unique, name, segment_of[name], 7)
+    last = list(segment_of)[2]
+    clock[0] += 1_000
+    pass_at(groups, unique, last, segment_of[last], 7)
+    assert checkpoint_cut(groups, unique) == {segment: 7 for segment in segment_of.values()}
+    assert ("UpdateItem", HEAD_KEY) not in requests(metered, unique, WRITES)
+
+
+def test_a_pass_stored_for_an_earlier_checkpoint_of_the_same_name_passes_nothing(
+        controller, unique, clock, every_record_large):
+    """A checkpoint's name may come back once another checkpoint is done after it. r0's item still holds
+    its pass of the first "cp" (its next pass went to the record, with a completed segment), and must
+    not pass the second "cp" for it: r0 is asked to pass it."""
+    groups = group(controller, unique, segments=2)
+    segment_of = readers_each_holding_one(groups, unique, 2)
+    r0, r1 = segment_of
+    groups.initiate_checkpoint(unique, "g", "cp")
+    pass_at(groups, unique, r0, segment_of[r0], 7)  # to r0's item
+    pass_at(groups, unique, r1, segment_of[r1], 7)  # the last: folds r0's in
+    assert checkpoint_cut(groups, unique) == {segment: 7 for segment in segment_of.values()}
+    clock[0] += 1_000
+    groups.initiate_checkpoint(unique, "g", "cp2")
+    done = SegmentOffset(stream=f"{unique}/s", segment_id=segment_of[r0], offset=50)
+    groups.sync(unique, "g", r0, SyncRequest(completed=[done], checkpoint="cp2", instance=f"tok-{r0}"))
+    pass_at(groups, unique, r1, segment_of[r1], 60, "cp2")
+    assert checkpoint_cut(groups, unique, "cp2") == {segment_of[r0]: 50, segment_of[r1]: 60}
+    clock[0] += 1_000
+    groups.initiate_checkpoint(unique, "g", "cp")
+    clock[0] += 1_000
+    assert groups.sync(unique, "g", r0, SyncRequest(instance=f"tok-{r0}")).checkpoint == "cp"
+    groups.sync(unique, "g", r0, SyncRequest(checkpoint="cp", instance=f"tok-{r0}"))
+    pass_at(groups, unique, r1, segment_of[r1], 95)
+    assert checkpoint_cut(groups, unique) == {segment_of[r0]: 50, segment_of[r1]: 95}
