@@ -214,7 +214,7 @@ class ReaderGroups:
 
     def state(self, scope: str, group: str) -> GroupState:
         """The group's state with each online reader's renewal and offsets from its own item."""
-        state = GroupState.model_validate(current_record(scope, group).record.state)
+        state = GroupState.model_validate(current_record(scope, group, _now()).record.state)
         overlay(state, self.items.all(scope, group))
         return state
 
@@ -294,10 +294,10 @@ class ReaderGroups:
         changes nothing writes nothing."""
         everyone = False  # read every reader's item, not only this reader's
         for attempt in range(20):
-            record, passes = current_record(scope, group)
+            now = _now()
+            record, passes = current_record(scope, group, now)
             state = GroupState.model_validate(record.state)
             stored, published = shared_view(state), state.last_checkpoint
-            now = _now()
             fold = everyone or fold_due(state, now)
             if fold:
                 items = self.items.all(scope, group)
@@ -338,7 +338,7 @@ class ReaderGroups:
                     if in_item and _may_be_last(state, in_item[0], count_pass(scope, group)):
                         everyone = True  # fold every reader's pass in: the checkpoint finishes in the record
                         continue
-                    if now - renewed >= lease - lease // RENEW_FRACTION and current_record(scope, group).record.version != record.version:
+                    if now - renewed >= lease - lease // RENEW_FRACTION and current_record(scope, group, now).record.version != record.version:
                         continue  # near its lease's end: another sync may be taking it offline (see _write)
                 return result
             try:
@@ -392,7 +392,7 @@ class ReaderGroups:
         change will have (for changes that only add readers: an earlier deadline is always safe).
         """
         for attempt in range(20):
-            record, passes = current_record(scope, group)
+            record, passes = current_record(scope, group, _now())
             state = GroupState.model_validate(record.state)
             before = state.last_checkpoint
             items = self.items.all(scope, group)

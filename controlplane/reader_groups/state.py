@@ -37,6 +37,10 @@ CACHED_GROUPS = 64
 # 1 unit, as the head item's does, so such a record is read whole and its writers raise no bound (see
 # current_record). A small group (a few readers on a few dozen segments) costs what it did before.
 SMALL_STATE_JSON = 12_000
+# A copy older than this is read again whatever the head says: what a writer that does not raise the
+# bound changed (a release before head items, still running while an upgrade rolls out; an operator's
+# edit) is seen within it. Each process then reads a large group's record once a minute.
+COPY_MAX_AGE_MS = 60_000
 # DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
 MAX_STATE_BYTES = 250_000
 # Deflate grows data by at most 5 bytes per 16 KB block plus 11, and base64 adds a third: a state whose
@@ -300,13 +304,13 @@ class Current(NamedTuple):
     passes: int | None
 
 
-def current_record(scope: str, group: str) -> Current:
-    """The group's record as it stands, as :func:`read_record` would read it now.
+def current_record(scope: str, group: str, now_ms: int) -> Current:
+    """The group's record as it stands, as :func:`read_record` would read it now (``now_ms``).
 
     A large record comes from this process's copy when the group's head item says no write can have
-    changed it since (one read unit instead of one per 4 KB of the record). A record this process last
-    found small (:func:`small`) is read whole, as is one of a group without a head item (created before
-    there were any)."""
+    changed it since (one read unit instead of one per 4 KB of the record), and the copy is at most
+    COPY_MAX_AGE_MS old. A record this process last found small (:func:`small`) is read whole, as is
+    one of a group without a head item (created before there were any)."""
     pk = reader_group_pk(scope, group)
     if _COPIES.small(pk):
         record = read_record(scope, group)
@@ -318,7 +322,7 @@ def current_record(scope: str, group: str) -> Current:
     except DoesNotExist:
         return Current(read_record(scope, group), None)
     passes = int(head.passes or 0)
-    copy = _COPIES.get(pk, head.token, head.bound)
+    copy = _COPIES.get(pk, head.token, head.bound, now_ms - COPY_MAX_AGE_MS)
     if copy is not None:
         return Current(copy, passes)
     record = read_record(scope, group)
@@ -326,8 +330,9 @@ def current_record(scope: str, group: str) -> Current:
         _COPIES.mark_small(pk)
         return Current(record, None)  # as every later read of it here will: its passes go to the record
     if record.version == head.bound:  # no write is on its way: the copy is current until the bound moves
-        _COPIES.put(pk, head.token, record)
+        _COPIES.put(pk, head.token, record, now_ms)
     return Current(record, passes)
+
 
 
 def small(body: dict[str, Any]) -> bool:
@@ -380,18 +385,18 @@ def new_head(scope: str, group: str, version: int) -> ReaderGroupHeadRecord:
 
 
 class _RecordCopies:
-    """This process's copies of group records, each under the head token and version it was read at,
-    or a mark that the group's record was small when last read."""
+    """This process's copies of group records, each under the head token and version it was read at and
+    the time it was taken, or a mark that the group's record was small when last read."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._copies: OrderedDict[str, tuple[str, int, dict]] = OrderedDict()  # at most ``limit`` groups
         self._lock = threading.Lock()
 
-    def get(self, pk: str, token: str, version: int) -> ReaderGroupRecord | None:
+    def get(self, pk: str, token: str, version: int, taken_after_ms: int) -> ReaderGroupRecord | None:
         with self._lock:
             copy = self._copies.get(pk)
-            if copy is None or copy[:2] != (token, version):
+            if copy is None or copy[:2] != (token, version) or copy[3] < taken_after_ms:
                 return None
             self._copies.move_to_end(pk)
         return ReaderGroupRecord.from_raw_data(copy[2])  # a record of its own: callers change theirs
@@ -407,10 +412,10 @@ class _RecordCopies:
         with self._lock:
             self._copies.pop(pk, None)
 
-    def put(self, pk: str, token: str, record: ReaderGroupRecord) -> None:
-        self._keep(pk, (token, record.version, record.serialize()))
+    def put(self, pk: str, token: str, record: ReaderGroupRecord, taken_ms: int) -> None:
+        self._keep(pk, (token, record.version, record.serialize(), taken_ms))
 
-    def _keep(self, pk: str, entry: tuple[str, int, dict]) -> None:
+    def _keep(self, pk: str, entry: tuple[str, int, dict, int]) -> None:
         with self._lock:
             self._copies[pk] = entry
             self._copies.move_to_end(pk)
@@ -418,7 +423,7 @@ class _RecordCopies:
                 self._copies.popitem(last=False)
 
 
-_SMALL = ("", 0, {})  # what a process keeps of a group whose record it last found small
+_SMALL = ("", 0, {}, 0)  # what a process keeps of a group whose record it last found small
 
 
 _COPIES = _RecordCopies(CACHED_GROUPS)

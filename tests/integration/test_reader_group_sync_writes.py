@@ -349,8 +349,8 @@ def readers_each_holding_one(groups, scope: str, count: int) -> dict[str, int]:
     return {name: next(iter(h)) for name, h in holding.items()}
 
 
-def pass_at(groups, scope: str, name: str, segment: int, offset: int, checkpoint: str = "cp"):
-    request = report(scope, {segment: offset}, f"tok-{name}").model_copy(update={"checkpoint": checkpoint})
+def pass_at(groups, scope: str, name: str, segment: int, offset: int, checkpoint: str = "cp", token: str | None = None):
+    request = report(scope, {segment: offset}, token or f"tok-{name}").model_copy(update={"checkpoint": checkpoint})
     return groups.sync(scope, "g", name, request)
 
 
@@ -490,3 +490,32 @@ def test_a_pass_stored_for_an_earlier_checkpoint_of_the_same_name_passes_nothing
     groups.sync(unique, "g", r0, SyncRequest(checkpoint="cp", instance=f"tok-{r0}"))
     pass_at(groups, unique, r1, segment_of[r1], 95)
     assert checkpoint_cut(groups, unique) == {segment_of[r0]: 50, segment_of[r1]: 95}
+
+
+def test_a_change_by_a_writer_that_raises_no_bound_is_seen_within_a_minute(
+        controller, unique, clock, monkeypatch, every_record_large):
+    """A writer of a release before head items (still running while an upgrade rolls out) changes the
+    record without raising the bound. A copy serves at most COPY_MAX_AGE_MS, and a write conditioned on
+    the copy's version is refused once: its own raise of the bound sends the retry to the record."""
+    groups = group(controller, unique)
+    groups.add_reader(unique, "g", "r1", "tok1")
+    offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))
+    clock[0] += 1_000
+    groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))  # the copy is current now
+    raised = module.raise_bound
+    monkeypatch.setattr(module, "raise_bound", lambda *args: None)
+    groups.initiate_checkpoint(unique, "g", "cp")
+    monkeypatch.setattr(module, "raise_bound", raised)
+    clock[0] += 1_000
+    assert groups.sync(unique, "g", "r1", report(unique, offsets, "tok1")).checkpoint is None  # the copy
+    clock[0] += state_module.COPY_MAX_AGE_MS
+    assert groups.sync(unique, "g", "r1", report(unique, offsets, "tok1")).checkpoint == "cp"
+    pass_at(groups, unique, "r1", next(iter(offsets)), 0, token="tok1")  # a write that raises the bound again
+    groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))  # and a copy of it
+
+    monkeypatch.setattr(module, "raise_bound", lambda *args: None)
+    groups.add_reader(unique, "g", "r2", "tok2")
+    monkeypatch.setattr(module, "raise_bound", raised)
+    groups.initiate_checkpoint(unique, "g", "cp2")  # on the copy from before r2 joined: refused, read again
+    (cp2,) = [c for c in groups.state(unique, "g").checkpoints if c.name == "cp2"]
+    assert set(cp2.pending) == {"r1", "r2"}
