@@ -334,7 +334,6 @@ def current_record(scope: str, group: str, now_ms: int) -> Current:
     return Current(record, passes)
 
 
-
 def small(body: dict[str, Any]) -> bool:
     """Whether a state is read whole rather than kept as a copy (SMALL_STATE_JSON)."""
     return len(json.dumps(body)) <= SMALL_STATE_JSON
