@@ -4,7 +4,7 @@ the readers' items, folded into the record once.
 
 60 readers on 60 segments (a record of some 26 KB of JSON, past the size read whole) over 60 simulated
 seconds with a 30 s automatic checkpoint, syncs spread over 16 controller processes. Before issue 40's
-change each pass rewrote the record (61 record writes here) and each sync read it (3 to 4 units)."""
+change each pass rewrote the record (61 record writes here) and each sync read it (3.0 units a sync here)."""
 
 from __future__ import annotations
 
@@ -19,4 +19,4 @@ def test_a_checkpoint_of_sixty_readers_completes_with_a_few_record_writes_and_sy
                                          "30_000, containers=16).__dict__")
     assert figures["checkpoints_completed"] == 1
     assert figures["group_record_writes"] <= 4, figures  # the checkpoint's start and finish, a lease fold
-    assert figures["read_units"] / figures["syncs"] <= 3.0, figures  # the head and the reader's item, about 2
+    assert figures["read_units"] / figures["syncs"] <= 2.6, figures  # the head and the reader's item: 2.26
