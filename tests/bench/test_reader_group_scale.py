@@ -4,7 +4,7 @@ the readers' items, folded into the record once.
 
 60 readers on 60 segments (a record of some 26 KB of JSON, past the size read whole) over 60 simulated
 seconds with a 30 s automatic checkpoint, syncs spread over 16 controller processes. Before issue 40's
-change each pass rewrote the record (61 record writes here) and each sync read it (3.0 units a sync here)."""
+change each pass rewrote the record (62 record writes here) and each sync read it (3.0 units a sync here)."""
 
 from __future__ import annotations
 
