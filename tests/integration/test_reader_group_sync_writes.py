@@ -282,30 +282,30 @@ def test_a_write_applied_by_a_controller_that_died_is_never_hidden_by_a_copy(con
     offsets = held(groups.sync(unique, "g", "r1", report(unique, {}, "tok1")))
     clock[0] += 1_000
     groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))  # the copy is current now
-    stored = ReaderGroupRecord.update
-
-    def update_then_die(self, *args, **kwargs):
-        stored(self, *args, **kwargs)
-        raise ConnectionResetError("the controller died")
-
-    monkeypatch.setattr(ReaderGroupRecord, "update", update_then_die)
-    with pytest.raises(ConnectionResetError):
-        groups.initiate_checkpoint(unique, "g", "cp")
-    monkeypatch.setattr(ReaderGroupRecord, "update", stored)
+    checkpoint_by_a_dying_controller(groups, unique, "cp", monkeypatch, applied=True)
     clock[0] += 1_000
     assert groups.sync(unique, "g", "r1", report(unique, offsets, "tok1")).checkpoint == "cp"
 
-    def die(self, *args, **kwargs):
-        raise ConnectionResetError("the controller died before writing")
-
-    monkeypatch.setattr(ReaderGroupRecord, "update", die)
-    with pytest.raises(ConnectionResetError):
-        groups.initiate_checkpoint(unique, "g", "cp2")
-    monkeypatch.setattr(ReaderGroupRecord, "update", stored)
+    checkpoint_by_a_dying_controller(groups, unique, "cp2", monkeypatch, applied=False)
     clock[0] += 1_000
     assignment = groups.sync(unique, "g", "r1", report(unique, offsets, "tok1"))
     assert assignment.checkpoint == "cp" and held(assignment) == offsets
     assert [c.name for c in groups.state(unique, "g").checkpoints] == ["cp"]
+
+
+def checkpoint_by_a_dying_controller(groups, scope: str, name: str, monkeypatch, applied: bool) -> None:
+    """initiate_checkpoint by a controller that dies at the record's update, once it was applied or before."""
+    stored = ReaderGroupRecord.update
+
+    def die(self, *args, **kwargs):
+        if applied:
+            stored(self, *args, **kwargs)
+        raise ConnectionResetError("the controller died")
+
+    monkeypatch.setattr(ReaderGroupRecord, "update", die)
+    with pytest.raises(ConnectionResetError):
+        groups.initiate_checkpoint(scope, "g", name)
+    monkeypatch.setattr(ReaderGroupRecord, "update", stored)
 
 
 def test_a_copy_of_a_deleted_group_never_answers_for_a_new_group_of_its_name(controller, unique, every_record_large):
