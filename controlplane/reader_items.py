@@ -42,9 +42,9 @@ class ReaderItemRecord(MetadataItem, discriminator="rg-reader"):
     join = UnicodeAttribute()  # the reader entry's join id it belongs to
     seen_ms = NumberAttribute()
     offsets = JSONAttribute()  # {"scope/stream/segment id": offset} of the segments it holds: its fair share
-    # {checkpoint name: offsets as above when it passed it}, for the group's outstanding checkpoints only
-    # (at most ReaderGroupConfig.max_outstanding_checkpoint_request, itself at most 10), until the group
-    # record takes them in (controlplane.reader_groups.checkpoints.record_pass)
+    # {Checkpoint.key (its name and creation time): offsets as above when it passed it}, for the group's
+    # outstanding checkpoints only (at most ReaderGroupConfig.max_outstanding_checkpoint_request, itself
+    # at most 10), until the group record takes them in (controlplane.reader_groups.checkpoints.record_pass)
     passes = JSONAttribute(null=True)
     version = VersionAttribute()
 

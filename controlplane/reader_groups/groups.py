@@ -312,7 +312,7 @@ class ReaderGroups:
                 if in_item:
                     record_pass(state, reader, *in_item)
                     passing = request.model_copy(update={"checkpoint": None})
-                elif _passes_checkpoint(state, reader, request) and passes is not None and passes > state.folded_passes:
+                elif _passed_checkpoint(state, reader, request) and passes is not None and passes > state.folded_passes:
                     everyone = True  # other passes may wait in items: fold them in with this one
                     continue
                 stored = shared_view(state)  # what the items carry needs no record write: only a fold stores it
@@ -470,10 +470,11 @@ def _offsets(entry: ReaderEntry) -> dict[str, int]:
     return {key: held.offset for key, held in entry.segments.items()}
 
 
-def _passes_checkpoint(state: GroupState, reader: str, request: SyncRequest) -> bool:
-    """Whether this sync passes a checkpoint its reader has yet to pass."""
-    return bool(request.checkpoint and reader in state.readers
-                and pending_checkpoint(state, reader, request.checkpoint))
+def _passed_checkpoint(state: GroupState, reader: str, request: SyncRequest) -> Checkpoint | None:
+    """The checkpoint this sync passes, if its reader has yet to pass it."""
+    if not request.checkpoint or reader not in state.readers:
+        return None
+    return pending_checkpoint(state, reader, request.checkpoint)
 
 
 def _item_pass(state: GroupState, reader: str, request: SyncRequest) -> tuple[Checkpoint, dict[str, int]] | None:
@@ -481,10 +482,8 @@ def _item_pass(state: GroupState, reader: str, request: SyncRequest) -> tuple[Ch
     reader's own item: it releases no segment (rebalancing changes the record), the sync completes no
     segment (a completion's end offset must not be taken for the pass's position), and someone else has
     yet to pass it (the last pass finishes it in the record)."""
-    if not _passes_checkpoint(state, reader, request):
-        return None
-    checkpoint = pending_checkpoint(state, reader, request.checkpoint)
-    if request.completed or releases_surplus(state, reader) or len(checkpoint.pending) < 2:
+    checkpoint = _passed_checkpoint(state, reader, request)
+    if checkpoint is None or request.completed or releases_surplus(state, reader) or len(checkpoint.pending) < 2:
         return None
     offsets = _offsets(state.readers[reader])
     for p in request.positions:

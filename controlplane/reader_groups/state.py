@@ -389,7 +389,8 @@ class _RecordCopies:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._copies: OrderedDict[str, tuple[str, int, dict]] = OrderedDict()  # at most ``limit`` groups
+        # pk -> (head token, version, the record as stored, when taken): at most ``limit`` groups
+        self._copies: OrderedDict[str, tuple[str, int, dict, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, pk: str, token: str, version: int, taken_after_ms: int) -> ReaderGroupRecord | None:
