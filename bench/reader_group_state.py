@@ -247,7 +247,8 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
     clock = [1_800_000_000_000]
     real_now, module._now = module._now, lambda: clock[0]
     real_copies = state_module._COPIES
-    copies = [state_module._RecordCopies(state_module.CACHED_GROUPS) for _ in range(containers)]
+    copies = [state_module._RecordCopies(state_module.CACHED_GROUPS, state_module.CACHED_STATE_BYTES)
+              for _ in range(containers)]
     choose = random.Random(7)
     try:
         deployment = Deployment(endpoint_url=server.url)

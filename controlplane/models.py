@@ -23,6 +23,7 @@ Keys (``pk`` / ``sk``):
 * ``stream#<scope>/<stream>`` / ``mark#<writer>`` -- :class:`WriterMarkRecord`: a writer's noted time.
 * ``stream#<scope>/<stream>`` / ``sink#<name>`` -- :class:`SinkRecord`: a streaming writer's batches.
 * ``rg#<scope>/<group>`` / ``rg`` -- :class:`ReaderGroupRecord`: a reader group's shared state.
+* ``rg#<scope>/<group>`` / ``page#<n>`` -- :class:`ReaderGroupPageRecord`: a piece of a large group's state.
 * ``rg#<scope>/<group>`` / ``head`` -- :class:`ReaderGroupHeadRecord`: how far the state's version may have moved.
 * ``rg#<scope>/<group>`` / ``lease`` -- :class:`ReaderLeaseRecord`: when its readers' leases next need a look.
 * ``rgs#<scope>`` / ``<group>`` -- :class:`ReaderGroupNameRecord`: a scope's reader groups, listed by one query.
@@ -385,13 +386,27 @@ class ReaderGroupRecord(MetadataItem, discriminator="rg"):
     compressed JSON).
 
     Every change is a read-modify-write conditional on ``version``: the role Pravega's State
-    Synchronizer plays for reader groups.
+    Synchronizer plays for reader groups. A state too large for one item is stored in ``pages`` page
+    items beside it (:class:`ReaderGroupPageRecord`) and ``state`` is absent from the item; the record
+    read back (controlplane.reader_groups.state.read_record) has it joined again.
     """
 
     scope = UnicodeAttribute()
     group = UnicodeAttribute()
-    state = CompressedJSONAttribute()
+    state = CompressedJSONAttribute(null=True)
+    pages = NumberAttribute(null=True)  # how many page items hold the state (absent: none, it is in ``state``)
     version = VersionAttribute()
+
+
+class ReaderGroupPageRecord(MetadataItem, discriminator="rg-page"):
+    """One piece of a large reader group state as stored (controlplane.reader_groups.state.PAGE_BYTES at
+    most), so that no item of a group nears DynamoDB's 400 KB whatever its streams' live segments. Every
+    write of such a state writes all its pages and the record in one transaction, each page carrying the
+    record's new ``version``: a read that meets pages of another version than the record's met a write
+    between its two requests, and reads again."""
+
+    version = NumberAttribute()
+    piece = UnicodeAttribute()
 
 
 class ReaderGroupHeadRecord(MetadataItem, discriminator="rg-head"):
@@ -440,7 +455,7 @@ class ReaderGroupNameRecord(MetadataItem, discriminator="rg-name"):
 # The metadata table's models, each with a connection of its own once used.
 MODELS = (MetadataItem, ScopeRecord, StreamRecord, StreamNameRecord, EpochRecord, SegmentRecord, TxnRecord, CommittingRecord,
           RetentionRecord, RetentionDecisionRecord, SubscriberRecord, WriterMarkRecord, SinkRecord, ReaderGroupRecord,
-          ReaderGroupHeadRecord, ReaderLeaseRecord, ReaderGroupNameRecord)
+          ReaderGroupPageRecord, ReaderGroupHeadRecord, ReaderLeaseRecord, ReaderGroupNameRecord)
 
 
 def bind(deployment: Deployment) -> None:

@@ -63,11 +63,16 @@ from controlplane.reader_groups.state import (
     ReaderEntry,
     count_pass,
     current_record,
+    delete_pages,
+    get_record,
     new_head,
     new_state,
+    paged,
     raise_bound,
     read_record,
+    record_actions,
     storable,
+    write_pages,
 )
 from controlplane.reader_groups.subscriptions import Subscriptions, check_subscription_count
 from controlplane.reader_items import ReaderItemRecord, ReaderItems, reader_sk
@@ -109,14 +114,15 @@ class ReaderGroups:
                 pass
             fences = self.subscriptions.fences(config)  # before the heads the group starts at
             config, starts = self.subscriptions.starts(config)
-            state = storable(new_state(config, starts), f"reader group {scope}/{group}")
-            token = uuid.uuid4().hex
-            record = ReaderGroupRecord(reader_group_pk(scope, group), GROUP_KEY, scope=scope, group=group, state=state,
-                                       write_id=token)
+            stored = storable(new_state(config, starts), f"reader group {scope}/{group}")
+            token, pk = uuid.uuid4().hex, reader_group_pk(scope, group)
+            record = ReaderGroupRecord(pk, GROUP_KEY, scope=scope, group=group, write_id=token,
+                                       state=None if stored.pieces else stored.body, pages=len(stored.pieces) or None)
             listed = ReaderGroupNameRecord(reader_groups_pk(scope), group, created_ms=_now(), write_id=token)
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
                     tx.save(record, condition=ReaderGroupRecord.pk.does_not_exist())
+                    write_pages(tx, None, stored, pk)
                     tx.save(new_head(scope, group, FIRST_VERSION))
                     tx.save(listed)
                     self.subscriptions.subscribe(tx, scope, group, config, starts, fences, token, dropping=None)
@@ -147,11 +153,12 @@ class ReaderGroups:
             new, starts = self.subscriptions.starts(new)
             state = new_state(new, starts)
             deadline, version = schedule_lease_check(state, _now()), record.version + 1
-            token, body = uuid.uuid4().hex, storable(state, f"reader group {scope}/{group}")
-            raise_bound(scope, group, record, body)
+            token, stored = uuid.uuid4().hex, storable(state, f"reader group {scope}/{group}")
+            raise_bound(scope, group, record, stored.body)
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                    tx.update(record, actions=[ReaderGroupRecord.state.set(body), ReaderGroupRecord.write_id.set(token)])
+                    tx.update(record, actions=[*record_actions(stored), ReaderGroupRecord.write_id.set(token)])
+                    write_pages(tx, record, stored, record.pk)
                     self.subscriptions.subscribe(tx, scope, group, new, starts, fences, token, dropping=current.config)
             except TransactWriteError as e:
                 if not self._written_by(scope, group, token):
@@ -172,14 +179,15 @@ class ReaderGroups:
         whose answer was lost, or another's): the lease record goes too, and the reader items read
         before the transaction (one a reader rewrote meanwhile stays, counting for nobody: :func:`overlay`)."""
         try:
-            record = ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
-        except DoesNotExist:
+            record = read_record(scope, group)
+        except ReaderGroupNotFound:
             return False
         items = self.items.all(scope, group)
         config = GroupState.model_validate(record.state).config
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
                 tx.delete(record, condition=ReaderGroupRecord.version == record.version)
+                delete_pages(tx, record)
                 tx.delete(ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY))
                 tx.delete(ReaderGroupNameRecord(reader_groups_pk(scope), group))
                 self.subscriptions.unsubscribe(tx, scope, group, config)
@@ -208,7 +216,7 @@ class ReaderGroups:
 
     def _written_by(self, scope: str, group: str, token: str) -> bool:
         try:
-            return read_record(scope, group).write_id == token
+            return get_record(scope, group).write_id == token
         except ReaderGroupNotFound:
             return False
 
@@ -425,19 +433,21 @@ class ReaderGroups:
 
         ``leaving``: the readers this change takes offline, with their items as read (None: none). Then
         the write is one transaction that also checks each of those items is unchanged, so a reader whose
-        sync renewed its lease in its item meanwhile is not taken offline (the change is read again).
+        sync renewed its lease in its item meanwhile is not taken offline (the change is read again). A
+        state in pages (state.PAGE_BYTES) is written in one transaction with them too.
         With the sync's own check (a sync that renewed a lease near its end reads the record's version
         again), a reader is never told it holds segments that a concurrent expiry gave away."""
-        body = storable(state, f"reader group {scope}/{group}")
-        raise_bound(scope, group, record, body)
-        if not leaving:
-            versioned_update(record, [ReaderGroupRecord.state.set(body)], "reader group state changed concurrently")
+        stored = storable(state, f"reader group {scope}/{group}")
+        raise_bound(scope, group, record, stored.body)
+        if not leaving and not paged(record, stored):
+            versioned_update(record, record_actions(stored), "reader group state changed concurrently")
             return
         token, version = uuid.uuid4().hex, record.version
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                tx.update(record, actions=[ReaderGroupRecord.state.set(body), ReaderGroupRecord.write_id.set(token)])
-                for name, item in leaving.items():
+                tx.update(record, actions=[*record_actions(stored), ReaderGroupRecord.write_id.set(token)])
+                write_pages(tx, record, stored, record.pk)
+                for name, item in (leaving or {}).items():
                     tx.condition_check(ReaderItemRecord, reader_group_pk(scope, group), reader_sk(name),
                                        ReaderItemRecord.sk.does_not_exist() if item is None
                                        else ReaderItemRecord.version == item.version)

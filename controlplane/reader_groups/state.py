@@ -1,10 +1,12 @@
 """A reader group's shared state (:class:`GroupState`) and the DynamoDB record that holds it.
 
-The whole state is one versioned item (``rg#<scope>/<group>``, sort key ``rg``): every change reads
+The whole state is one versioned record (``rg#<scope>/<group>``, sort key ``rg``): every change reads
 it, applies a pure transition (controlplane.reader_groups.readers, .assignment, .checkpoints) and
-writes it back on the condition that nobody changed it meanwhile. One item has to fit in DynamoDB's
-400 KB, so every collection here is bounded by the group's present, never by its past; this module
-also holds what keeps it so (:func:`forget_superseded_completions`, :func:`storable`).
+writes it back on the condition that nobody changed it meanwhile. A state that stores in more than
+PAGE_BYTES is cut into page items beside the record (``page#<n>``), written with it in one transaction,
+so no item of a group nears DynamoDB's 400 KB whatever its streams' live segments. Every collection
+here is bounded by the group's present, never by its past, and the stored state by MAX_STATE_BYTES;
+this module also holds what keeps it so (:func:`forget_superseded_completions`, :func:`storable`).
 """
 
 from __future__ import annotations
@@ -18,19 +20,25 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from pynamodb.exceptions import DoesNotExist, UpdateError
+from pynamodb.transactions import TransactWrite
 
-from controlplane.models import ReaderGroupHeadRecord, ReaderGroupRecord, reader_group_pk
+from controlplane.models import (
+    ReaderGroupHeadRecord,
+    ReaderGroupPageRecord,
+    ReaderGroupRecord,
+    reader_group_pk,
+)
 from controlplane.store import failed_condition
 from rillet.api import CheckpointInfo
-from rillet.errors import IllegalState, ReaderGroupNotFound
+from rillet.errors import IllegalState, ReaderGroupNotFound, WriteConflict
 from rillet.models import ReaderGroupConfig, SegmentPosition, SegmentRange, StreamCutBody
 from rillet.stream_cut import segment_is_after, validity_problem
 
 GROUP_KEY = "rg"
 HEAD_KEY = "head"
 FIRST_VERSION = 1  # a new record's version (PynamoDB's VersionAttribute starts there)
-# Groups whose record a process keeps a copy of (least recently read dropped first): each copy is the
-# record as stored, at most MAX_STATE_BYTES, so at most 64 x 250 KB = 16 MB of a Lambda's memory.
+# Groups whose record a process keeps a copy of (least recently read dropped first), and at most
+# CACHED_STATE_BYTES of them in all: each copy is the record as stored, at most MAX_STATE_BYTES.
 CACHED_GROUPS = 64
 # A state of at most this much JSON stores in about 3 KB (deflated JSON is a quarter of it in the groups
 # bench.reader_group_state builds, and base64 adds a third): a consistent read of the record then takes
@@ -41,11 +49,25 @@ SMALL_STATE_JSON = 12_000
 # bound changed (a release before head items, still running while an upgrade rolls out; an operator's
 # edit) is seen within it. Each process then reads a large group's record once a minute.
 COPY_MAX_AGE_MS = 60_000
-# DynamoDB refuses items over 400 KB; the rest is room for a checkpoint's positions (see GroupState)
-MAX_STATE_BYTES = 250_000
+# A state that stores in at most this many bytes stays in its record; a larger one is cut into page items
+# of this size (ReaderGroupPageRecord). An item of 100 KB is far from DynamoDB's 400 KB, and moto, which
+# counts an update's old and new values together against that limit, takes its rewrite.
+PAGE_BYTES = 100_000
+PAGE_PREFIX = "page#"
+# The most a group's state may store in: 10 pages, so that a write (the record, 10 page puts and at most
+# 10 page deletes, in one TransactWriteItems of at most 100 actions and 4 MB) and a process's copies
+# (CACHED_STATE_BYTES) stay bounded. It holds a group over some 20,000 live segments
+# (docs/limits.md), more than one stream's epoch record can name.
+MAX_STATE_BYTES = 10 * PAGE_BYTES
+# The most a process keeps in copies of group records (least recently read dropped first).
+CACHED_STATE_BYTES = 16_000_000
 # Deflate grows data by at most 5 bytes per 16 KB block plus 11, and base64 adds a third: a state whose
-# JSON is no longer than this stores under MAX_STATE_BYTES, so a write compresses it only once, to store it.
-_FITS_UNCOMPRESSED_JSON = MAX_STATE_BYTES * 3 // 4 - 1_000
+# JSON is no longer than this stores in one page, so a write compresses it only once, to store it.
+_FITS_ONE_PAGE_JSON = PAGE_BYTES * 3 // 4 - 1_000
+# How often a read meets pages of another version than the record's (a write between its two requests)
+# before it gives up with WriteConflict: each time, a write landed, so a group written this often is
+# too contended to read.
+_TORN_READS = 8
 
 
 class Held(BaseModel):
@@ -270,31 +292,97 @@ def forget_superseded_completions(state: GroupState) -> None:
             del state.completed[key]
 
 
-def storable(state: GroupState, group: str) -> dict[str, Any]:
-    """The state as stored, or a typed refusal when it would not fit in its DynamoDB item (the limit is
-    on the stored, compressed bytes: ReaderGroupRecord.state)."""
+class Stored(NamedTuple):
+    """A state as its items hold it: ``body`` in the record, or ``pieces`` of it as stored, one per page."""
+
+    body: dict[str, Any]
+    pieces: list[str]
+
+
+def storable(state: GroupState, group: str) -> Stored:
+    """The state as stored, or a typed refusal when it would pass MAX_STATE_BYTES (the limit is on the
+    stored, compressed bytes: ReaderGroupRecord.state)."""
     body = state.model_dump(mode="json")
-    if len(json.dumps(body)) <= _FITS_UNCOMPRESSED_JSON:
-        return body
-    size = stored_size(body)
-    if size > MAX_STATE_BYTES:
-        raise IllegalState(f"{group} cannot take this change: its state would be {size} bytes, more than "
+    if len(json.dumps(body)) <= _FITS_ONE_PAGE_JSON:
+        return Stored(body, [])
+    stored = ReaderGroupRecord.state.serialize(body)
+    if len(stored) > MAX_STATE_BYTES:
+        raise IllegalState(f"{group} cannot take this change: its state would be {len(stored)} bytes, more than "
                            f"{MAX_STATE_BYTES} (it grows with its online readers and its streams' live segments)",
-                           size=size)
-    return body
+                           size=len(stored))
+    if len(stored) <= PAGE_BYTES:
+        return Stored(body, [])
+    return Stored(body, [stored[at:at + PAGE_BYTES] for at in range(0, len(stored), PAGE_BYTES)])
 
 
 def stored_size(body: dict[str, Any]) -> int:
-    """The bytes the state takes in its record."""
+    """The bytes the state takes in its record and pages."""
     return len(ReaderGroupRecord.state.serialize(body))
 
 
-def read_record(scope: str, group: str) -> ReaderGroupRecord:
-    """The group's record, read consistently (ReaderGroupNotFound if there is none)."""
+def page_sk(n: int) -> str:
+    return f"{PAGE_PREFIX}{n:02d}"
+
+
+def record_actions(stored: Stored) -> list:
+    """What a write of ``stored`` sets on the record (beside its pages: :func:`write_pages`)."""
+    if stored.pieces:
+        return [ReaderGroupRecord.state.remove(), ReaderGroupRecord.pages.set(len(stored.pieces))]
+    return [ReaderGroupRecord.state.set(stored.body), ReaderGroupRecord.pages.remove()]
+
+
+def paged(record: ReaderGroupRecord | None, stored: Stored) -> bool:
+    """Whether writing ``stored`` over ``record`` (None: a new group) writes page items, and so has to be
+    one transaction with the record's write."""
+    return bool(stored.pieces) or bool(record is not None and record.pages)
+
+
+def write_pages(tx: TransactWrite, record: ReaderGroupRecord | None, stored: Stored, pk: str) -> None:
+    """Add to ``tx``, which writes the record read as ``record`` (None: creates it), the pages of
+    ``stored`` at the record's next version and the removal of the pages the state before had beyond
+    them. Each page is written on the condition that it is as the record read says (of its version, or
+    absent): the record's own condition already decides the transaction, this only keeps every
+    overwrite conditioned on what was read."""
+    before, version = (0, None) if record is None else (int(record.pages or 0), record.version)
+    written = FIRST_VERSION if version is None else version + 1
+    for n, piece in enumerate(stored.pieces):
+        tx.save(ReaderGroupPageRecord(pk, page_sk(n), version=written, piece=piece),
+                condition=ReaderGroupPageRecord.version == version if n < before
+                else ReaderGroupPageRecord.sk.does_not_exist())
+    for n in range(len(stored.pieces), before):
+        tx.delete(ReaderGroupPageRecord(pk, page_sk(n)), condition=ReaderGroupPageRecord.version == version)
+
+
+def delete_pages(tx: TransactWrite, record: ReaderGroupRecord) -> None:
+    """Add to ``tx``, which deletes the record read as ``record``, the deletion of its pages."""
+    for n in range(int(record.pages or 0)):
+        tx.delete(ReaderGroupPageRecord(record.pk, page_sk(n)), condition=ReaderGroupPageRecord.version == record.version)
+
+
+def get_record(scope: str, group: str) -> ReaderGroupRecord:
+    """The group's record item alone, read consistently (ReaderGroupNotFound if there is none): its
+    version and write id, without the pages of a large state (``state`` is then None)."""
     try:
         return ReaderGroupRecord.get(reader_group_pk(scope, group), GROUP_KEY, consistent_read=True)
     except DoesNotExist:
         raise ReaderGroupNotFound(f"reader group {scope}/{group} does not exist") from None
+
+
+def read_record(scope: str, group: str) -> ReaderGroupRecord:
+    """The group's record with its whole state, read consistently (ReaderGroupNotFound if there is
+    none): for a state in pages, the record, then its pages (one Query), read again if a write landed
+    between the two (:class:`~controlplane.models.ReaderGroupPageRecord`)."""
+    for _attempt in range(_TORN_READS):
+        record = get_record(scope, group)
+        if not record.pages:
+            return record
+        pages = list(ReaderGroupPageRecord.query(record.pk, ReaderGroupPageRecord.sk.startswith(PAGE_PREFIX),
+                                                 consistent_read=True))
+        if [p.sk for p in pages] == [page_sk(n) for n in range(int(record.pages))] \
+                and all(int(p.version) == record.version for p in pages):
+            record.state = ReaderGroupRecord.state.deserialize("".join(p.piece for p in pages))
+            return record
+    raise WriteConflict(f"reader group {scope}/{group} changed at each of {_TORN_READS} reads; try again")
 
 
 class Current(NamedTuple):
@@ -387,10 +475,12 @@ class _RecordCopies:
     """This process's copies of group records, each under the head token and version it was read at and
     the time it was taken, or a mark that the group's record was small when last read."""
 
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        # pk -> (head token, version, the record as stored, when taken): at most ``limit`` groups
+    def __init__(self, limit: int, limit_bytes: int) -> None:
+        self._limit, self._limit_bytes = limit, limit_bytes
+        # pk -> (head token, version, the record as stored, when taken): at most ``limit`` groups, whose
+        # stored states (``_bytes`` in all) take at most ``limit_bytes``
         self._copies: OrderedDict[str, tuple[str, int, dict, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, pk: str, token: str, version: int, taken_after_ms: int) -> ReaderGroupRecord | None:
@@ -410,20 +500,31 @@ class _RecordCopies:
 
     def forget(self, pk: str) -> None:
         with self._lock:
-            self._copies.pop(pk, None)
+            self._drop(pk)
 
     def put(self, pk: str, token: str, record: ReaderGroupRecord, taken_ms: int) -> None:
         self._keep(pk, (token, record.version, record.serialize(), taken_ms))
 
     def _keep(self, pk: str, entry: tuple[str, int, dict, int]) -> None:
         with self._lock:
+            self._drop(pk)
             self._copies[pk] = entry
-            self._copies.move_to_end(pk)
-            while len(self._copies) > self._limit:
-                self._copies.popitem(last=False)
+            self._bytes += _size(entry)
+            while len(self._copies) > self._limit or self._bytes > self._limit_bytes:
+                self._drop(next(iter(self._copies)))
+
+    def _drop(self, pk: str) -> None:
+        entry = self._copies.pop(pk, None)
+        if entry is not None:
+            self._bytes -= _size(entry)
+
+
+def _size(entry: tuple[str, int, dict, int]) -> int:
+    """The bytes of a copy's stored state (what its memory is mostly)."""
+    return len(entry[2].get("state", {}).get("S", ""))
 
 
 _SMALL = ("", 0, {}, 0)  # what a process keeps of a group whose record it last found small
 
 
-_COPIES = _RecordCopies(CACHED_GROUPS)
+_COPIES = _RecordCopies(CACHED_GROUPS, CACHED_STATE_BYTES)

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import boto3
 import pytest
 
-from controlplane.models import ReaderGroupRecord, reader_group_pk
+from controlplane.models import ReaderGroupPageRecord, ReaderGroupRecord, reader_group_pk
 from controlplane.reader_groups import (
     GROUP_KEY,
     MAX_STATE_BYTES,
@@ -27,6 +27,7 @@ from controlplane.reader_groups import (
     new_state,
     sync,
 )
+from controlplane.reader_groups.state import FIRST_VERSION, PAGE_BYTES, PAGE_PREFIX, page_sk, read_record
 from controlplane.streams import StreamTasks
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import IllegalState, ReaderGroupNotFound
@@ -91,6 +92,11 @@ class _Streams:
 
     def __init__(self, scaling: Scaling) -> None:
         self.scaling = scaling
+
+    @property
+    def store(self) -> SimpleNamespace:
+        """The connection the groups' transactions go through: the metadata table's."""
+        return SimpleNamespace(transaction_connection=ReaderGroupRecord._get_connection().connection)
 
     def record(self, scope: str, stream: str) -> SimpleNamespace:
         return SimpleNamespace(scope=scope, stream=stream, created_ms=1)
@@ -181,11 +187,11 @@ def test_a_group_that_completed_10000_segments_with_100_readers_stays_under_64_k
 
 
 def test_a_group_too_large_for_its_item_is_refused_with_a_typed_error(deployment, unique):
-    """A group over a stream of 20,000 live segments does not fit in a DynamoDB item (5,000 do, compressed:
+    """A group over a stream of 50,000 live segments passes MAX_STATE_BYTES (40,000 fit, in pages:
     docs/limits.md): creating it answers IllegalState (409) saying so, not DynamoDB's validation failure
     (an opaque 500), and leaves nothing."""
     scaling = Scaling(unique)
-    scaling.history = ScalingHistory.start([i / 20_000 for i in range(20_000)] + [1.0])
+    scaling.history = ScalingHistory.start([i / 50_000 for i in range(50_000)] + [1.0])
     groups = ReaderGroups(_Streams(scaling), retention=None)
     config = ReaderGroupConfig(streams=[StreamRange(scope=unique, stream="s")])
     with pytest.raises(IllegalState) as refused:
@@ -193,3 +199,103 @@ def test_a_group_too_large_for_its_item_is_refused_with_a_typed_error(deployment
     assert refused.value.details["size"] > MAX_STATE_BYTES
     with pytest.raises(ReaderGroupNotFound):
         groups.info(unique, "huge")
+
+
+def items_of(deployment, pk: str) -> dict[str, dict]:
+    """Every item under the group's partition key, by sort key, as DynamoDB stores it."""
+    client = boto3.client("dynamodb", endpoint_url=deployment.endpoint_url, region_name=deployment.region)
+    pages = client.get_paginator("query").paginate(
+        TableName=deployment.metadata_table, ConsistentRead=True, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": pk}})
+    return {item["sk"]["S"]: item for page in pages for item in page["Items"]}
+
+
+def a_large_group(scope: str, readers: int, segments: int) -> tuple[Scaling, ReaderGroupConfig, GroupState, list[str]]:
+    """``readers`` readers holding their shares of a stream of ``segments`` live segments, built through
+    the pure transitions, with a checkpoint every reader but the last has passed."""
+    scaling = Scaling(scope)
+    scaling.history = ScalingHistory.start([i / segments for i in range(segments)] + [1.0])
+    config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")], automatic_checkpoint_interval_ms=0,
+                               reader_lease_ms=7 * 24 * 3600 * 1000)
+    state = new_state(config, {scaling.stream: scaling.head(scope, "s")})
+    names = [f"reader-{n:04d}" for n in range(readers)]
+    now = int(time.time() * 1000)
+    for name in names:
+        add_reader(state, name, now)
+    for name in names:
+        sync(state, name, SyncRequest(), now, scaling.successors)
+    initiate_checkpoint(state, "cp", False, now)
+    for name in names[:-1]:
+        positions = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=123_456_789)
+                     for h in state.readers[name].segments.values()]
+        sync(state, name, SyncRequest(positions=positions, checkpoint="cp"), now, scaling.successors)
+    return scaling, config, state, names
+
+
+def test_a_group_of_1000_readers_over_5000_segments_works_with_every_item_far_from_the_limit(deployment, unique):
+    """Issue 40: the state of 1,000 readers on a 5,000-segment stream with a checkpoint outstanding stores
+    in about 220 KB, which no single item should hold (moto even refuses its rewrite). It is cut into page
+    items of at most PAGE_BYTES: the group is created, takes that state, completes the checkpoint through
+    a real sync, and is deleted with every page."""
+    scaling, config, state, readers = a_large_group(unique, 1_000, 5_000)
+    groups = ReaderGroups(_Streams(scaling), retention=None)
+    assert groups.create(unique, "g", config)
+    pk = reader_group_pk(unique, "g")
+    assert set(items_of(deployment, pk)) >= {GROUP_KEY, page_sk(0), page_sk(1)}  # 124 KB when created
+    groups._write(unique, "g", read_record(unique, "g"), state, None)
+
+    last = readers[-1]
+    positions = [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=987_654_321)
+                 for h in state.readers[last].segments.values()]
+    groups.sync(unique, "g", last, SyncRequest(positions=positions, checkpoint="cp"))
+
+    done = groups.checkpoint(unique, "g", "cp")
+    assert done.complete
+    offsets = {p.offset for cut in done.cuts for p in cut.positions}
+    assert offsets == {123_456_789, 987_654_321}, "every reader's pass is in the checkpoint"
+    items = items_of(deployment, pk)
+    pages = sorted(sk for sk in items if sk.startswith(PAGE_PREFIX))
+    sizes = {sk: stored_size(item) for sk, item in items.items()}
+    print(f"1,000 readers on 5,000 segments: {len(pages)} pages, largest item {max(sizes.values())} bytes")
+    assert len(pages) >= 2 and int(items[GROUP_KEY]["pages"]["N"]) == len(pages)
+    assert max(sizes.values()) <= PAGE_BYTES + 1_000
+    assert len(groups.state(unique, "g").readers) == 1_000
+
+    assert groups.delete(unique, "g")
+    assert not [sk for sk in items_of(deployment, pk) if sk == GROUP_KEY or sk.startswith(PAGE_PREFIX)]
+
+
+def test_a_state_that_shrinks_back_into_its_record_leaves_no_page_behind(deployment, unique):
+    scaling, config, _state, _readers = a_large_group(unique, 10, 5_000)
+    groups = ReaderGroups(_Streams(scaling), retention=None)
+    assert groups.create(unique, "g", config)
+    pk = reader_group_pk(unique, "g")
+    assert page_sk(1) in items_of(deployment, pk)
+
+    small = new_state(config, {scaling.stream: scaling.head(unique, "s")[:3]})
+    groups._write(unique, "g", read_record(unique, "g"), small, None)
+
+    items = items_of(deployment, pk)
+    assert not [sk for sk in items if sk.startswith(PAGE_PREFIX)] and "pages" not in items[GROUP_KEY]
+    assert len(groups.state(unique, "g").unassigned) == 3
+
+
+def test_a_read_that_meets_a_write_between_the_record_and_its_pages_reads_again(deployment, unique, monkeypatch):
+    """The record and its pages are two requests: a write landing between them (a checkpoint begun by
+    another controller) must not give a state joined from two versions, but the newer one whole."""
+    scaling, config, _state, _readers = a_large_group(unique, 10, 5_000)
+    groups = ReaderGroups(_Streams(scaling), retention=None)
+    assert groups.create(unique, "g", config)
+    query, calls = ReaderGroupPageRecord.query, []
+
+    def a_write_lands_first(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            ReaderGroups(_Streams(scaling), retention=None).initiate_checkpoint(unique, "g", "between")
+        return query(*args, **kwargs)
+
+    monkeypatch.setattr(ReaderGroupPageRecord, "query", a_write_lands_first)
+    record = read_record(unique, "g")
+    assert len(calls) == 3  # ours, which met the write; the writer's own read; ours again
+    assert GroupState.model_validate(record.state).last_checkpoint.name == "between"  # no reader: done at once
+    assert record.version == FIRST_VERSION + 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -833,3 +834,20 @@ def test_an_instance_whose_name_another_instance_took_over_is_not_in_the_group()
     assert len(g.sync("r1", now=t + 1_003).segments) == 2
     reader_offline(g.state, "r1", None)
     assert "r1" not in g.state.readers
+
+
+def test_a_process_keeps_copies_of_group_records_within_its_byte_budget():
+    """Pages let a state store in up to MAX_STATE_BYTES, so what a process keeps is bounded in bytes as
+    well as in groups: the least recently read copies go first."""
+    from controlplane.models import ReaderGroupRecord
+    from controlplane.reader_groups.state import _RecordCopies
+
+    def record(pk: str, size: int) -> ReaderGroupRecord:
+        noise = random.Random(pk).randbytes(size).hex()  # deflates only to about size: 23 KB stored
+        return ReaderGroupRecord(pk, "rg", scope="s", group=pk, state={"noise": noise}, version=1)
+
+    copies = _RecordCopies(limit=64, limit_bytes=30_000)
+    for pk in ("a", "b", "c"):
+        copies.put(pk, "token", record(pk, 15_000), taken_ms=0)
+    assert copies.get("a", "token", 1, 0) is None and copies.get("b", "token", 1, 0) is None
+    assert copies.get("c", "token", 1, 0).state["noise"] == record("c", 15_000).state["noise"]
