@@ -1,6 +1,6 @@
 """What a reader group's shared state costs: its record's size, and the writes its readers cause.
 
-Four measurements:
+Five measurements:
 
 * (default) The group record's size. A sync that changes what the group shares (a completion, a
   checkpoint, a join) rewrites the record, and DynamoDB charges a write by the item's size (1 KB
@@ -23,6 +23,12 @@ Four measurements:
   Lambda containers a busy group's syncs spread over), each with its own copies of group records
   (controlplane.reader_groups.state.current_record). Run: ``.venv/bin/python -m bench.reader_group_state --scale``
   (or ``--scale 10 100`` for those sizes only; the 1,000-reader row takes about half an hour).
+* ``--pages``: 1,000 readers on 1,000, 5,000 and 15,000 live segments with a checkpoint outstanding,
+  stored through the real controller code on moto: the state's size, its pages (a state over
+  state.PAGE_BYTES is cut into page items) and the group's largest item, and the units of a whole read,
+  of the pass that completes the checkpoint (a rewrite of the state) and of a sync served from a copy.
+  The stream's side is answered from the simulated stream. Run:
+  ``.venv/bin/python -m bench.reader_group_state --pages`` (or ``--pages 5000`` for that size only).
 * ``--idle-reader``: one SDK reader of a group on an empty 4-segment stream over the standalone stack,
   its syncs and tail checks counted and priced per day.
   Run: ``.venv/bin/python -m bench.reader_group_state --idle-reader``.
@@ -33,6 +39,7 @@ import json
 import math
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from controlplane.reader_groups import add_reader, initiate_checkpoint, new_state, schedule_lease_check, sync
 from controlplane.reader_groups.state import stored_size
@@ -301,15 +308,145 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
     u = usage(records)
     writes = [r for r in records if r.operation in ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems")]
 
-    def sort_key(r) -> str:
-        body = r.request or {}
-        key = body.get("Key") or body.get("Item") or {}
-        return (key.get("sk") or {}).get("S", "")
-
-    group_writes = [r for r in writes if sort_key(r) == module.GROUP_KEY]
+    group_writes = [r for r in writes if module.GROUP_KEY in _sort_keys(r)]
     return Metered(readers, width, simulated_s, syncs, u.write_units, u.read_units, len(group_writes),
-                   sum(1 for r in writes if sort_key(r).startswith("reader#")), completed,
+                   sum(1 for r in writes if any(k.startswith("reader#") for k in _sort_keys(r))), completed,
                    max((len(json.dumps(r.request)) for r in group_writes), default=0), containers)
+
+
+def _sort_keys(record) -> list[str]:
+    """The sort keys of the items a metered write request writes (every item a transaction writes)."""
+    body = record.request or {}
+    if "TransactItems" in body:
+        actions = [b for a in body["TransactItems"] for kind, b in a.items() if kind != "ConditionCheck"]
+    else:
+        actions = [body]
+    return [((a.get("Key") or a.get("Item") or {}).get("sk") or {}).get("S", "") for a in actions]
+
+
+@dataclass
+class Paged:
+    readers: int
+    segments: int
+    stored_bytes: int  # the state as stored, a checkpoint passed by every reader but one
+    pages: int  # then
+    largest_item: int  # bytes, of any item under the group's key, then
+    read_units: float  # a whole read of the record (and its pages)
+    write_units: float  # the last pass, which completes the checkpoint: a rewrite of the record
+    copy_sync_read_units: float  # a sync served from a copy
+    copy_sync_write_units: float
+
+
+class _StubbedStreams:
+    """The stream calls a group makes, answered from a fixed stream of ``segments``: what is measured is
+    the group's own items, and a real stream of 15,000 segments would take moto minutes to create."""
+
+    def __init__(self, stream: _Stream) -> None:
+        from controlplane.models import ReaderGroupRecord
+        from controlplane.streams import StreamTasks
+
+        self._stream = stream
+        self.check_incarnation = StreamTasks.check_incarnation
+        self.store = SimpleNamespace(transaction_connection=ReaderGroupRecord._get_connection().connection)
+
+    def record(self, scope: str, stream: str) -> SimpleNamespace:
+        return SimpleNamespace(scope=scope, stream=stream, created_ms=1)
+
+    def head(self, scope: str, stream: str, record: object = None) -> list[SegmentPosition]:
+        return [SegmentPosition(segment=s, offset=0) for s in self._stream.current]
+
+    def successors(self, scope: str, stream: str, sid: int, incarnation: int | None = None) -> list[SuccessorInfo]:
+        return self._stream.successors(stream, sid, incarnation)
+
+
+def run_pages(readers: int, segments: int) -> Paged:
+    """A group of ``readers`` holding their shares of ``segments`` live segments, with a checkpoint that
+    every reader but the last has passed (built through the pure transitions, then stored), on moto: the
+    stored state, its pages and largest item, and the units of a whole read, of the last pass (a record
+    write that completes the checkpoint), and of a sync served from a process's copy."""
+    import os
+    import uuid
+
+    import boto3
+
+    from bench.cost import item_size, usage
+    from controlplane.models import bind, reader_group_pk
+    from controlplane.reader_groups import ReaderGroups
+    from controlplane.reader_groups import groups as module
+    from controlplane.reader_groups import state as state_module
+    from controlplane.reader_groups.state import PAGE_PREFIX, read_record
+    from dataplane.deployment import Deployment
+    from standalone.moto_server import MotoServer
+    from standalone.resources import create_resources
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    stream = _Stream(segments, seed=1)
+    config = ReaderGroupConfig(streams=[StreamRange(scope="bench-scope", stream="bench-stream")],
+                               automatic_checkpoint_interval_ms=0, reader_lease_ms=7 * 24 * 3_600_000)
+    state = new_state(config, {STREAM: [SegmentPosition(segment=s, offset=0) for s in stream.current]})
+    names = [f"reader-{uuid.UUID(int=stream.random.getrandbits(128)).hex}" for _ in range(readers)]
+    now = 1_800_000_000_000
+    for name in names:
+        add_reader(state, name, now)
+    for name in names:
+        sync(state, name, SyncRequest(), now, stream.successors)
+    initiate_checkpoint(state, "cp", False, now)
+
+    def at(name: str, offset: int) -> list[SegmentOffset]:
+        return [SegmentOffset(stream=h.stream, segment_id=h.segment.segment_id, offset=offset)
+                for h in state.readers[name].segments.values()]
+
+    for name in names[:-1]:
+        sync(state, name, SyncRequest(positions=at(name, 1_000), checkpoint="cp"), now, stream.successors)
+    stored = state_module.stored_size(state.model_dump(mode="json"))
+    server = MotoServer().start()
+    real_now, module._now = module._now, lambda: now
+    try:
+        deployment = Deployment(endpoint_url=server.url)
+        create_resources(deployment)
+        bind(deployment)
+        groups = ReaderGroups(_StubbedStreams(stream), retention=None)
+        scope = "bench" + uuid.uuid4().hex[:8]
+        groups.create(scope, "g", config)
+        pk = reader_group_pk(scope, "g")
+        groups._write(scope, "g", read_record(scope, "g"), state, None)
+        client = boto3.client("dynamodb", endpoint_url=server.url, region_name=deployment.region)
+        items = [item for page in client.get_paginator("query").paginate(
+            TableName=deployment.metadata_table, ConsistentRead=True, KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": pk}}) for item in page["Items"]]
+        pages = sum(1 for i in items if i["sk"]["S"].startswith(PAGE_PREFIX))
+        largest = max(item_size(i) for i in items)
+        server.meter.keep_records = True
+
+        def metered(action) -> tuple[float, float]:
+            server.meter.reset()
+            action()
+            u = usage(server.meter.snapshot()[1])
+            return u.read_units, u.write_units
+
+        read_units, _ = metered(lambda: read_record(scope, "g"))
+        last = names[-1]
+        _, write_units = metered(lambda: groups.sync(scope, "g", last, SyncRequest(positions=at(last, 2_000),
+                                                                                   checkpoint="cp")))
+        assert groups.checkpoint(scope, "g", "cp").complete
+        groups.sync(scope, "g", names[0], SyncRequest(positions=at(names[0], 3_000)))  # takes this process's copy
+        copy_reads, copy_writes = metered(lambda: groups.sync(scope, "g", names[0],
+                                                              SyncRequest(positions=at(names[0], 4_000))))
+    finally:
+        module._now = real_now
+        server.stop()
+    return Paged(readers, segments, stored, pages, largest, read_units, write_units,
+                 copy_reads, copy_writes)
+
+
+def report_pages(figures: list[Paged]) -> str:
+    return _markdown(
+        ["readers", "live segments", "state stored", "pages", "largest item of the group",
+         "read units, whole read", "write units, checkpoint-completing pass", "units of a sync from a copy (read / write)"],
+        [[f"{f.readers:,}", f"{f.segments:,}", f"{f.stored_bytes / 1000:.0f} KB",
+          f"{f.pages}", f"{f.largest_item / 1000:.0f} KB", f"{f.read_units:.0f}", f"{f.write_units:.0f}",
+          f"{f.copy_sync_read_units:.0f} / {f.copy_sync_write_units:.0f}"] for f in figures])
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -427,7 +564,10 @@ def report_scale(figures: list[Metered]) -> str:
 if __name__ == "__main__":
     import sys
 
-    if "--idle-reader" in sys.argv:
+    if "--pages" in sys.argv:
+        sizes = [int(a) for a in sys.argv[sys.argv.index("--pages") + 1:] if a.isdigit()] or [1_000, 5_000, 15_000]
+        print(report_pages([run_pages(1_000, n) for n in sizes]))
+    elif "--idle-reader" in sys.argv:
         print(report_idle(run_idle_reader()))
     elif "--scale" in sys.argv:
         sizes = [int(a) for a in sys.argv[sys.argv.index("--scale") + 1:] if a.isdigit()] or [10, 100, 1_000]

@@ -80,8 +80,9 @@ AUTOSCALED = "1"
 # The most current segments a stream may have, as many as it can be created with
 # (ScalingPolicy.min_num_segments). Its epoch and transaction records list every current segment
 # (about 25 B each) and its cuts give each an offset (about 28 B): DynamoDB's 400 KB item limit would
-# come at some 14,500; a reader group's state (about 210 B per live segment) stops at some 1,150
-# (docs/limits.md, measured by bench.record_sizes).
+# come at some 14,500. A retention cycle reads the stream's whole retention set, up to 500 cuts (14 MB
+# at 1,000 segments), and a reader group's state takes some 40,000 live segments in its pages
+# (docs/limits.md, measured by bench.record_sizes and bench.reader_group_state --pages).
 MAX_CURRENT_SEGMENTS = 1000
 
 

@@ -50,15 +50,17 @@ SMALL_STATE_JSON = 12_000
 # edit) is seen within it. Each process then reads a large group's record once a minute.
 COPY_MAX_AGE_MS = 60_000
 # A state that stores in at most this many bytes stays in its record; a larger one is cut into page items
-# of this size (ReaderGroupPageRecord). An item of 100 KB is far from DynamoDB's 400 KB, and moto, which
-# counts an update's old and new values together against that limit, takes its rewrite.
-PAGE_BYTES = 100_000
+# of this size (ReaderGroupPageRecord). An item of 150 KB is far from DynamoDB's 400 KB, and moto, which
+# counts an update's old and new values together against that limit, takes its rewrite. A paged write is
+# a transaction (2 write units per KB instead of 1), so the bound is no lower than it needs to be: 1,000
+# readers on 1,000 segments during a checkpoint (about 130 KB) stay in one item.
+PAGE_BYTES = 150_000
 PAGE_PREFIX = "page#"
-# The most a group's state may store in: 10 pages, so that a write (the record, 10 page puts and at most
-# 10 page deletes, in one TransactWriteItems of at most 100 actions and 4 MB) and a process's copies
-# (CACHED_STATE_BYTES) stay bounded. It holds a group over some 20,000 live segments
-# (docs/limits.md), more than one stream's epoch record can name.
-MAX_STATE_BYTES = 10 * PAGE_BYTES
+# The most a group's state may store in: at most 7 pages, so that a write (the record, 7 page puts and at
+# most 7 page deletes, in one TransactWriteItems of at most 100 actions and 4 MB) and a process's copies
+# (CACHED_STATE_BYTES) stay bounded. It holds a group created over some 40,000 live segments, or 1,000
+# readers on 15,000 with a checkpoint outstanding (docs/limits.md).
+MAX_STATE_BYTES = 1_000_000
 # The most a process keeps in copies of group records (least recently read dropped first).
 CACHED_STATE_BYTES = 16_000_000
 # Deflate grows data by at most 5 bytes per 16 KB block plus 11, and base64 adds a third: a state whose
@@ -122,8 +124,8 @@ class Checkpoint(BaseModel):
 
 
 class GroupState(BaseModel):
-    """The group's shared state: one DynamoDB item, so every collection in it is bounded by the group's
-    present (its online readers and the segments of its streams' current epochs), never by its past:
+    """The group's shared state: one record (cut into page items past PAGE_BYTES), so every collection in
+    it is bounded by the group's present (its online readers and the segments of its streams' current epochs), never by its past:
     about 17 KB for 100 readers over a stream of 24 segments that completed 10,000 segments
     (tests/integration/test_reader_group_bounds.py). The ceiling, as JSON: about 250 bytes per live
     segment (190 more per outstanding checkpoint, of which there are at most 10, plus 100 in the last
@@ -131,8 +133,9 @@ class GroupState(BaseModel):
     of which 46 are the reader's instance token and 30 its join id): 1,000 readers on a 1,000-segment
     stream take 430 KB, 640 KB during a checkpoint. The record stores it compressed
     (controlplane.models.CompressedJSONAttribute), at a quarter to a ninth of that: 98 KB for 1,000
-    readers on 1,000 segments, 202 KB for 1,000 readers on 5,000. A change past MAX_STATE_BYTES of stored
-    bytes is refused with IllegalState, rather than failing in DynamoDB (20,000 live segments are)."""
+    readers on 1,000 segments, 202 KB for 1,000 readers on 5,000 (2 pages). A change past MAX_STATE_BYTES
+    of stored bytes is refused with IllegalState, rather than failing in DynamoDB (a group created over
+    50,000 live segments is)."""
 
     config: ReaderGroupConfig
     readers: dict[str, ReaderEntry] = {}  # online readers only: leaving, or an expired lease, removes one
