@@ -22,6 +22,12 @@ from controlplane.reader_groups.state import GroupState, ReaderEntry
 from rillet.api import SegmentOffset
 from rillet.errors import AlreadyExists
 
+# The most readers one change takes offline by their leases. The change is one transaction that checks
+# each leaving reader's item (groups.ReaderGroups._write), beside the record and up to 14 page puts and
+# deletes, and DynamoDB takes at most 100 actions in one: a fleet stopped at once leaves over a few
+# changes rather than in one transaction DynamoDB refuses.
+MAX_EXPIRED_PER_WRITE = 64
+
 
 def add_reader(state: GroupState, reader: str, now: int, instance: str | None = None) -> None:
     """A reader joins (it takes segments at its first sync, so that readers joining together share
@@ -49,13 +55,16 @@ def another_instance(entry: ReaderEntry, instance: str | None) -> bool:
 
 
 def expire_readers(state: GroupState, now: int, sparing: str | None = None) -> list[str]:
-    """Take offline, at their last reported positions, the readers not seen for the group's reader lease.
+    """Take offline, at their last reported positions, the readers not seen for the group's reader lease:
+    at most MAX_EXPIRED_PER_WRITE, those unseen longest first; the next change takes the rest (their
+    lease check is then due at once: leases.schedule_lease_check).
 
     ``sparing`` is the reader whose own request this is: it is alive, whenever it was last seen.
     """
     lease = state.config.reader_lease_ms
-    expired = sorted(name for name, entry in state.readers.items()
-                     if name != sparing and now - entry.seen_ms >= lease)
+    expired = sorted((entry.seen_ms, name) for name, entry in state.readers.items()
+                     if name != sparing and now - entry.seen_ms >= lease)[:MAX_EXPIRED_PER_WRITE]
+    expired = sorted(name for _seen, name in expired)
     for name in expired:
         reader_offline(state, name, None)
     return expired

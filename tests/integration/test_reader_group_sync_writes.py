@@ -17,6 +17,7 @@ import pytest
 from controlplane.models import ReaderGroupHeadRecord, ReaderGroupRecord, reader_group_pk
 from controlplane.reader_groups import groups as module
 from controlplane.reader_groups import state as state_module
+from controlplane.reader_groups.readers import MAX_EXPIRED_PER_WRITE
 from controlplane.reader_groups.state import HEAD_KEY
 from controlplane.reader_items import ReaderItemRecord, reader_sk
 from rillet.api import SegmentOffset, SyncRequest
@@ -519,3 +520,19 @@ def test_a_change_by_a_writer_that_raises_no_bound_is_seen_within_a_minute(
     groups.initiate_checkpoint(unique, "g", "cp2")  # on the copy from before r2 joined: refused, read again
     (cp2,) = [c for c in groups.state(unique, "g").checkpoints if c.name == "cp2"]
     assert set(cp2.pending) == {"r1", "r2"}
+
+
+def test_a_fleet_whose_leases_all_expired_is_taken_offline_in_transactions_dynamodb_takes(controller, unique, clock):
+    """Each reader an expiry takes offline adds a check of its item to the write's transaction, and
+    DynamoDB takes at most 100 actions in one: 120 readers whose leases ran out together (a fleet stopped
+    at once) leave in writes of at most MAX_EXPIRED_PER_WRITE, not in one transaction DynamoDB refuses
+    (which would have kept every one of them holding its segments)."""
+    groups = group(controller, unique, lease_ms=60_000)
+    for n in range(120):
+        groups.add_reader(unique, "g", f"r{n}", f"tok-r{n}")
+    clock[0] += 61_000
+    first = groups.expire_readers(unique, "g")
+    assert len(first) == MAX_EXPIRED_PER_WRITE
+    rest = groups.expire_readers(unique, "g")
+    assert sorted(first + rest) == sorted(f"r{n}" for n in range(120))
+    assert not groups.state(unique, "g").readers
