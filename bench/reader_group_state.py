@@ -449,6 +449,87 @@ def report_pages(figures: list[Paged]) -> str:
           f"{f.copy_sync_read_units:.0f} / {f.copy_sync_write_units:.0f}"] for f in figures])
 
 
+@dataclass
+class Concurrent:
+    readers: int
+    threads: int
+    syncs: int
+    refused: int  # conditional writes DynamoDB refused (a race lost), in the group's partition
+    conflicts: int  # syncs that answered WriteConflict after their retries (the SDK would sync again)
+    requests: int
+    complete: bool  # the checkpoint, once every reader passed it once
+    seconds: float
+
+
+def run_concurrent(readers: int, threads: int = 16) -> Concurrent:
+    """``readers`` readers, each holding one segment of a fixed stream of as many, pass one checkpoint
+    at once: every pass is a sync sent from one of ``threads`` threads of one controller process, on
+    moto, at once rather than one at a time as --scale sends them. Counts the conditional writes refused
+    (races lost on the group's items) and the syncs that still answered WriteConflict."""
+    import os
+    import time
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from controlplane.service import Controller
+    from dataplane.deployment import Deployment
+    from rillet.errors import WriteConflict
+    from rillet.models import ScalingPolicy, StreamConfiguration
+    from standalone.moto_server import MotoServer
+    from standalone.resources import create_resources
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    server = MotoServer().start()
+    try:
+        deployment = Deployment(endpoint_url=server.url)
+        create_resources(deployment)
+        groups = (controller := Controller.for_deployment(deployment)).reader_groups
+        scope = "bench" + uuid.uuid4().hex[:8]
+        controller.streams.create_scope(scope)
+        controller.streams.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(readers)))
+        groups.create(scope, "g", ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")],
+                                                    automatic_checkpoint_interval_ms=0, reader_lease_ms=600_000))
+        names = [f"reader-{n:04d}" for n in range(readers)]
+        for name in names:
+            groups.add_reader(scope, "g", name, f"tok-{name}")
+        held = {name: [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
+                       for a in groups.sync(scope, "g", name, SyncRequest(instance=f"tok-{name}")).segments]
+                for name in names}
+        groups.initiate_checkpoint(scope, "g", "cp")
+        server.meter.keep_records = True
+        server.meter.reset()
+        conflicts = 0
+
+        def pass_it(name: str) -> None:
+            nonlocal conflicts
+            moved = [p.model_copy(update={"offset": p.offset + 1_000}) for p in held[name]]
+            try:
+                groups.sync(scope, "g", name, SyncRequest(positions=moved, instance=f"tok-{name}", checkpoint="cp"))
+            except WriteConflict:
+                conflicts += 1
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(pass_it, names))
+        seconds = time.monotonic() - started
+        _, records = server.meter.snapshot()
+        complete = groups.checkpoint(scope, "g", "cp").complete
+    finally:
+        server.stop()
+    refused = sum(1 for r in records if "ConditionalCheckFailed" in json.dumps(r.response or {})
+                  or "TransactionCanceled" in json.dumps(r.response or {}))
+    return Concurrent(readers, threads, readers, refused, conflicts, len(records), complete, seconds)
+
+
+def report_concurrent(figures: list[Concurrent]) -> str:
+    return _markdown(
+        ["readers passing at once", "threads", "conditional writes refused", "per pass", "syncs answering WriteConflict",
+         "requests per pass", "checkpoint complete", "wall time"],
+        [[f"{f.readers:,}", f"{f.threads}", f"{f.refused:,}", f"{f.refused / f.syncs:.2f}", f"{f.conflicts}",
+          f"{f.requests / f.syncs:.1f}", "yes" if f.complete else "no", f"{f.seconds:.1f} s"] for f in figures])
+
+
 def _markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                      + ["| " + " | ".join(row) + " |" for row in rows])
@@ -564,7 +645,10 @@ def report_scale(figures: list[Metered]) -> str:
 if __name__ == "__main__":
     import sys
 
-    if "--pages" in sys.argv:
+    if "--concurrent" in sys.argv:
+        sizes = [int(a) for a in sys.argv[sys.argv.index("--concurrent") + 1:] if a.isdigit()] or [100, 300]
+        print(report_concurrent([run_concurrent(n) for n in sizes]))
+    elif "--pages" in sys.argv:
         sizes = [int(a) for a in sys.argv[sys.argv.index("--pages") + 1:] if a.isdigit()] or [1_000, 5_000, 15_000]
         print(report_pages([run_pages(1_000, n) for n in sizes]))
     elif "--idle-reader" in sys.argv:
