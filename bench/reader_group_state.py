@@ -38,6 +38,8 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -226,6 +228,26 @@ def sdk_cadence(config: ReaderGroupConfig):
     return next_ms
 
 
+@contextmanager
+def _moto() -> Iterator[tuple[object, object]]:
+    """A moto server with Rillet's tables and bucket, stopped on exit: (server, deployment)."""
+    import os
+
+    from dataplane.deployment import Deployment
+    from standalone.moto_server import MotoServer
+    from standalone.resources import create_resources
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    server = MotoServer().start()
+    try:
+        deployment = Deployment(endpoint_url=server.url)
+        create_resources(deployment)
+        yield server, deployment
+    finally:
+        server.stop()
+
+
 def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cadence,
                 automatic_checkpoint_interval_ms: int = 0, containers: int = 1) -> Metered:
     """A group of ``readers`` on a fixed stream of ``width`` segments where nothing changes: every
@@ -236,21 +258,14 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
     syncs run as fast as moto answers; the joins and first acquisitions are not metered. Each sync runs
     in one of ``containers`` controller processes, chosen at random: each keeps its own copies of group
     records, as Lambda containers do."""
-    import os
     import uuid
 
     from bench.cost import usage
     from controlplane.reader_groups import groups as module
     from controlplane.reader_groups import state as state_module
     from controlplane.service import Controller
-    from dataplane.deployment import Deployment
     from rillet.models import ScalingPolicy, StreamConfiguration
-    from standalone.moto_server import MotoServer
-    from standalone.resources import create_resources
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    server = MotoServer().start()
     clock = [1_800_000_000_000]
     real_now, module._now = module._now, lambda: clock[0]
     real_copies = state_module._COPIES
@@ -258,53 +273,51 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
               for _ in range(containers)]
     choose = random.Random(7)
     try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        controller = Controller.for_deployment(deployment)
-        groups = controller.reader_groups
-        scope = "bench" + uuid.uuid4().hex[:8]
-        controller.streams.create_scope(scope)
-        controller.streams.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(width)))
-        config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")],
-                                   automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms)
-        groups.create(scope, "g", config)
-        names = [f"reader-{uuid.uuid4().hex}" for _ in range(readers)]
-        tokens = {name: uuid.uuid4().hex for name in names}
-        held: dict[str, list[SegmentOffset]] = {}
-        for name in names:
-            groups.add_reader(scope, "g", name, tokens[name])
-        for name in names:
-            assignment = groups.sync(scope, "g", name, SyncRequest(instance=tokens[name]))
-            held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
-                          for a in assignment.segments]
-        next_of = cadence(config)
-        spread = config.group_refresh_time_ms / readers
-        due = {name: clock[0] + int(i * spread) for i, name in enumerate(names)}
-        server.meter.keep_records = True
-        server.meter.reset()
-        start, syncs, passing = clock[0], 0, {}
-        while True:
-            name = min(due, key=due.get)
-            if due[name] - start >= simulated_s * 1000:
-                break
-            clock[0] = due[name]
-            before = held[name]
-            state_module._COPIES = choose.choice(copies)
-            assignment = groups.sync(scope, "g", name, SyncRequest(positions=before, instance=tokens[name],
-                                                                   checkpoint=passing.pop(name, None)))
-            held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
-                          for a in assignment.segments]
-            changed = {(p.segment_id, p.offset) for p in held[name]} != {(p.segment_id, p.offset) for p in before}
-            if assignment.checkpoint:
-                passing[name], changed = assignment.checkpoint, True
-            due[name] += next_of(changed, bool(held[name]), names.index(name))
-            syncs += 1
-        _, records = server.meter.snapshot()
-        last = groups.state(scope, "g").last_checkpoint
-        completed = int(last.name.split("-")[1]) if last and last.name.startswith("auto-") else 0
+        with _moto() as (server, deployment):
+            controller = Controller.for_deployment(deployment)
+            groups = controller.reader_groups
+            scope = "bench" + uuid.uuid4().hex[:8]
+            controller.streams.create_scope(scope)
+            controller.streams.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(width)))
+            config = ReaderGroupConfig(streams=[StreamRange(scope=scope, stream="s")],
+                                       automatic_checkpoint_interval_ms=automatic_checkpoint_interval_ms)
+            groups.create(scope, "g", config)
+            names = [f"reader-{uuid.uuid4().hex}" for _ in range(readers)]
+            tokens = {name: uuid.uuid4().hex for name in names}
+            held: dict[str, list[SegmentOffset]] = {}
+            for name in names:
+                groups.add_reader(scope, "g", name, tokens[name])
+            for name in names:
+                assignment = groups.sync(scope, "g", name, SyncRequest(instance=tokens[name]))
+                held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
+                              for a in assignment.segments]
+            next_of = cadence(config)
+            spread = config.group_refresh_time_ms / readers
+            due = {name: clock[0] + int(i * spread) for i, name in enumerate(names)}
+            server.meter.keep_records = True
+            server.meter.reset()
+            start, syncs, passing = clock[0], 0, {}
+            while True:
+                name = min(due, key=due.get)
+                if due[name] - start >= simulated_s * 1000:
+                    break
+                clock[0] = due[name]
+                before = held[name]
+                state_module._COPIES = choose.choice(copies)
+                assignment = groups.sync(scope, "g", name, SyncRequest(positions=before, instance=tokens[name],
+                                                                       checkpoint=passing.pop(name, None)))
+                held[name] = [SegmentOffset(stream=a.stream, segment_id=a.segment.segment_id, offset=a.offset)
+                              for a in assignment.segments]
+                changed = {(p.segment_id, p.offset) for p in held[name]} != {(p.segment_id, p.offset) for p in before}
+                if assignment.checkpoint:
+                    passing[name], changed = assignment.checkpoint, True
+                due[name] += next_of(changed, bool(held[name]), names.index(name))
+                syncs += 1
+            _, records = server.meter.snapshot()
+            last = groups.state(scope, "g").last_checkpoint
+            completed = int(last.name.split("-")[1]) if last and last.name.startswith("auto-") else 0
     finally:
         module._now, state_module._COPIES = real_now, real_copies
-        server.stop()
     u = usage(records)
     writes = [r for r in records if r.operation in ("UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems")]
 
@@ -364,7 +377,6 @@ def run_pages(readers: int, segments: int) -> Paged:
     every reader but the last has passed (built through the pure transitions, then stored), on moto: the
     stored state, its pages and largest item, and the units of a whole read, of the last pass (a record
     write that completes the checkpoint), and of a sync served from a process's copy."""
-    import os
     import uuid
 
     import boto3
@@ -375,12 +387,7 @@ def run_pages(readers: int, segments: int) -> Paged:
     from controlplane.reader_groups import groups as module
     from controlplane.reader_groups import state as state_module
     from controlplane.reader_groups.state import PAGE_PREFIX, read_record
-    from dataplane.deployment import Deployment
-    from standalone.moto_server import MotoServer
-    from standalone.resources import create_resources
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     stream = _Stream(segments, seed=1)
     config = ReaderGroupConfig(streams=[StreamRange(scope="bench-scope", stream="bench-stream")],
                                automatic_checkpoint_interval_ms=0, reader_lease_ms=7 * 24 * 3_600_000)
@@ -400,42 +407,39 @@ def run_pages(readers: int, segments: int) -> Paged:
     for name in names[:-1]:
         sync(state, name, SyncRequest(positions=at(name, 1_000), checkpoint="cp"), now, stream.successors)
     stored = state_module.stored_size(state.model_dump(mode="json"))
-    server = MotoServer().start()
     real_now, module._now = module._now, lambda: now
     try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        bind(deployment)
-        groups = ReaderGroups(_StubbedStreams(stream), retention=None)
-        scope = "bench" + uuid.uuid4().hex[:8]
-        groups.create(scope, "g", config)
-        pk = reader_group_pk(scope, "g")
-        groups._write(scope, "g", read_record(scope, "g"), state, None)
-        client = boto3.client("dynamodb", endpoint_url=server.url, region_name=deployment.region)
-        items = [item for page in client.get_paginator("query").paginate(
-            TableName=deployment.metadata_table, ConsistentRead=True, KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": pk}}) for item in page["Items"]]
-        pages = sum(1 for i in items if i["sk"]["S"].startswith(PAGE_PREFIX))
-        largest = max(item_size(i) for i in items)
-        server.meter.keep_records = True
+        with _moto() as (server, deployment):
+            bind(deployment)
+            groups = ReaderGroups(_StubbedStreams(stream), retention=None)
+            scope = "bench" + uuid.uuid4().hex[:8]
+            groups.create(scope, "g", config)
+            pk = reader_group_pk(scope, "g")
+            groups._write(scope, "g", read_record(scope, "g"), state, None)
+            client = boto3.client("dynamodb", endpoint_url=server.url, region_name=deployment.region)
+            items = [item for page in client.get_paginator("query").paginate(
+                TableName=deployment.metadata_table, ConsistentRead=True, KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": pk}}) for item in page["Items"]]
+            pages = sum(1 for i in items if i["sk"]["S"].startswith(PAGE_PREFIX))
+            largest = max(item_size(i) for i in items)
+            server.meter.keep_records = True
 
-        def metered(action) -> tuple[float, float]:
-            server.meter.reset()
-            action()
-            u = usage(server.meter.snapshot()[1])
-            return u.read_units, u.write_units
+            def metered(action) -> tuple[float, float]:
+                server.meter.reset()
+                action()
+                u = usage(server.meter.snapshot()[1])
+                return u.read_units, u.write_units
 
-        read_units, _ = metered(lambda: read_record(scope, "g"))
-        last = names[-1]
-        _, write_units = metered(lambda: groups.sync(scope, "g", last, SyncRequest(positions=at(last, 2_000),
-                                                                                   checkpoint="cp")))
-        assert groups.checkpoint(scope, "g", "cp").complete
-        groups.sync(scope, "g", names[0], SyncRequest(positions=at(names[0], 3_000)))  # takes this process's copy
-        copy_reads, copy_writes = metered(lambda: groups.sync(scope, "g", names[0],
-                                                              SyncRequest(positions=at(names[0], 4_000))))
+            read_units, _ = metered(lambda: read_record(scope, "g"))
+            last = names[-1]
+            _, write_units = metered(lambda: groups.sync(scope, "g", last, SyncRequest(positions=at(last, 2_000),
+                                                                                       checkpoint="cp")))
+            assert groups.checkpoint(scope, "g", "cp").complete
+            groups.sync(scope, "g", names[0], SyncRequest(positions=at(names[0], 3_000)))  # takes this process's copy
+            copy_reads, copy_writes = metered(lambda: groups.sync(scope, "g", names[0],
+                                                                  SyncRequest(positions=at(names[0], 4_000))))
     finally:
         module._now = real_now
-        server.stop()
     return Paged(readers, segments, stored, pages, largest, read_units, write_units,
                  copy_reads, copy_writes)
 
@@ -466,24 +470,15 @@ def run_concurrent(readers: int, threads: int = 16) -> Concurrent:
     at once: every pass is a sync sent from one of ``threads`` threads of one controller process, on
     moto, at once rather than one at a time as --scale sends them. Counts the conditional writes refused
     (races lost on the group's items) and the syncs that still answered WriteConflict."""
-    import os
     import time
     import uuid
     from concurrent.futures import ThreadPoolExecutor
 
     from controlplane.service import Controller
-    from dataplane.deployment import Deployment
     from rillet.errors import WriteConflict
     from rillet.models import ScalingPolicy, StreamConfiguration
-    from standalone.moto_server import MotoServer
-    from standalone.resources import create_resources
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    server = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
+    with _moto() as (server, deployment):
         groups = (controller := Controller.for_deployment(deployment)).reader_groups
         scope = "bench" + uuid.uuid4().hex[:8]
         controller.streams.create_scope(scope)
@@ -515,8 +510,6 @@ def run_concurrent(readers: int, threads: int = 16) -> Concurrent:
         seconds = time.monotonic() - started
         _, records = server.meter.snapshot()
         complete = groups.checkpoint(scope, "g", "cp").complete
-    finally:
-        server.stop()
     refused = sum(1 for r in records if "ConditionalCheckFailed" in json.dumps(r.response or {})
                   or "TransactionCanceled" in json.dumps(r.response or {}))
     return Concurrent(readers, threads, readers, refused, conflicts, len(records), complete, seconds)
