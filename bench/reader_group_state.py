@@ -1,6 +1,6 @@
 """What a reader group's shared state costs: its record's size, and the writes its readers cause.
 
-Five measurements:
+Six measurements:
 
 * (default) The group record's size. A sync that changes what the group shares (a completion, a
   checkpoint, a join) rewrites the record, and DynamoDB charges a write by the item's size (1 KB
@@ -29,6 +29,10 @@ Five measurements:
   of the pass that completes the checkpoint (a rewrite of the state) and of a sync served from a copy.
   The stream's side is answered from the simulated stream. Run:
   ``.venv/bin/python -m bench.reader_group_state --pages`` (or ``--pages 5000`` for that size only).
+* ``--concurrent``: every reader of a group passes one checkpoint at once, from 16 threads of one
+  controller process on moto: conditional writes refused (races lost), syncs that answered
+  WriteConflict, and whether the checkpoint completed. Run:
+  ``.venv/bin/python -m bench.reader_group_state --concurrent`` (100 and 300 readers; or give sizes).
 * ``--idle-reader``: one SDK reader of a group on an empty 4-segment stream over the standalone stack,
   its syncs and tail checks counted and priced per day.
   Run: ``.venv/bin/python -m bench.reader_group_state --idle-reader``.
@@ -348,6 +352,7 @@ class Paged:
     write_units: float  # the last pass, which completes the checkpoint: a rewrite of the record
     copy_sync_read_units: float  # a sync served from a copy
     copy_sync_write_units: float
+    copy_sync_cpu_ms: float  # the controller's CPU (this thread's) in a sync served from a copy, median of 5
 
 
 class _StubbedStreams:
@@ -377,6 +382,8 @@ def run_pages(readers: int, segments: int) -> Paged:
     every reader but the last has passed (built through the pure transitions, then stored), on moto: the
     stored state, its pages and largest item, and the units of a whole read, of the last pass (a record
     write that completes the checkpoint), and of a sync served from a process's copy."""
+    import statistics
+    import time
     import uuid
 
     import boto3
@@ -438,19 +445,26 @@ def run_pages(readers: int, segments: int) -> Paged:
             groups.sync(scope, "g", names[0], SyncRequest(positions=at(names[0], 3_000)))  # takes this process's copy
             copy_reads, copy_writes = metered(lambda: groups.sync(scope, "g", names[0],
                                                                   SyncRequest(positions=at(names[0], 4_000))))
+            cpu = []
+            for offset in range(5_000, 10_000, 1_000):
+                started = time.thread_time()
+                groups.sync(scope, "g", names[0], SyncRequest(positions=at(names[0], offset)))
+                cpu.append((time.thread_time() - started) * 1000)
     finally:
         module._now = real_now
     return Paged(readers, segments, stored, pages, largest, read_units, write_units,
-                 copy_reads, copy_writes)
+                 copy_reads, copy_writes, statistics.median(cpu))
 
 
 def report_pages(figures: list[Paged]) -> str:
     return _markdown(
         ["readers", "live segments", "state stored", "pages", "largest item of the group",
-         "read units, whole read", "write units, checkpoint-completing pass", "units of a sync from a copy (read / write)"],
+         "read units, whole read", "write units, checkpoint-completing pass", "units of a sync from a copy (read / write)",
+         "controller CPU of a sync from a copy"],
         [[f"{f.readers:,}", f"{f.segments:,}", f"{f.stored_bytes / 1000:.0f} KB",
           f"{f.pages}", f"{f.largest_item / 1000:.0f} KB", f"{f.read_units:.0f}", f"{f.write_units:.0f}",
-          f"{f.copy_sync_read_units:.0f} / {f.copy_sync_write_units:.0f}"] for f in figures])
+          f"{f.copy_sync_read_units:.0f} / {f.copy_sync_write_units:.0f}", f"{f.copy_sync_cpu_ms:.0f} ms"]
+         for f in figures])
 
 
 @dataclass

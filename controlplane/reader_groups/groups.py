@@ -305,9 +305,10 @@ class ReaderGroups:
             now = _now()
             record, passes = current_record(scope, group, now)
             state = GroupState.model_validate(record.state)
-            stored, published = shared_view(state), state.last_checkpoint
+            published = state.last_checkpoint
             fold = everyone or fold_due(state, now)
             if fold:
+                stored = shared_view(state)  # before the items: what they carry is this fold's to store
                 items = self.items.all(scope, group)
                 if passes is not None:
                     state.folded_passes = passes  # the passes counted before the items were read are in them
