@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from controlplane.scale_report import stream_rates
-from controlplane.service import Controller
+from controlplane.service import Controller, tune_collector
 from controlplane.time_cuts import cut_at_time
 from dataplane.deployment import Deployment
 from dataplane.segment_store import now_ms
@@ -77,6 +77,7 @@ app = build_resolver(logger)
 app.include_router(kvt_routes.router)
 app.include_router(grant_routes.router)
 controller = Controller.for_deployment(Deployment.from_env())
+tune_collector()  # large reader groups' syncs: see controlplane.service.COLLECTOR_THRESHOLDS
 streams = controller.streams
 groups = controller.reader_groups
 txns = controller.transactions
