@@ -531,15 +531,14 @@ def run_concurrent(readers: int, threads: int = 16) -> Concurrent:
         groups.initiate_checkpoint(scope, "g", "cp")
         server.meter.keep_records = True
         server.meter.reset()
-        conflicts = 0
+        conflicts: list[str] = []  # appended from the threads
 
         def pass_it(name: str) -> None:
-            nonlocal conflicts
             moved = [p.model_copy(update={"offset": p.offset + 1_000}) for p in held[name]]
             try:
                 groups.sync(scope, "g", name, SyncRequest(positions=moved, instance=f"tok-{name}", checkpoint="cp"))
             except WriteConflict:
-                conflicts += 1
+                conflicts.append(name)
 
         started = time.monotonic()
         with ThreadPoolExecutor(threads) as pool:
@@ -549,7 +548,7 @@ def run_concurrent(readers: int, threads: int = 16) -> Concurrent:
         complete = groups.checkpoint(scope, "g", "cp").complete
     refused = sum(1 for r in records if "ConditionalCheckFailed" in json.dumps(r.response or {})
                   or "TransactionCanceled" in json.dumps(r.response or {}))
-    return Concurrent(readers, threads, readers, refused, conflicts, len(records), complete, seconds)
+    return Concurrent(readers, threads, readers, refused, len(conflicts), len(records), complete, seconds)
 
 
 def report_concurrent(figures: list[Concurrent]) -> str:

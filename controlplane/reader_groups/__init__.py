@@ -5,7 +5,8 @@ it and written back on the condition that nobody changed it meanwhile (the role 
 Synchronizer plays, with the logic on the controller so that readers only need HTTPS). The modules,
 each readable on its own:
 
-* ``state``: the state (:class:`GroupState`), its parts, its record and what keeps it within one item;
+* ``state``: the state (:class:`GroupState`), its parts, its record (in pages when large) and what
+  keeps it bounded;
 * ``readers``: readers joining, leaving and being taken offline when their lease ends;
 * ``assignment``: a reader's sync, and which segments it is handed (fair share, successors, end cuts);
 * ``checkpoints``: checkpoints every online reader passes, and the cuts they fix;

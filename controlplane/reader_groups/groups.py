@@ -74,12 +74,16 @@ from controlplane.reader_groups.state import (
     storable,
     write_pages,
 )
-from controlplane.reader_groups.subscriptions import Subscriptions, check_subscription_count
+from controlplane.reader_groups.subscriptions import (
+    MAX_TRANSACTION_WRITES,
+    Subscriptions,
+    check_subscription_count,
+)
 from controlplane.reader_items import ReaderItemRecord, ReaderItems, reader_sk
 from controlplane.store import _decode_token, _encode_token, versioned_update
 from dataplane.fanout import fan_out
 from rillet.api import Assignment, CheckpointInfo, ReaderGroupInfo, SegmentOffset, SyncRequest
-from rillet.errors import ReaderGroupNotFound, WriteConflict
+from rillet.errors import IllegalState, ReaderGroupNotFound, WriteConflict
 from rillet.models import (
     AcknowledgedCut,
     ReaderGroupConfig,
@@ -154,6 +158,13 @@ class ReaderGroups:
             state = new_state(new, starts)
             deadline, version = schedule_lease_check(state, _now()), record.version + 1
             token, stored = uuid.uuid4().hex, storable(state, f"reader group {scope}/{group}")
+            writes = 1 + self.subscriptions.writes(new, current.config) + max(len(stored.pieces), int(record.pages or 0))
+            if writes > MAX_TRANSACTION_WRITES:
+                raise IllegalState(f"reader group {scope}/{group} cannot be reset to this configuration at once: it "
+                                   f"would write {writes} items in one transaction, more than DynamoDB's "
+                                   f"{MAX_TRANSACTION_WRITES} (its state is large and many subscribed streams "
+                                   "change); reset it to a configuration that keeps more of its streams first",
+                                   writes=writes)
             raise_bound(scope, group, record, stored.body)
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:

@@ -23,9 +23,10 @@ from rillet.api import SegmentOffset
 from rillet.errors import AlreadyExists
 
 # The most readers one change takes offline by their leases. The change is one transaction that checks
-# each leaving reader's item (groups.ReaderGroups._write), beside the record and up to 14 page puts and
-# deletes, and DynamoDB takes at most 100 actions in one: a fleet stopped at once leaves over a few
-# changes rather than in one transaction DynamoDB refuses.
+# each leaving reader's item (groups.ReaderGroups._write), beside the record and up to 7 page writes,
+# and DynamoDB takes at most 100 actions in one: a fleet stopped at once leaves over a few changes
+# rather than in one transaction DynamoDB refuses. A reader rejoining under its name after its lease
+# ended is taken offline by its own join, whatever the cap leaves (add_reader).
 MAX_EXPIRED_PER_WRITE = 64
 
 
@@ -40,7 +41,9 @@ def add_reader(state: GroupState, reader: str, now: int, instance: str | None = 
     """
     entry = state.readers.get(reader)
     another = entry is not None and another_instance(entry, instance)
-    expire_readers(state, now, sparing=None if another else reader)
+    if another and now - entry.seen_ms >= state.config.reader_lease_ms:
+        reader_offline(state, reader, None)  # its lease ended: whichever others the capped expiry takes
+    expire_readers(state, now, sparing=reader)
     if another and reader in state.readers:
         raise AlreadyExists(f"reader {reader} is already online in this reader group (another instance joined "
                             "under that name); take it offline first (reader_offline) or wait for its lease "

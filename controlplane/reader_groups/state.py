@@ -56,8 +56,8 @@ COPY_MAX_AGE_MS = 60_000
 # readers on 1,000 segments during a checkpoint (about 130 KB) stay in one item.
 PAGE_BYTES = 150_000
 PAGE_PREFIX = "page#"
-# The most a group's state may store in: at most 7 pages, so that a write (the record, 7 page puts and at
-# most 7 page deletes, in one TransactWriteItems of at most 100 actions and 4 MB) and a process's copies
+# The most a group's state may store in: at most 7 pages, so that a write (the record and at most 7 page
+# puts or deletes, in one TransactWriteItems of at most 100 actions and 4 MB) and a process's copies
 # (CACHED_STATE_BYTES) stay bounded. It holds a group created over some 40,000 live segments, or 1,000
 # readers on 15,000 with a checkpoint outstanding (docs/limits.md).
 MAX_STATE_BYTES = 1_000_000

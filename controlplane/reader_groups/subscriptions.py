@@ -44,9 +44,12 @@ from rillet.models import (
 from rillet.stream_cut import Ordering, compare_positions, validity_problem
 
 # A subscriber group's create or reset is one DynamoDB transaction, of at most 100 writes: the group's
-# record (and its listing entry), two per subscribed stream (its subscriber record and the stream's
-# subscriber fence) and, for a reset, one per stream it stops subscribing to: 2 + 2 x 32 + 32 < 100.
+# record (and its head and listing entry), two per subscribed stream (its subscriber record and the
+# stream's subscriber fence), up to 7 page writes of a large state (state.PAGE_BYTES) and, for a reset,
+# one per stream it stops subscribing to: 3 + 2 x 32 + 7 < 100, and 1 + 2 x 32 + 32 < 100 without pages.
+# A reset that would pass 100 with pages is refused (ReaderGroups.reset).
 MAX_SUBSCRIBED_STREAMS = 32
+MAX_TRANSACTION_WRITES = 100  # DynamoDB's TransactWriteItems
 
 
 def check_subscription_count(config: ReaderGroupConfig) -> None:
@@ -120,6 +123,12 @@ class Subscriptions:
         for spec in _subscribed(dropping) if dropping else []:
             if spec.scoped_name not in kept:
                 self.retention.unsubscribe(tx, spec.scope, spec.stream, name)
+
+    @staticmethod
+    def writes(config: ReaderGroupConfig, dropping: ReaderGroupConfig | None) -> int:
+        """How many writes :meth:`subscribe` adds to a transaction."""
+        kept = {spec.scoped_name for spec in _subscribed(config)}
+        return 2 * len(kept) + sum(1 for spec in (_subscribed(dropping) if dropping else []) if spec.scoped_name not in kept)
 
     def unsubscribe(self, tx: TransactWrite, scope: str, group: str, config: ReaderGroupConfig) -> None:
         """Add to ``tx`` the removal of every subscription of the group (it is being deleted)."""

@@ -536,3 +536,16 @@ def test_a_fleet_whose_leases_all_expired_is_taken_offline_in_transactions_dynam
     rest = groups.expire_readers(unique, "g")
     assert sorted(first + rest) == sorted(f"r{n}" for n in range(120))
     assert not groups.state(unique, "g").readers
+
+
+def test_a_reader_rejoining_after_its_lease_ended_is_let_in_whatever_the_expiry_cap_leaves(controller, unique, clock):
+    """A restarted reader joins under its name with a new instance token once its lease has ended, even
+    when 120 leases ended together and the capped expiry of its join takes 64 others first."""
+    groups = group(controller, unique, lease_ms=60_000)
+    for n in range(120):
+        groups.add_reader(unique, "g", f"r{n}", f"tok-r{n}")
+    clock[0] += 61_000
+    groups.add_reader(unique, "g", "r99", "tok-restarted")  # last by name: not among the 64 taken first
+    online = groups.state(unique, "g").readers
+    assert online["r99"].instance == "tok-restarted"
+    assert len(online) == 120 - MAX_EXPIRED_PER_WRITE
