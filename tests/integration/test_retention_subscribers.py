@@ -377,3 +377,24 @@ def test_a_manual_group_publishing_behind_its_own_cut_is_still_refused(controlle
     with pytest.raises(InvalidArgument, match="never moves backwards"):  # at the head on a, so behind its own
         controller.reader_groups.update_truncation_cut(unique, "g", setup.cut({a: 0, b: 400}))
     assert setup.subscribers() == {f"{unique}/g": {a: 300, b: 200}}
+
+
+def test_a_reset_too_large_for_one_transaction_is_refused_with_a_typed_error(controller, unique, monkeypatch):
+    """A subscriber group's reset is one transaction: the record, two writes per subscribed stream, one
+    per stream dropped, and the pages of a large state. With a state in 6 pages (pages made small here),
+    a reset from 32 subscribed streams to 32 others would take 103 writes, past DynamoDB's 100: it is
+    refused with IllegalState (409) and the group is unchanged, not failed with DynamoDB's validation
+    error (an opaque 500)."""
+    from controlplane.reader_groups import state as state_module
+
+    monkeypatch.setattr(state_module, "PAGE_BYTES", 250)
+    monkeypatch.setattr(state_module, "_FITS_ONE_PAGE_JSON", 0)
+    old, new = [f"a{n}" for n in range(32)], [f"b{n}" for n in range(32)]
+    setup = Setup(controller, unique, streams=old + new, segments=1)
+    groups = controller.reader_groups
+    assert groups.create(unique, "g", setup.config(AUTO, streams=old))
+    assert 4 <= int(state_module.get_record(unique, "g").pages) <= 7
+    with pytest.raises(IllegalState) as refused:
+        groups.reset(unique, "g", setup.config(AUTO, streams=new))
+    assert refused.value.details["writes"] > 100
+    assert [s.stream for s in groups.state(unique, "g").config.streams] == old
