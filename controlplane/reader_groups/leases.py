@@ -48,12 +48,15 @@ def schedule_lease_check(state: GroupState, now: int) -> int | None:
     due within a third of a lease (see :func:`fold_due`: the sync that moves it has read every reader's
     renewals) or half a lease behind, so live readers cost one small write of the lease record per
     half lease rather than one per sync, and the lease job never wakes for a group whose readers all sync.
+    A lease that ended already (a change takes at most MAX_EXPIRED_PER_WRITE readers offline) makes it
+    ``now``, this change's time: due at once, and apart from the deadline the lease job last ran for (its
+    run key names the deadline, and readers that joined together share one).
     """
     expiries = [entry.seen_ms + state.config.reader_lease_ms for entry in state.readers.values()]
     if not expiries:
         state.lease_deadline_ms = None
         return None
-    earliest, scheduled = min(expiries), state.lease_deadline_ms
+    earliest, scheduled = max(min(expiries), now), state.lease_deadline_ms
     if (scheduled is None or earliest < scheduled or fold_due(state, now)
             or earliest - scheduled > state.config.reader_lease_ms // 2):
         state.lease_deadline_ms = earliest

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from typing import Any, NamedTuple
@@ -375,7 +377,7 @@ def read_record(scope: str, group: str) -> ReaderGroupRecord:
     """The group's record with its whole state, read consistently (ReaderGroupNotFound if there is
     none): for a state in pages, the record, then its pages (one Query), read again if a write landed
     between the two (:class:`~controlplane.models.ReaderGroupPageRecord`)."""
-    for _attempt in range(_TORN_READS):
+    for attempt in range(_TORN_READS):
         record = get_record(scope, group)
         if not record.pages:
             return record
@@ -385,6 +387,7 @@ def read_record(scope: str, group: str) -> ReaderGroupRecord:
                 and all(int(p.version) == record.version for p in pages):
             record.state = ReaderGroupRecord.state.deserialize("".join(p.piece for p in pages))
             return record
+        time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # writers are busy: let one finish
     raise WriteConflict(f"reader group {scope}/{group} changed at each of {_TORN_READS} reads; try again")
 
 

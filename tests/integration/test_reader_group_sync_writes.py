@@ -531,8 +531,12 @@ def test_a_fleet_whose_leases_all_expired_is_taken_offline_in_transactions_dynam
     for n in range(120):
         groups.add_reader(unique, "g", f"r{n}", f"tok-r{n}")
     clock[0] += 61_000
+    deadline = groups.groups_due_for_lease_check()[(unique, "g")]
     first = groups.expire_readers(unique, "g")
     assert len(first) == MAX_EXPIRED_PER_WRITE
+    # due again, under a deadline of its own: the lease job's run key names it, and a run key it used
+    # already (the readers joined at one instant, so their leases ended at one) would not run again
+    assert groups.groups_due_for_lease_check()[(unique, "g")] == clock[0] != deadline
     rest = groups.expire_readers(unique, "g")
     assert sorted(first + rest) == sorted(f"r{n}" for n in range(120))
     assert not groups.state(unique, "g").readers
