@@ -30,13 +30,12 @@ import os
 import uuid
 
 from bench.cost import PRICES, observability_dollars, usage
-from dataplane import models
+from bench.stack import moto_stack
 from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet import EventWriterConfig
 from rillet.framing import frame
-from standalone.moto_server import MotoServer, RequestMeter
-from standalone.resources import create_resources
+from standalone.moto_server import RequestMeter
 
 EVENT = frame(os.urandom(1024))  # a 1 KiB event as the writer frames it
 GIB = 2**30
@@ -142,10 +141,7 @@ def ack_quantile(q: float, waits: list[float], trip: RoundTrip) -> float:
 class _Appender:
     """Real appends of given block sizes, each priced and its sequence of requests recorded."""
 
-    def __init__(self, server: MotoServer, meter: RequestMeter) -> None:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        models.bind(deployment)
+    def __init__(self, deployment: Deployment, meter: RequestMeter) -> None:
         self.meter = meter
         self.store = SegmentStore(deployment, StoreSettings(tier_min_age_ms=0))
 
@@ -230,15 +226,12 @@ def run(rates: dict[str, float] | None = None, appends: int = 4,
     """A row per rate and profile (default: ``default`` and ``cost``): the block the profile sends,
     the requests and request units of one real append of it, dollars per GiB and the modeled ack
     latency; and Kinesis beside it."""
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     rates = rates or RATES
     profiles = profiles or {name: PROFILES[name] for name in ("default", "cost")}
     meter = RequestMeter(keep_records=True)
-    server = MotoServer(meter=meter).start()
     rows = []
-    try:
-        appender = _Appender(server, meter)
+    with moto_stack(meter, bind=True) as (_, deployment):
+        appender = _Appender(deployment, meter)
         measured: dict[int, dict] = {}
 
         def at(block_events: int) -> dict:
@@ -269,8 +262,6 @@ def run(rates: dict[str, float] | None = None, appends: int = 4,
                              "dollars_per_gib": dollars,
                              "dollars_per_month": dollars["total"] * gib_per_month(events_per_s),
                              "kinesis_month": kinesis_month(events_per_s)})
-    finally:
-        server.stop()
     return {"latency_ms": LATENCY_MS, "rows": rows}
 
 

@@ -19,19 +19,17 @@ Run: ``.venv/bin/python -m bench.autoscale_ticks --streams 1000``.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections import Counter
 
+from bench.stack import moto_stack
 from controlplane.autoscale import AutoScaleSettings
 from controlplane.service import Controller
-from dataplane.deployment import Deployment
 from dataplane.shards import SHARDS
 from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration
 from rillet.names import segment_name
 from standalone.moto_server import MotoServer
-from standalone.resources import create_resources
 
 LATER_MS = 21 * 60_000  # past the longest rate window and the cooldown: every new segment is due
 AWS_REQUEST_MS = 10  # a DynamoDB round trip from a Dagster task in the region, for the model
@@ -54,12 +52,7 @@ def _metered_tick(moto: MotoServer, controller: Controller, at_ms: int) -> tuple
 
 
 def run(streams: int = 1000, hot: int = 100) -> dict:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    moto = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=moto.url)
-        create_resources(deployment)
+    with moto_stack() as (moto, deployment):
         controller = Controller.for_deployment(deployment)
         # every due candidate in one tick, so that one tick shows the work of all of them
         controller.autoscaler.settings = AutoScaleSettings(tick_limit=max(streams, 200))
@@ -79,8 +72,6 @@ def run(streams: int = 1000, hot: int = 100) -> dict:
         appends, _ = moto.meter.snapshot()
         active = _metered_tick(moto, controller, later + 60_000)
         after = _metered_tick(moto, controller, later + 90_000)
-    finally:
-        moto.stop()
     return {"streams": streams, "hot": hot, "first": first, "idle": idle, "active": active, "after": after,
             "append_requests": sum(appends.values()) / hot if hot else 0.0}
 

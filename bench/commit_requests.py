@@ -12,17 +12,15 @@ metered; units are priced from the real item sizes (bench/cost.py). Times are no
 from __future__ import annotations
 
 import argparse
-import os
 import uuid
 
 from bench.cost import usage
+from bench.stack import moto_stack
 from controlplane.service import Controller
-from dataplane.deployment import Deployment
 from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration
 from rillet.names import segment_name, txn_segment_token
-from standalone.moto_server import MotoServer, RequestMeter
-from standalone.resources import create_resources
+from standalone.moto_server import RequestMeter
 
 
 def _begin_and_commit(controller: Controller, scope: str, stream: str) -> None:
@@ -36,11 +34,8 @@ def _begin_and_commit(controller: Controller, scope: str, stream: str) -> None:
 def run(widths: tuple[int, ...], kept: tuple[int, ...]) -> list[tuple]:
     """(segments, commit number, requests, DynamoDB requests, write units, read units, items queried)."""
     meter = RequestMeter(keep_records=True)
-    server = MotoServer(meter=meter).start()
     rows = []
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
+    with moto_stack(meter) as (_, deployment):
         controller = Controller.for_deployment(deployment)
         scope = "commit" + uuid.uuid4().hex[:6]
         controller.streams.create_scope(scope)
@@ -59,8 +54,6 @@ def run(widths: tuple[int, ...], kept: tuple[int, ...]) -> list[tuple]:
                     rows.append((width, n, sum(counts.values()),
                                  sum(v for (svc, _), v in counts.items() if svc == "dynamodb"),
                                  used.write_units, used.read_units, queried))
-    finally:
-        server.stop()
     return rows
 
 
@@ -77,8 +70,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 and 16 segments, commits 1 and 10 (else also 256 "
                                                              "segments, and commit 100 of one segment)")
     args = parser.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     print(report(run((1, 16), (1, 10)) if args.quick else run((1, 16, 256), (1, 10)) + run((1,), (100,))))
 
 

@@ -12,17 +12,16 @@ measurement), at the controller's 512 MB.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable
 
 from bench.cost import PRICES, usage
+from bench.stack import moto_stack
 from controlplane.kvtables import KeyValueTables
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
 from rillet.kvt_models import KeyValueTableConfiguration, TableKey, TableUpdate, UpdateType
-from standalone.moto_server import MotoServer, RequestMeter
-from standalone.resources import create_resources
+from standalone.moto_server import RequestMeter
 
 PRIMARY, SECONDARY, VALUE = 16, 4, 100  # bytes
 LAMBDA_GB = 0.5  # the controller function's memory (infra/terraform/lambda.tf)
@@ -87,10 +86,7 @@ def _measure(meter: RequestMeter, operation: Callable[[], object]) -> float:
 
 def run() -> list[tuple[str, float, float, float]]:
     meter = RequestMeter(keep_records=True)
-    server = MotoServer(meter=meter).start()
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
+    with moto_stack(meter) as (_, deployment):
         controller = Controller.for_deployment(deployment)
         tables = KeyValueTables(controller.store)
         plain = Plain(deployment)
@@ -126,13 +122,9 @@ def run() -> list[tuple[str, float, float, float]]:
             plain_dollars = sum(_measure(meter, plain_op) for _ in range(ROUNDS)) / ROUNDS
             results.append((name, rillet_dollars * 1e6, (rillet_dollars + calls * lambda_per_op) * 1e6, plain_dollars * 1e6))
         return results
-    finally:
-        server.stop()
 
 
 def main() -> None:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     print(f"Key-value table operations, {PRIMARY} B primary + {SECONDARY} B secondary key, {VALUE} B values")
     print(f"dollars per million operations (DynamoDB on-demand; Lambda {LAMBDA_GB * 1024:.0f} MB x {LAMBDA_MS} ms "
           "assumed per Rillet call)")

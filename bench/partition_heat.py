@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import time
 import uuid
@@ -75,6 +74,7 @@ from moto.dynamodb.models import dynamodb_backends
 from moto.dynamodb.models.dynamo_type import DynamoType
 
 from bench.cost import _read_units, _write_units, item_size
+from bench.stack import moto_stack
 from controlplane.service import Controller
 from dataplane.deployment import Deployment
 from dataplane.segment_store import StoreSettings
@@ -89,8 +89,7 @@ from rillet.models import (
     StreamRange,
 )
 from rillet.names import segment_name, txn_segment_token
-from standalone.moto_server import MotoServer, RequestMeter, RequestRecord, _wire_form
-from standalone.resources import create_resources
+from standalone.moto_server import RequestMeter, RequestRecord, _wire_form
 
 WRITE_LIMIT, READ_LIMIT = 1_000, 3_000  # units a second per partition
 TABLE_ROWS = 3  # a table's hottest key families shown (an index shows its hottest)
@@ -363,14 +362,9 @@ class Bench:
     event_numbers: Counter = field(default_factory=Counter)
 
 
-def start(meter: HeatMeter, streams: int, readers: int) -> tuple[MotoServer, Bench]:
-    """moto with the meter, the tables, and ``streams`` streams with their groups (not charged)."""
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    server = MotoServer(meter=meter).start()
-    deployment = Deployment(endpoint_url=server.url)
-    create_resources(deployment)
-    meter.watch(boto3.client("dynamodb", endpoint_url=server.url, region_name=deployment.region),
+def start(meter: HeatMeter, deployment: Deployment, streams: int, readers: int) -> Bench:
+    """On moto with the meter and the tables: ``streams`` streams with their groups (not charged)."""
+    meter.watch(boto3.client("dynamodb", endpoint_url=deployment.endpoint_url, region_name=deployment.region),
                 [deployment.segments_table, deployment.metadata_table])
     # tier_max_age 0: the first inline append of a segment makes it due at once, so a tick tiers it
     controller = Controller.for_deployment(deployment, StoreSettings(tier_min_age_ms=0, tier_max_age_ms=0))
@@ -397,7 +391,7 @@ def start(meter: HeatMeter, streams: int, readers: int) -> tuple[MotoServer, Ben
             controller.reader_groups.add_reader(scope, group, reader, token)
         for reader, token in bench.readers[stream]:
             _sync(bench, stream, reader, token)
-    return server, bench
+    return bench
 
 
 def _sync(bench: Bench, stream: str, reader: str, token: str) -> None:
@@ -594,8 +588,8 @@ class Result:
 def run(streams: int = 32, readers: int = 10, ticks: int = 1, jobs: bool = True, warm_up: bool = True,
         inline_appends: int = 4, transactions: int = 2, syncs: int = 2) -> Result:
     meter = HeatMeter()
-    server, bench = start(meter, streams, readers)
-    try:
+    with moto_stack(meter) as (_, deployment):
+        bench = start(meter, deployment, streams, readers)
         if warm_up:
             # A round not charged: what happens once per stream (a writer's first note starting
             # watermarking, the watermark job creating the stream's mark stream) is not steady work.
@@ -606,8 +600,6 @@ def run(streams: int = 32, readers: int = 10, ticks: int = 1, jobs: bool = True,
             meter.charging = True
         user_work(bench, inline_appends, transactions, syncs)
         intervals = job_ticks(bench, ticks) if jobs else {}
-    finally:
-        server.stop()
     heat = meter.heat
     segments_per_stream = sum(len(s) for s in bench.segments.values()) / streams
     rates = target_rates(streams, segments_per_stream, intervals)

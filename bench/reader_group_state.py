@@ -42,11 +42,10 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from bench.stack import moto_stack
 from controlplane.reader_groups import add_reader, initiate_checkpoint, new_state, schedule_lease_check, sync
 from controlplane.reader_groups.state import stored_size
 from rillet.api import SegmentOffset, SyncRequest
@@ -232,26 +231,6 @@ def sdk_cadence(config: ReaderGroupConfig):
     return next_ms
 
 
-@contextmanager
-def _moto() -> Iterator[tuple[object, object]]:
-    """A moto server with Rillet's tables and bucket, stopped on exit: (server, deployment)."""
-    import os
-
-    from dataplane.deployment import Deployment
-    from standalone.moto_server import MotoServer
-    from standalone.resources import create_resources
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    server = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        yield server, deployment
-    finally:
-        server.stop()
-
-
 def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cadence,
                 automatic_checkpoint_interval_ms: int = 0, containers: int = 1) -> Metered:
     """A group of ``readers`` on a fixed stream of ``width`` segments where nothing changes: every
@@ -277,7 +256,7 @@ def run_metered(readers: int, width: int, simulated_s: float, cadence=fixed_cade
               for _ in range(containers)]
     choose = random.Random(7)
     try:
-        with _moto() as (server, deployment):
+        with moto_stack() as (server, deployment):
             controller = Controller.for_deployment(deployment)
             groups = controller.reader_groups
             scope = "bench" + uuid.uuid4().hex[:8]
@@ -427,7 +406,7 @@ def run_pages(readers: int, segments: int) -> Paged:
 
     real_now, module._now = module._now, lambda: now
     try:
-        with _moto() as (server, deployment):
+        with moto_stack() as (server, deployment):
             bind(deployment)
             groups = ReaderGroups(_StubbedStreams(stream), retention=None)
             scope = "bench" + uuid.uuid4().hex[:8]
@@ -515,7 +494,7 @@ def run_concurrent(readers: int, threads: int = 16) -> Concurrent:
     from rillet.errors import WriteConflict
     from rillet.models import ScalingPolicy, StreamConfiguration
 
-    with _moto() as (server, deployment):
+    with moto_stack() as (server, deployment):
         groups = (controller := Controller.for_deployment(deployment)).reader_groups
         scope = "bench" + uuid.uuid4().hex[:8]
         controller.streams.create_scope(scope)

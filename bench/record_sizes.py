@@ -14,7 +14,6 @@ bench/cost.py) beside DynamoDB's 400 KB item limit. docs/limits.md carries the t
 from __future__ import annotations
 
 import argparse
-import os
 import time
 import uuid
 
@@ -22,15 +21,13 @@ import boto3
 from pynamodb.exceptions import UpdateError
 
 from bench.cost import item_size
+from bench.stack import moto_stack
 from controlplane.models import epoch_sk, reader_group_pk, segment_sk, stream_pk, txn_sk
 from controlplane.reader_groups import GROUP_KEY
 from controlplane.service import Controller
-from dataplane.deployment import Deployment
 from rillet.errors import RilletError
 from rillet.keyspace import segment_id
 from rillet.models import ReaderGroupConfig, RetentionPolicy, ScalingPolicy, StreamConfiguration, StreamRange
-from standalone.moto_server import MotoServer
-from standalone.resources import create_resources
 
 ITEM_LIMIT = 400 * 1024  # DynamoDB's item size limit (400 KB, names and values)
 READERS = 10
@@ -93,12 +90,7 @@ def _first(controller: Controller, pk: str, prefix: str) -> int:
 
 
 def run(widths: tuple[int, ...] = (10, 1000)) -> dict:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    server = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
+    with moto_stack() as (server, deployment):
         controller = Controller.for_deployment(deployment)
         client = boto3.client("dynamodb", endpoint_url=server.url, region_name=deployment.region)
 
@@ -109,8 +101,6 @@ def run(widths: tuple[int, ...] = (10, 1000)) -> dict:
         scope = "bench" + uuid.uuid4().hex[:8]
         controller.streams.create_scope(scope)
         rows = [row for width in widths for row in _measure_width(controller, items, scope, width)]
-    finally:
-        server.stop()
     return {"widths": list(widths), "item_limit": ITEM_LIMIT, "rows": rows}
 
 

@@ -11,28 +11,20 @@ Run: ``.venv/bin/python -m bench.retention_cycle --streams 1000``.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections import Counter
 
+from bench.stack import moto_stack
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
 from controlplane.streams import RETENTION_BUCKETS
-from dataplane.deployment import Deployment
 from rillet.framing import frame
 from rillet.models import RetentionPolicy, StreamConfiguration
 from rillet.names import segment_name
-from standalone.moto_server import MotoServer
-from standalone.resources import create_resources
 
 
 def run(streams: int = 1000) -> dict:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    moto = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=moto.url)
-        create_resources(deployment)
+    with moto_stack() as (moto, deployment):
         controller = Controller.for_deployment(deployment, retention_settings=RetentionSettings(frequency_ms=1))
         tasks = controller.streams
         tasks.create_scope("bench")
@@ -59,8 +51,6 @@ def run(streams: int = 1000) -> dict:
         decision = controller.retention.cycle("bench", "busy")
         truncating, _ = moto.meter.snapshot()
         assert decision.outcome == "truncated", decision
-    finally:
-        moto.stop()
     return {"streams": streams, "wall_s": wall_s, "requests": counts, "truncating_requests": truncating}
 
 

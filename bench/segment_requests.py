@@ -8,18 +8,14 @@ tiering pass. Shows what the chunk key range and the tiering fence cost (docs/da
 from __future__ import annotations
 
 import collections
-import os
 import uuid
 from collections.abc import Callable
 
 import botocore.client
 
-from dataplane import models
-from dataplane.deployment import Deployment
+from bench.stack import moto_stack
 from dataplane.segment_store import SegmentStore
 from rillet.framing import frame
-from standalone.moto_server import MotoServer
-from standalone.resources import create_resources
 
 
 def _count(action: Callable[[], object], times: int = 1) -> dict[str, float]:
@@ -40,13 +36,7 @@ def _count(action: Callable[[], object], times: int = 1) -> dict[str, float]:
 
 
 def run(small_appends: int = 400, small_size: int = 1000, large_blocks: int = 8, large_size: int = 1 << 20) -> dict:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    server = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        models.bind(deployment)
+    with moto_stack(bind=True) as (_, deployment):
         store = SegmentStore(deployment)
         scope = "bench" + uuid.uuid4().hex[:8]
         large, small = f"{scope}/large/0", f"{scope}/small/0"
@@ -65,8 +55,6 @@ def run(small_appends: int = 400, small_size: int = 1000, large_blocks: int = 8,
         result["read 64 KiB, tiered"] = _count(lambda: store.read(small, 0, 1 << 16))
         result["read 64 KiB, tiered, mid-entry"] = _count(lambda: store.read(small, 12_345, 1 << 16))
         return {"small_appends": small_appends, "small_size": small_size, "requests": result}
-    finally:
-        server.stop()
 
 
 def report(result: dict) -> str:

@@ -19,24 +19,22 @@ Run: ``python -m bench.tiering_timeouts_jobs`` (``--segments``, ``--entries``, `
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass
 
 from bench.append_cost import LATENCY_MS as APPEND_LATENCY_MS
+from bench.stack import moto_stack
 from controlplane.models import TxnRecord, stream_pk, txn_sk
 from controlplane.service import Controller
 from controlplane.transactions import TIMEOUT_RUN_LIMIT, TIMEOUT_WORKERS
 from dataplane import storage_writer
-from dataplane.deployment import Deployment
 from dataplane.journal import StoreSettings, tier_shard
 from dataplane.models import ENTRY_PREFIX, META_KEY, IndexEntry, SegmentMeta
 from dataplane.storage_writer import TIER_RUN_LIMIT, TIER_WORKERS
 from rillet.framing import frame
 from rillet.models import ScalingPolicy, StreamConfiguration
 from standalone.moto_server import MotoServer
-from standalone.resources import create_resources
 
 # Assumed AWS p50 latencies in ms (same region, warm connections): those bench.append_cost states, and
 # the operations these jobs add. A TransactWriteItems of up to 100 small deletes on one partition is
@@ -149,12 +147,7 @@ def _timeouts(controller: Controller, moto: MotoServer, txns: int, width: int, p
 
 
 def run(segments: int = 16, entries: int = 400, txns: int = 64, widths: tuple[int, ...] = (1, 4)) -> dict:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    moto = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=moto.url)
-        create_resources(deployment)
+    with moto_stack() as (moto, deployment):
         controller = Controller.for_deployment(deployment, StoreSettings(tier_min_age_ms=0))
         controller.streams.create_scope("bench")
         tiering = {label: _tiering(controller, moto, segments, entries, batched)
@@ -162,8 +155,6 @@ def run(segments: int = 16, entries: int = 400, txns: int = 64, widths: tuple[in
         timeouts = {(width, label): _timeouts(controller, moto, txns, width, parallel)
                     for width in widths for label, parallel in (("before", False), ("after", True))}
         return {"segments": segments, "entries": entries, "txns": txns, "tiering": tiering, "timeouts": timeouts}
-    finally:
-        moto.stop()
 
 
 def report(result: dict) -> str:

@@ -24,24 +24,22 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import time
 
 from dagster import RunRequest, SkipReason, build_sensor_context
 
+from bench.stack import moto_stack
 from controlplane.parallel import WORKERS, in_parallel
 from controlplane.retention import RetentionSettings, RetentionTasks
 from controlplane.service import Controller
 from controlplane.streams import RETENTION_BUCKETS, _bucket
 from dagster_project.resources import RilletDeployment
 from dagster_project.watermarks import INLINE_STREAMS, watermark_sensor
-from dataplane.deployment import Deployment
 from dataplane.shards import SHARDS
 from rillet.framing import frame
 from rillet.models import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from rillet.names import segment_name
 from standalone.moto_server import MotoServer
-from standalone.resources import create_resources
 
 MODEL_STREAMS = 10_000
 EVENT = frame(b"x" * 96)
@@ -166,19 +164,12 @@ def _retention(moto: MotoServer, controller: Controller, streams: int, slots: in
 
 def run(streams: int = 1000, slots: int = 4, latency_ms: float = 8.0) -> dict:
     logging.disable(logging.INFO)  # the ticks' per-stream log lines
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    moto = MotoServer().start()
-    try:
-        deployment = Deployment(endpoint_url=moto.url)
-        create_resources(deployment)
+    with moto_stack() as (moto, deployment):
         controller = Controller.for_deployment(deployment)
         resource = RilletDeployment(endpoint_url=moto.url)
         watermarks = _watermarks(moto, controller, resource, streams)
         retention = _retention(moto, Controller.for_deployment(deployment, retention_settings=RetentionSettings()),
                                streams, slots)
-    finally:
-        moto.stop()
     return {"streams": streams, "slots": slots, "latency_ms": latency_ms, "watermarks": watermarks,
             "retention": retention}
 

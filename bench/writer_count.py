@@ -21,12 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 
 from bench.cost import item_size, usage
+from bench.stack import moto_stack
 from dataplane import models
-from dataplane.deployment import Deployment
 from dataplane.segment_store import SegmentStore
 from rillet.framing import frame
-from standalone.moto_server import MotoServer, RequestMeter
-from standalone.resources import create_resources
+from standalone.moto_server import RequestMeter
 
 EVENT = frame(os.urandom(1020))  # one 1 KiB event: an inline block, as a trickle of events sends
 SAMPLES = 3  # appends measured per kind
@@ -63,15 +62,9 @@ def _measure(meter: RequestMeter, appends: list) -> dict:
 
 def run(counts: tuple[int, ...] = (10, 1000, 10_000), progress=None) -> dict:
     """``progress`` is called with each row as it is measured (the largest counts take minutes)."""
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     meter = RequestMeter()
-    server = MotoServer(meter=meter).start()
     rows = []
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        models.bind(deployment)
+    with moto_stack(meter, bind=True) as (server, deployment):
         store = SegmentStore(deployment)
         dynamodb = boto3.client("dynamodb", endpoint_url=server.url, region_name=deployment.region)
         segment = f"bench{uuid.uuid4().hex[:8]}/data/0"
@@ -112,8 +105,6 @@ def run(counts: tuple[int, ...] = (10, 1000, 10_000), progress=None) -> dict:
             rows.append(row)
             if progress:
                 progress(row)
-    finally:
-        server.stop()
     return {"event_bytes": len(EVENT), "rows": rows}
 
 
