@@ -8,6 +8,7 @@ answers one request at a time, so the rate is only comparable between rows of on
 
     python -m bench.segment_contention                  # 1, 4, 16 and 64 appenders
     python -m bench.segment_contention --appenders 1 16 --appends 20
+    python -m bench.segment_contention --request-ms 10   # the commits a second at AWS-like latency
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from botocore.httpsession import URLLib3Session
 
 from bench.cost import usage
-from dataplane import models
-from dataplane.deployment import Deployment
+from bench.stack import moto_stack
 from dataplane.segment_store import SegmentStore
 from rillet.framing import frame
-from standalone.moto_server import MotoServer, RequestMeter
-from standalone.resources import create_resources
+from standalone.moto_server import RequestMeter
 
 EVENT = frame(os.urandom(1020))  # one 1 KiB event: an inline block, as a trickle of events sends
 
@@ -60,26 +63,35 @@ def _row(store: SegmentStore, meter: RequestMeter, appenders: int, appends_each:
             "write_units": u.write_units / committed}
 
 
-def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256) -> dict:
-    """``appends`` in all per row (at least one per appender)."""
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256, request_ms: float = 0.0) -> dict:
+    """``appends`` in all per row (at least one per appender); ``request_ms`` is a pause before every
+    request, as the network and DynamoDB's own latency add on AWS (moto itself answers in about 1 ms)."""
     meter = RequestMeter()
-    server = MotoServer(meter=meter).start()
-    try:
-        deployment = Deployment(endpoint_url=server.url)
-        create_resources(deployment)
-        models.bind(deployment)
+    with moto_stack(meter, bind=True) as (_, deployment), _request_latency(request_ms):
         store = SegmentStore(deployment)
-        return {"event_bytes": len(EVENT),
+        return {"event_bytes": len(EVENT), "request_ms": request_ms,
                 "rows": [_row(store, meter, n, max(1, appends // n)) for n in appenders]}
+
+
+@contextmanager
+def _request_latency(ms: float) -> Iterator[None]:
+    """Every AWS request waits ``ms`` before it is sent (all clients: botocore's HTTP session)."""
+    send = URLLib3Session.send
+
+    def delayed(session: URLLib3Session, request: object) -> object:
+        time.sleep(ms / 1000)
+        return send(session, request)
+
+    URLLib3Session.send = delayed if ms else send
+    try:
+        yield
     finally:
-        server.stop()
+        URLLib3Session.send = send
 
 
 def report(result: dict) -> str:
     lines = [(f"per committed append, concurrent appenders on one segment ({result['event_bytes']} B inline "
-              "blocks, SegmentStore in-process on moto)"),
+              f"blocks, SegmentStore in-process on moto, {result['request_ms']:g} ms added to every request)"),
              f"  {'appenders':>9} {'appends':>7} {'appends/s':>9} {'requests':>8} {'read units':>10} {'write units':>11}"]
     for r in result["rows"]:
         lines.append(f"  {r['appenders']:>9} {r['appends']:>7} {r['appends_per_s']:>9.1f} {r['requests']:>8.2f} "
@@ -91,8 +103,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appenders", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--appends", type=int, default=256, help="appends in all per row")
+    parser.add_argument("--request-ms", type=float, default=0.0,
+                        help="a pause before every request, as AWS's latency adds (e.g. 5 or 10)")
     args = parser.parse_args()
-    print(report(run(tuple(args.appenders), args.appends)))
+    print(report(run(tuple(args.appenders), args.appends, args.request_ms)))
 
 
 if __name__ == "__main__":
