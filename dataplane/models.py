@@ -149,6 +149,12 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     scaling = MapAttribute(null=True, attr_name="sp")
     scale_shard = UnicodeAttribute(null=True, attr_name="ss")
     scale_at = NumberAttribute(null=True, attr_name="sa")
+    # The segment's queue of appenders waiting for the tail (two numbers: dataplane/append_path.py): the
+    # last ticket taken (an atomic add by an appender that lost the tail), and the ticket of the last
+    # appender with one that committed. Only an estimate of how many wait, so that each waits about its
+    # turn instead of polling; nothing waits on them. Absent until a segment's appenders first contend.
+    tickets = NumberAttribute(null=True, attr_name="qt")
+    served = NumberAttribute(null=True, attr_name="qs")
     tiering = TieringIndex()
     scale_candidates = ScaleCandidateIndex()
 

@@ -25,7 +25,7 @@ from dataplane_model import (
 )
 
 from dataplane import append_path, models
-from dataplane.models import IndexEntry, entry_key
+from dataplane.models import META_KEY, IndexEntry, SegmentMeta, entry_key
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.errors import (
     InvalidArgument,
@@ -253,11 +253,11 @@ def _append_paused_after_claim(store: SegmentStore, monkeypatch, seg: str, write
     slow_thread: list[int] = []
     out: dict[str, object] = {}
 
-    def advance(self, meta, tail, claimed_block):
+    def advance(self, meta, tail, claimed_block, **kwargs):
         if threading.get_ident() in slow_thread and not go.is_set():
             claimed.set()
             assert go.wait(30)
-        return original_advance(self, meta, tail, claimed_block)
+        return original_advance(self, meta, tail, claimed_block, **kwargs)
 
     monkeypatch.setattr(SegmentStore, "_advance", advance)
 
@@ -313,9 +313,9 @@ def test_a_writer_that_meets_a_live_claim_pauses_for_its_owner_instead_of_racing
     advanced_by_b: list[str] = []
     advance = SegmentStore._advance  # A's pause-after-claim wrapper
 
-    def counting_advance(self, meta, tail, claimed_block):
+    def counting_advance(self, meta, tail, claimed_block, **kwargs):
         advanced_by_b.append(claimed_block.writer)
-        return advance(self, meta, tail, claimed_block)
+        return advance(self, meta, tail, claimed_block, **kwargs)
 
     pauses: list[float] = []
 
@@ -337,6 +337,43 @@ def test_a_writer_that_meets_a_live_claim_pauses_for_its_owner_instead_of_racing
     assert len(pauses) == 1 and 0 <= pauses[0] <= StoreSettings().contention_pause_max_ms / 1000
     assert advanced_by_b == ["wb"]  # B only ever committed its own block
     assert store.read(seg, 0).data == block + b"fast"
+
+
+def test_an_appender_that_loses_the_tail_twice_takes_a_ticket_and_marks_it_served(store, seg, monkeypatch):
+    """B loses the tail to A, then to C: the second time it takes a ticket (one atomic add on the head
+    record), and its commit marks the ticket served, so that later losers can tell how many wait."""
+    resume_a = _append_paused_after_claim(store, monkeypatch, seg, "wa", 0, 1, b"a" * 10)
+    resumes, pauses, finished = [], [], []
+
+    class _Clock:  # append_path's ``time``: each of B's pauses lets the claim it lost to commit
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            if len(pauses) == 1:
+                finished.append(resume_a())
+                resumes.append(_append_paused_after_claim(store, monkeypatch, seg, "wc", 0, 1, b"c" * 20))
+            elif len(pauses) == 2:
+                finished.append(resumes[0]())
+
+    monkeypatch.setattr(append_path, "time", _Clock)
+    b = store.append(seg, "wb", 0, 1, b"b" * 5)
+    assert [(r.offset, r.duplicate) for r in finished] == [(0, False), (10, False)]
+    assert (b.offset, b.duplicate) == (30, False)
+    head = SegmentMeta.get(seg, META_KEY, consistent_read=True)
+    assert (head.tickets, head.served) == (1, 1)
+    assert store.read(seg, 0).data == b"a" * 10 + b"c" * 20 + b"b" * 5
+
+
+def test_a_ticket_holder_pauses_about_the_commits_of_those_before_it(store):
+    """Three round trips (a head read, a claim, an advance) per appender ahead, within a quarter either
+    way, never past contention_pause_max_ms; without anyone ahead, a random part of the claim's round trip."""
+    for _ in range(20):
+        assert 0.75 * 5 * 3 * 0.010 <= store._pause_s(2, 10.0, 5) <= 1.25 * 5 * 3 * 0.010
+        assert 0 <= store._pause_s(2, 10.0, 0) <= 0.010
+        assert 0 <= store._pause_s(1, 10.0, None) <= 0.005
+    assert store._pause_s(2, 10.0, 10_000) == StoreSettings().contention_pause_max_ms / 1000
 
 
 def _send_twice_at_once(store: SegmentStore, seg: str, writer: str, first: int, block: bytes) -> list:
@@ -376,11 +413,11 @@ def _crash_next_advance(monkeypatch) -> None:
     original = SegmentStore._advance
     state = {"armed": True}
 
-    def advance(self, meta, tail, block):
+    def advance(self, meta, tail, block, **kwargs):
         if state["armed"]:
             state["armed"] = False
             raise _Crash("the appender died after its claim")
-        return original(self, meta, tail, block)
+        return original(self, meta, tail, block, **kwargs)
 
     monkeypatch.setattr(SegmentStore, "_advance", advance)
 

@@ -94,7 +94,7 @@ class SegmentMachine(RuleBasedStateMachine):
         first = self._next_event(writer)
         original = SegmentStore._advance
 
-        def advance(*args):
+        def advance(*args, **kwargs):
             raise SimulatedCrash("after the claim")
 
         SegmentStore._advance = advance
