@@ -14,7 +14,8 @@ How an append commits (one S3 PUT for a large block, then three small DynamoDB r
    again is another incarnation, whose reads, advances and tiering ignore the claim).
 4. *Advance*: update the head record on the condition that its length is still ``length``, it is not
    sealed and it is the same incarnation, setting the new length, the writer's last block, the rates
-   and, when they cross an auto-scaling threshold, the segment's scale mark (dataplane/scale_signals.py).
+   and, when they cross an auto-scaling threshold, the segment's scale mark (dataplane/scale_signals.py);
+   and for an appender holding a ticket (below), the queue's ``served``.
 
 The head record's length is the commit point: entries at or beyond it are claims, not data. If step 3
 finds another writer's claim, the appender pauses (its owner commits it within a round trip; see
@@ -29,8 +30,10 @@ An appender that loses the tail a second time takes a ticket: an atomic add on t
 advance sets ``served`` to its own). It then pauses about as long as the appenders ahead of it take to
 commit, rather than read the head record and try a claim once per commit it waits through: with 64
 appenders on one segment that halves the requests per committed append (docs/benchmarks.md). A ticket
-only sets pauses: no one waits for a ticket holder, so one that dies or is refused holds nobody up, and
-the next holder's commit moves ``served`` past it.
+only sets pauses: no one waits for a ticket holder, and an append whose add fails goes on without one.
+``served`` is the last holder's to commit, not the highest: a holder that dies, is refused, or commits
+late leaves it behind, and the pauses of the next holders too long (at most ``contention_pause_max_ms``
+and a quarter each), until one of them commits its own claim and sets it again.
 """
 
 from __future__ import annotations
@@ -231,7 +234,7 @@ class AppendPath(SegmentJournal):
         last event moved past the block's predecessor), which also stops helpers from committing it.
         """
         owned_at = None  # where this request's own claim put the block
-        paused_for, lost = None, 0  # the other claim this request last paused for; rounds lost in a row
+        paused_for, lost = None, 0  # the other claim this request last paused for; rounds lost
         ticket = None  # this request's place in the segment's queue, once it has lost the tail twice
         incarnation = None if meta is None else int(meta.created_ms)  # of the segment this request appends to
         waiting_since, waited, waited_length = None, None, None
@@ -321,12 +324,12 @@ class AppendPath(SegmentJournal):
     @staticmethod
     def _take_ticket(meta: SegmentMeta) -> tuple[int | None, int | None]:
         """Take the next ticket of the segment's queue (one atomic add on the head record): the ticket
-        and the last one served. (None, None) if the segment is gone: the next head read says so."""
+        and the last one served. (None, None) when the add fails, whatever the reason (the segment is
+        gone, which the next head read says; a transaction on the head record, such as a merge's, under
+        way; throttling): a ticket only sets pauses, so the append goes on without one."""
         try:
             meta.update(actions=[SegmentMeta.tickets.add(1)], condition=SegmentMeta.pk.exists())
-        except UpdateError as e:
-            if not _failed_condition(e):
-                raise
+        except UpdateError:
             return None, None
         return int(meta.tickets), None if meta.served is None else int(meta.served)
 
@@ -334,16 +337,17 @@ class AppendPath(SegmentJournal):
         """How long a request that lost the tail pauses before it reads the head record again.
 
         Without a ticket, or when its ticket says it is next (``ahead`` <= 0): a random part of the round
-        trip its claim just took (at least ``contention_pause_ms``), doubling with each round lost in a
-        row (full jitter, so that the losers spread out). With ``ahead`` appenders before it in the
-        queue: about the time they take to commit, one head read, claim and advance each, within a
-        quarter either way, so that it reads the head record about once per turn rather than once
-        per commit it waits through. Never more than ``contention_pause_max_ms``."""
+        trip its claim just took (at least ``contention_pause_ms``), doubling with each round lost (full
+        jitter, so that the losers spread out). With ``ahead`` appenders before it in the
+        queue: about the time they take to commit, one head read, claim and advance each, or
+        ``contention_pause_max_ms`` if less, within a quarter either way (so that holders far back do
+        not all wake together at the maximum), so that it reads the head record about once per turn
+        rather than once per commit it waits through."""
         round_trip_ms = max(self.settings.contention_pause_ms, claim_ms)
         if ahead is not None and ahead > 0:
-            wanted = ahead * 3 * round_trip_ms * random.uniform(0.75, 1.25)
-        else:
-            wanted = random.uniform(0, round_trip_ms / 2 * 2 ** min(lost - 1, 10))
+            turn_ms = min(self.settings.contention_pause_max_ms, ahead * 3 * round_trip_ms)
+            return turn_ms * random.uniform(0.75, 1.25) / 1000
+        wanted = random.uniform(0, round_trip_ms / 2 * 2 ** min(lost - 1, 10))
         return min(self.settings.contention_pause_max_ms, wanted) / 1000
 
     def _head_of(self, segment: str, incarnation: int | None, block: _Block, owned_at: int | None) -> SegmentMeta:

@@ -85,7 +85,7 @@ class StoreSettings:
     # rather than race the claim's owner to commit it: that owner advances within a round trip, and every
     # racer would pay a write and reads for nothing. Only a claim still at the tail after a pause is helped
     # through (its owner may have died). The pause is a random part of the round trip its claim just took
-    # (at least ``contention_pause_ms``), doubling with each round it loses in a row, up to the maximum;
+    # (at least ``contention_pause_ms``), doubling with each round it loses, up to the maximum;
     # once it has lost twice, about the time the appenders ahead of it in the segment's queue take
     # (dataplane/append_path.py), up to the same maximum.
     contention_pause_ms: int = 5
