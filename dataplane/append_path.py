@@ -312,26 +312,26 @@ class AppendPath(SegmentJournal):
                 paused_for, lost = (tail, claimed), lost + 1
                 claim_ms = (time.monotonic() - claiming) * 1000
                 if ticket is None and lost >= 2:
-                    ticket, served = self._take_ticket(meta_read)
-                else:
-                    served = meta_read.served
-                time.sleep(self._pause_s(lost, claim_ms, None if ticket is None else ticket - (served or 0) - 1))
+                    ticket = self._take_ticket(meta_read)
+                ahead = None if ticket is None else ticket - int(meta_read.served or 0) - 1
+                time.sleep(self._pause_s(lost, claim_ms, ahead))
                 continue
             if claimed is not None and self._advance(meta_read, tail, claimed, ticket=ticket if claimed is block else None) \
                     and claimed is block:
                 return AppendResult(tail, tail + block.size)
 
     @staticmethod
-    def _take_ticket(meta: SegmentMeta) -> tuple[int | None, int | None]:
-        """Take the next ticket of the segment's queue (one atomic add on the head record): the ticket
-        and the last one served. (None, None) when the add fails, whatever the reason (the segment is
-        gone, which the next head read says; a transaction on the head record, such as a merge's, under
-        way; throttling): a ticket only sets pauses, so the append goes on without one."""
+    def _take_ticket(meta: SegmentMeta) -> int | None:
+        """Take the next ticket of the segment's queue (one atomic add on the head record, whose answer
+        refreshes ``meta``, the last ticket served with it). None when the add fails, whatever the
+        reason (the segment is gone, which the next head read says; a transaction on the head record,
+        such as a merge's, under way; throttling): a ticket only sets pauses, so the append goes on
+        without one."""
         try:
             meta.update(actions=[SegmentMeta.tickets.add(1)], condition=SegmentMeta.pk.exists())
         except UpdateError:
-            return None, None
-        return int(meta.tickets), None if meta.served is None else int(meta.served)
+            return None
+        return int(meta.tickets)
 
     def _pause_s(self, lost: int, claim_ms: float, ahead: int | None) -> float:
         """How long a request that lost the tail pauses before it reads the head record again.

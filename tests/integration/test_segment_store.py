@@ -341,6 +341,30 @@ def test_a_writer_that_meets_a_live_claim_pauses_for_its_owner_instead_of_racing
     assert store.read(seg, 0).data == block + b"fast"
 
 
+def _lose_the_tail_twice(store: SegmentStore, monkeypatch, seg: str, on_first_pause=lambda: None) -> tuple:
+    """Append "wb"'s block while it loses the tail to A's claim, then to C's: each of its pauses lets the
+    claim it lost to commit (``on_first_pause`` runs first in the first). Returns B's AppendResult, its
+    pauses and A's and C's AppendResults."""
+    resume_a = _append_paused_after_claim(store, monkeypatch, seg, "wa", 0, 1, b"a" * 10)
+    resumes, pauses, finished = [], [], []
+
+    class _Clock:  # append_path's ``time``
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            if len(pauses) == 1:
+                on_first_pause()
+                finished.append(resume_a())
+                resumes.append(_append_paused_after_claim(store, monkeypatch, seg, "wc", 0, 1, b"c" * 20))
+            elif len(pauses) == 2:
+                finished.append(resumes[0]())
+
+    monkeypatch.setattr(append_path, "time", _Clock)
+    return store.append(seg, "wb", 0, 1, b"b" * 5), pauses, finished
+
+
 def test_an_appender_that_loses_the_tail_twice_takes_a_ticket_and_marks_it_served(store, seg, monkeypatch):
     """B loses the tail to A, then to C: only the second time it takes a ticket (one atomic add on the
     head record), pauses for the holders the queue says are ahead of it, and its commit marks its
@@ -348,24 +372,9 @@ def test_an_appender_that_loses_the_tail_twice_takes_a_ticket_and_marks_it_serve
     store.append(seg, "w0", 0, 1, b"0")
     head = SegmentMeta.get(seg, META_KEY, consistent_read=True)
     head.update(actions=[SegmentMeta.tickets.set(5), SegmentMeta.served.set(2)])
-    resume_a = _append_paused_after_claim(store, monkeypatch, seg, "wa", 0, 1, b"a" * 10)
-    resumes, pauses, finished, tickets_at_first_pause = [], [], [], []
-
-    class _Clock:  # append_path's ``time``: each of B's pauses lets the claim it lost to commit
-        monotonic = staticmethod(time.monotonic)
-
-        @staticmethod
-        def sleep(seconds: float) -> None:
-            pauses.append(seconds)
-            if len(pauses) == 1:
-                tickets_at_first_pause.append(SegmentMeta.get(seg, META_KEY, consistent_read=True).tickets)
-                finished.append(resume_a())
-                resumes.append(_append_paused_after_claim(store, monkeypatch, seg, "wc", 0, 1, b"c" * 20))
-            elif len(pauses) == 2:
-                finished.append(resumes[0]())
-
-    monkeypatch.setattr(append_path, "time", _Clock)
-    b = store.append(seg, "wb", 0, 1, b"b" * 5)
+    tickets_at_first_pause = []
+    b, pauses, finished = _lose_the_tail_twice(store, monkeypatch, seg, lambda: tickets_at_first_pause.append(
+        SegmentMeta.get(seg, META_KEY, consistent_read=True).tickets))
     assert [(r.offset, r.duplicate) for r in finished] == [(1, False), (11, False)]
     assert (b.offset, b.duplicate) == (31, False)
     assert tickets_at_first_pause == [5]  # no ticket on the first loss
@@ -379,8 +388,7 @@ def test_an_appender_that_loses_the_tail_twice_takes_a_ticket_and_marks_it_serve
 def test_an_append_whose_ticket_cannot_be_taken_goes_on_without_one(store, seg, monkeypatch):
     """A ticket only sets pauses: when its add fails (here throttled; a merge's transaction on the head
     record under way fails it too), the append still commits, and no ticket is recorded."""
-    resume_a = _append_paused_after_claim(store, monkeypatch, seg, "wa", 0, 1, b"a" * 10)
-    resumes, pauses, adds = [], [], []
+    adds = []
     update = SegmentMeta.update
 
     def throttled_add(self, actions, *args, **kwargs):
@@ -390,21 +398,8 @@ def test_an_append_whose_ticket_cannot_be_taken_goes_on_without_one(store, seg, 
                 {"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "UpdateItem"))
         return update(self, actions, *args, **kwargs)
 
-    class _Clock:
-        monotonic = staticmethod(time.monotonic)
-
-        @staticmethod
-        def sleep(seconds: float) -> None:
-            pauses.append(seconds)
-            if len(pauses) == 1:
-                resume_a()
-                resumes.append(_append_paused_after_claim(store, monkeypatch, seg, "wc", 0, 1, b"c" * 20))
-            elif len(pauses) == 2:
-                resumes[0]()
-
     monkeypatch.setattr(SegmentMeta, "update", throttled_add)
-    monkeypatch.setattr(append_path, "time", _Clock)
-    b = store.append(seg, "wb", 0, 1, b"b" * 5)
+    b, _, _ = _lose_the_tail_twice(store, monkeypatch, seg)
     assert (b.offset, b.duplicate) == (30, False)
     assert len(adds) == 1
     head = SegmentMeta.get(seg, META_KEY, consistent_read=True)
