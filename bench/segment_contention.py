@@ -9,6 +9,7 @@ answers one request at a time, so the rate is only comparable between rows of on
     python -m bench.segment_contention                  # 1, 4, 16 and 64 appenders
     python -m bench.segment_contention --appenders 1 16 --appends 20
     python -m bench.segment_contention --request-ms 10   # the commits a second at AWS-like latency
+    python -m bench.segment_contention --no-tickets      # appenders that lose the tail take no ticket
 """
 
 from __future__ import annotations
@@ -63,13 +64,16 @@ def _row(store: SegmentStore, meter: RequestMeter, appenders: int, appends_each:
             "write_units": u.write_units / committed}
 
 
-def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256, request_ms: float = 0.0) -> dict:
+def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256, request_ms: float = 0.0,
+        tickets: bool = True) -> dict:
     """``appends`` in all per row (at least one per appender); ``request_ms`` is a pause before every
-    request, as the network and DynamoDB's own latency add on AWS (moto itself answers in about 1 ms)."""
+    request, as the network and DynamoDB's own latency add on AWS (moto itself answers in about 1 ms);
+    ``tickets=False`` measures appenders that pause without a place in the queue, as before tickets,
+    in the same sitting (the figures of two sittings differ with the machine's load)."""
     meter = RequestMeter()
-    with moto_stack(meter, bind=True) as (_, deployment), _request_latency(request_ms):
+    with moto_stack(meter, bind=True) as (_, deployment), _request_latency(request_ms), _tickets(tickets):
         store = SegmentStore(deployment)
-        return {"event_bytes": len(EVENT), "request_ms": request_ms,
+        return {"event_bytes": len(EVENT), "request_ms": request_ms, "tickets": tickets,
                 "rows": [_row(store, meter, n, max(1, appends // n)) for n in appenders]}
 
 
@@ -89,9 +93,23 @@ def _request_latency(ms: float) -> Iterator[None]:
         URLLib3Session.send = send
 
 
+@contextmanager
+def _tickets(taken: bool) -> Iterator[None]:
+    """Unless ``taken``, every ticket's add fails, as a throttled one does: the append goes on without one."""
+    if taken:
+        yield
+        return
+    SegmentStore._take_ticket = staticmethod(lambda meta: None)  # shadows AppendPath's for this run
+    try:
+        yield
+    finally:
+        del SegmentStore._take_ticket
+
+
 def report(result: dict) -> str:
     lines = [(f"per committed append, concurrent appenders on one segment ({result['event_bytes']} B inline "
-              f"blocks, SegmentStore in-process on moto, {result['request_ms']:g} ms added to every request)"),
+              f"blocks, SegmentStore in-process on moto, {result['request_ms']:g} ms added to every request"
+              f"{'' if result['tickets'] else ', no tickets'})"),
              f"  {'appenders':>9} {'appends':>7} {'appends/s':>9} {'requests':>8} {'read units':>10} {'write units':>11}"]
     for r in result["rows"]:
         lines.append(f"  {r['appenders']:>9} {r['appends']:>7} {r['appends_per_s']:>9.1f} {r['requests']:>8.2f} "
@@ -105,8 +123,10 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=256, help="appends in all per row")
     parser.add_argument("--request-ms", type=float, default=0.0,
                         help="a pause before every request, as AWS's latency adds (e.g. 5 or 10)")
+    parser.add_argument("--no-tickets", action="store_true",
+                        help="appenders that keep losing the tail take no ticket (as before tickets)")
     args = parser.parse_args()
-    print(report(run(tuple(args.appenders), args.appends, args.request_ms)))
+    print(report(run(tuple(args.appenders), args.appends, args.request_ms, tickets=not args.no_tickets)))
 
 
 if __name__ == "__main__":

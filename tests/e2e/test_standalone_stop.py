@@ -2,7 +2,11 @@
 test_standalone_terminal.py), and a taken port before anything starts.
 
 Each stack runs on a pseudo-terminal of its own, in its own process group, and is interrupted as a
-terminal's Ctrl-C does: SIGINT to the whole group (the function workers included). Every process of
+terminal's Ctrl-C does: SIGINT to the whole group (the function workers included). The earliest
+moment is the first import of ``rillet.cli.main``: before it the interpreter starts (``site`` and the
+environment's ``.pth`` files) and imports the entry point, moments whose Ctrl-C is Python's to handle
+(tests/unit/test_cli_interrupt.py). It is found by the import trace rather than by a delay, which a
+loaded machine moves into the interpreter's start. Every process of
 the stack inherits a mark in its environment, so the processes that outlive it are found in /proc
 whatever their parent became (Dagster's code servers used to be left behind).
 """
@@ -30,15 +34,28 @@ FREE_PORTS = ["--moto-port", "0", "--controller-port", "0", "--append-port", "0"
 class Terminal:
     """The stack started as a person starts it, on a terminal; what it printed there is ``output``."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, trace_imports: bool = False) -> None:
+        """``trace_imports``: the interpreter prints its import trace there too (``wait_for_import``);
+        ``output`` leaves it out."""
         self.mark = uuid.uuid4().hex
         self.master, slave = os.openpty()
+        env = {**os.environ, MARK: self.mark, **({"PYTHONPROFILEIMPORTTIME": "1"} if trace_imports else {})}
         self.process = subprocess.Popen([sys.executable, "-m", "standalone", *FREE_PORTS, *args],
-                                        stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                                        env={**os.environ, MARK: self.mark})
+                                        stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env=env)
         os.close(slave)
-        self.output = ""
+        self.shown = ""  # all the terminal showed, the import trace included
         self.closed = False
+
+    @property
+    def output(self) -> str:
+        return "".join(line for line in self.shown.splitlines(keepends=True) if not line.startswith("import time:"))
+
+    def wait_for_import(self, module: str, timeout_s: float) -> None:
+        """Until the import trace shows ``module`` imported."""
+        deadline = time.monotonic() + timeout_s
+        while not re.search(rf"\| +{re.escape(module)}\n", self.shown):
+            assert not self.closed and time.monotonic() < deadline, f"no import of {module!r} in:\n{self.shown}"
+            self._read(deadline - time.monotonic())
 
     def wait_for(self, text: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -85,7 +102,7 @@ class Terminal:
         except OSError:  # EIO: every process holding the terminal closed it
             data = b""
         self.closed = not data
-        self.output += data.decode(errors="replace").replace("\r\n", "\n")
+        self.shown += data.decode(errors="replace").replace("\r\n", "\n")
         return bool(data)
 
     def processes(self) -> list[str]:
@@ -129,8 +146,8 @@ def _free_port() -> int:
 def terminals():
     started: list[Terminal] = []
 
-    def start(*args: str) -> Terminal:
-        started.append(Terminal(*args))
+    def start(*args: str, trace_imports: bool = False) -> Terminal:
+        started.append(Terminal(*args, trace_imports=trace_imports))
         return started[-1]
 
     yield start
@@ -151,8 +168,9 @@ def assert_interrupted_while_starting(terminal: Terminal, timeout_s: float = 60)
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_right_after_the_start(terminals, tmp_path):
-    terminal = terminals("--no-dagster", "--log-dir", str(tmp_path))
-    time.sleep(0.2)
+    """As soon as the command's code runs: ``rillet.cli.main`` imports argparse first."""
+    terminal = terminals("--no-dagster", "--log-dir", str(tmp_path), trace_imports=True)
+    terminal.wait_for_import("argparse", 120)
     terminal.interrupt()
     assert_interrupted_while_starting(terminal)
 

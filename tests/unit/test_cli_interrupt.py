@@ -103,10 +103,16 @@ def test_ctrl_c_while_the_command_waits_for_a_server_exits_130_with_one_line(sil
     assert _interrupted(code, output), (code, output)
 
 
-def test_ctrl_c_at_once_after_the_start_stops_it_without_a_traceback(silent_server):
-    """The interpreter has not set its own handler yet: killed by SIGINT, silently (a shell shows 130)."""
+def test_ctrl_c_at_once_after_the_start_stops_it_without_a_traceback_of_the_command(silent_server):
+    """Before the command's first import the interpreter is still starting, and the outcome is
+    CPython's: killed by SIGINT, silently (a shell shows 130), or, inside ``site``, its fatal error
+    naming that import, whose traceback runs through ``site`` and the ``.pth`` files alone (this
+    venv's editable installs; a wheel's install has none). Whichever moment it lands in, no frame of
+    the command's own code shows."""
     code, output = _interrupt(_tail(silent_server))
-    assert _interrupted(code, output) or (code, output.strip()) == (-signal.SIGINT, ""), (code, output)
+    killed_by_python = (code, output.strip()) == (-signal.SIGINT, "")
+    python_start_failed = code == 1 and "init_import_site" in output and "/rillet/" not in output
+    assert _interrupted(code, output) or killed_by_python or python_start_failed, (code, output)
 
 
 def test_main_called_in_process_returns_130_and_leaves_the_sigint_handler_alone(monkeypatch, capsys):
