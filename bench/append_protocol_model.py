@@ -1,0 +1,310 @@
+"""A model, not a measurement: how many appends a second one segment commits, and what its DynamoDB
+partition takes, under today's serial chain and under the sub-log layout docs/limits.md proposes
+(issue 40), at AWS-like latency and with more concurrent appenders than moto can serve.
+
+A discrete-event simulation of N appenders, each appending one block at a time (1 KiB events, as
+bench.segment_contention does on moto). Every request takes a latency drawn from a log-normal of median
+``rtt_ms`` (sigma 0.35: a p99 of about 2.3 times the median) and is applied at a uniform point of it
+(between 30 and 70 per cent), so two requests that race are decided in the order DynamoDB would apply
+them. The partitions have no throughput limit here: the units each takes a second are counted and
+compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units a second).
+
+* ``chain`` is dataplane/append_path.py as it is: read the head record (consistent, 1 read unit), claim
+  the entry at its length (a conditional put of the 1 KiB block, 2 write units, charged on a refusal
+  too), advance the head (1 write unit). A loser pauses (StoreSettings: a random part of half its
+  claim's round trip, doubling per loss, at most 1 s; from its second loss a ticket, 1 write unit,
+  and a pause of three round trips per appender ahead), reads the head again, and completes a claim
+  it paused for that is still there (the help that keeps a dead owner from stalling the segment).
+* ``sublog`` is the proposed layout, not built: an appender puts its block in a sub-log partition of
+  its own (``shards`` of them; 2 write units there), then polls its own item (eventually consistent,
+  half a unit there) every ``poll_ms``; when its item is still not in a batch ``batch_after_ms`` after
+  it was put, it batches: it queries every shard for items not yet in a batch (eventually consistent:
+  one missed is taken by the next batch) while reading the head (1 read unit), claims the entry at the
+  head's length with the list of those items (a conditional put of about 60 B an item, refused when
+  another batcher won), advances the head (1 write unit), and marks the batch's items (1 write unit
+  each, in their partitions). Only the claim, the advance and the head reads load the segment's
+  partition, once per batch, not per append.
+
+Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
+``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
+take about 15 ms (moto's 5 ms, which answers one request at a time, and the 10 ms added).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import math
+import random
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+READ_LIMIT, WRITE_LIMIT = 3000, 1000  # DynamoDB's units a second for one partition
+CLAIM_WU = 2  # a 1 KiB block with its keys: bench.segment_contention measures 3 write units an append
+CURSOR_BYTES = 50  # a batch entry names, per shard it takes from, the range of sub-log keys it takes
+
+
+@dataclass
+class Totals:
+    """What a run cost: requests and units, on the segment's partition and on the sub-logs'."""
+
+    requests: int = 0
+    segment_read: float = 0.0
+    segment_write: float = 0.0
+    sublog_read: float = 0.0
+    sublog_write: float = 0.0
+    refused: int = 0
+    batches: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+class Simulation:
+    """Processes are generators that yield ("request", apply, units) or ("sleep", ms); ``apply`` runs at
+    the moment DynamoDB applies the request and its result is sent back into the generator."""
+
+    def __init__(self, rtt_ms: float, seed: int) -> None:
+        self.rtt_ms, self.now = rtt_ms, 0.0
+        self.random = random.Random(seed)
+        self.queue: list = []
+        self.order = itertools.count()
+        self.totals = Totals()
+
+    def start(self, process: Iterator) -> None:
+        self._resume(process, None)
+
+    def _at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self.queue, (when, next(self.order), action))
+
+    def _resume(self, process: Iterator, value: object) -> None:
+        try:
+            step = process.send(value)
+        except StopIteration:
+            return
+        if step[0] == "sleep":
+            self._at(self.now + step[1], lambda: self._resume(process, None))
+            return
+        _, apply, charge = step
+        self.totals.requests += 1
+        latency = self.rtt_ms * math.exp(self.random.gauss(0, 0.35))
+        applied_at = self.now + latency * self.random.uniform(0.3, 0.7)
+        box: list = []
+
+        def applied() -> None:
+            box.append(apply())
+            charge(self.totals, box[0])
+
+        self._at(applied_at, applied)
+        self._at(self.now + latency, lambda: self._resume(process, box[0]))
+
+    def run(self, until_ms: float) -> None:
+        while self.queue and self.queue[0][0] <= until_ms:
+            self.now, _, action = heapq.heappop(self.queue)
+            action()
+
+
+def _charge(**units: float) -> Callable[[Totals, object], None]:
+    def charge(totals: Totals, result: object) -> None:
+        for name, amount in units.items():
+            setattr(totals, name, getattr(totals, name) + amount)
+    return charge
+
+
+def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: float = 1000.0,
+          served: str = "last", next_pause: str = "doubling") -> None:
+    """Today's protocol (dataplane/append_path.py), committed blocks counted by the head's length.
+    Two variants, for what they would change: ``served="highest"``, a holder's commit sets the ticket
+    served only when its own is higher (today a holder that commits late sends it back), and
+    ``next_pause="round_trip"``, a holder its ticket says is next pauses a random part of one round trip
+    (today it pauses as an appender without a ticket, within a window that doubles with each loss)."""
+    head = {"length": 0, "tickets": 0, "served": 0}
+    claims: dict[int, object] = {}
+
+    def appender(me: int) -> Iterator:
+        while True:
+            started, lost, ticket, paused_for = sim.now, 0, None, None
+            own = object()
+            while True:
+                length, last_served = yield ("request", lambda: (head["length"], head["served"]),
+                                             _charge(segment_read=1))
+                if paused_for is not None and paused_for[0] == length and claims.get(length) is paused_for[1]:
+                    yield ("request", lambda t=length: _advance(t), _charge(segment_write=1))  # help it
+                    continue
+                claiming = sim.now
+                won = yield ("request", lambda t=length, o=own: claims.setdefault(t, o) is o, _claim_charge)
+                if won:
+                    yield ("request", lambda t=length, k=ticket: _advance(t, k), _charge(segment_write=1))
+                    sim.totals.latencies_ms.append(sim.now - started)
+                    break
+                lost += 1
+                paused_for = (length, claims[length])
+                round_trip = max(pause_ms, sim.now - claiming)
+                if ticket is None and lost >= 2:
+                    ticket = yield ("request", _take_ticket, _charge(segment_write=1))
+                    last_served = head["served"]
+                ahead = None if ticket is None else ticket - last_served - 1
+                if ahead is not None and ahead > 0:
+                    pause = min(pause_max_ms, ahead * 3 * round_trip) * sim.random.uniform(0.75, 1.25)
+                elif ahead is not None and next_pause == "round_trip":
+                    pause = sim.random.uniform(0, round_trip)
+                else:
+                    pause = min(pause_max_ms, sim.random.uniform(0, round_trip / 2 * 2 ** min(lost - 1, 10)))
+                yield ("sleep", pause)
+
+    def _claim_charge(totals: Totals, won: bool) -> None:
+        totals.segment_write += CLAIM_WU
+        totals.refused += not won
+
+    def _advance(tail: int, ticket: int | None = None) -> bool:
+        if head["length"] != tail:
+            return False
+        head["length"] = tail + 1
+        if ticket is not None and (served == "last" or ticket > head["served"]):
+            head["served"] = ticket
+        return True
+
+    def _take_ticket() -> int:
+        head["tickets"] += 1
+        return head["tickets"]
+
+    for me in range(appenders):
+        sim.start(appender(me))
+    sim.committed = lambda: head["length"]  # type: ignore[attr-defined]
+
+
+def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 10.0,
+           batch_after_ms: float = 0.0, takeover_ms: float = 50.0) -> None:
+    """The proposed layout: per-append items in sub-log partitions, committed a batch at a time."""
+    head = {"length": 0}
+    entries: set[int] = set()  # claimed batch entries, by the head length they were claimed at
+    unbatched: list[set[tuple[int, int]]] = [set() for _ in range(shards)]  # items no batch has taken
+    committed_items: set[tuple[int, int]] = set()
+    claimed_items: set[tuple[int, int]] = set()
+    put_at: dict[tuple[int, int], float] = {}
+
+    def appender(me: int) -> Iterator:
+        shard = me % shards
+        for number in itertools.count():
+            started, item = sim.now, (me, number)
+            yield ("request", lambda i=item: _put(shard, i), _charge(sublog_write=2))
+            while True:
+                if sim.now - started >= batch_after_ms:
+                    oldest = yield ("request", lambda: _oldest(unbatched[shard]), _charge(sublog_read=0.5))
+                    if oldest == item:
+                        yield from batch(item)
+                yield ("sleep", poll_ms * sim.random.uniform(0.5, 1.5))
+                done = yield ("request", lambda i=item: i in committed_items, _charge(sublog_read=0.5))
+                if done:
+                    sim.totals.latencies_ms.append(sim.now - started)
+                    break
+
+    def batch(mine: tuple[int, int]) -> Iterator:
+        """Only the appender with the oldest item of its shard gets here (its shard's query said so, off
+        the segment's partition), and it batches only if its item is the oldest of all shards, or the
+        oldest is older than ``takeover_ms`` (its appender died or stalls): so about one batcher a round
+        claims the entry at the head's length."""
+        length, found = yield ("request", lambda: (head["length"], [i for s in unbatched for i in s]), _query_charge)
+        if not found:
+            return
+        oldest = _oldest(found)
+        if oldest != mine and sim.now - put_at[oldest] < takeover_ms:
+            return
+        size_wu = math.ceil((200 + CURSOR_BYTES * len({me % shards for me, _ in found})) / 1024)
+        taken = yield ("request", lambda: _claim(length, found), _batch_claim_charge(size_wu))
+        if not taken:
+            return
+        advanced = yield ("request", lambda: _advance(length, taken), _charge(segment_write=1))
+        if advanced:
+            yield ("request", lambda: None, _charge(sublog_write=len(taken)))  # the marks, sent at once
+
+    def _query_charge(totals: Totals, answer: tuple[int, list]) -> None:
+        """The head's consistent read and one query per shard, sent at once."""
+        totals.segment_read += 1
+        totals.sublog_read += shards * 0.5 + len(answer[1]) * 1100 / 4096 / 2
+        totals.requests += shards
+
+    def _batch_claim_charge(size_wu: int) -> Callable[[Totals, list | None], None]:
+        def charge(totals: Totals, taken: list | None) -> None:
+            totals.segment_write += size_wu
+            totals.refused += not taken
+        return charge
+
+    def _put(shard: int, item: tuple[int, int]) -> None:
+        unbatched[shard].add(item)
+        put_at[item] = sim.now
+
+    def _oldest(items: object) -> tuple[int, int] | None:
+        return min(items, key=put_at.__getitem__, default=None)
+
+    def _claim(length: int, found: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+        """The entry at ``length``, taking the items found that no batch took meanwhile (in the layout,
+        a shard's items are taken up to a cursor the claim names, so one item is never in two batches)."""
+        taken = [item for item in found if item not in committed_items and item not in claimed_items]
+        if length in entries or not taken:
+            return None
+        entries.add(length)
+        claimed_items.update(taken)
+        return taken
+
+    def _advance(length: int, taken: list[tuple[int, int]]) -> bool:
+        if head["length"] != length:
+            return False
+        head["length"] = length + 1
+        sim.totals.batches += 1
+        for me, number in taken:
+            unbatched[me % shards].discard((me, number))
+            committed_items.add((me, number))
+        return True
+
+    for me in range(appenders):
+        sim.start(appender(me))
+    sim.committed = lambda: len(committed_items)  # type: ignore[attr-defined]
+
+
+PROTOCOLS = {"chain": chain, "sublog": sublog}
+
+
+def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seconds: float = 20.0,
+        seed: int = 1, **options: float) -> dict:
+    sim = Simulation(rtt_ms, seed)
+    PROTOCOLS[protocol](sim, appenders, **options)
+    sim.run(seconds * 1000)
+    t, committed = sim.totals, sim.committed()  # type: ignore[attr-defined]
+    latencies = sorted(t.latencies_ms) or [math.nan]
+    return {"protocol": protocol, "appenders": appenders, "rtt_ms": rtt_ms,
+            "appends_per_s": committed / seconds,
+            "requests_per_append": t.requests / max(committed, 1),
+            "segment_read_per_s": t.segment_read / seconds, "segment_write_per_s": t.segment_write / seconds,
+            "segment_share": max(t.segment_read / seconds / READ_LIMIT, t.segment_write / seconds / WRITE_LIMIT),
+            "sublog_write_per_s": t.sublog_write / seconds, "sublog_read_per_s": t.sublog_read / seconds,
+            "refused_per_append": t.refused / max(committed, 1),
+            "appends_per_batch": committed / t.batches if t.batches else 1.0,
+            "p50_ms": statistics.median(latencies), "p99_ms": latencies[int(len(latencies) * 0.99)]}
+
+
+def report(rows: list[dict]) -> str:
+    lines = ["model (not measured): one segment, appenders each sending one 1 KiB-event block at a time",
+             (f"  {'protocol':<8} {'rtt ms':>6} {'appenders':>9} {'appends/s':>9} {'req/append':>10} "
+              f"{'seg RU/s':>8} {'seg WU/s':>8} {'of limit':>8} {'per batch':>9} {'refused':>7} {'p50 ms':>7} {'p99 ms':>7}")]
+    for r in rows:
+        lines.append(f"  {r['protocol']:<8} {r['rtt_ms']:>6g} {r['appenders']:>9} {r['appends_per_s']:>9.1f} "
+                     f"{r['requests_per_append']:>10.2f} {r['segment_read_per_s']:>8.0f} "
+                     f"{r['segment_write_per_s']:>8.0f} {r['segment_share']:>8.0%} {r['appends_per_batch']:>9.1f} "
+                     f"{r['refused_per_append']:>7.2f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default="both")
+    parser.add_argument("--appenders", type=int, nargs="+", default=[1, 4, 16, 64, 100])
+    parser.add_argument("--rtt-ms", type=float, default=10.0, help="median request latency")
+    parser.add_argument("--seconds", type=float, default=20.0, help="simulated seconds per row")
+    args = parser.parse_args()
+    protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
+    print(report([run(p, n, args.rtt_ms, args.seconds) for p in protocols for n in args.appenders]))
+
+
+if __name__ == "__main__":
+    main()
