@@ -37,12 +37,15 @@ def _row(store: SegmentStore, meter: RequestMeter, appenders: int, appends_each:
     segment = f"bench{uuid.uuid4().hex[:8]}/data/0"
     store.create(segment)
     start = threading.Barrier(appenders)
+    latencies_ms: list[float] = []  # list.append is atomic under the GIL
 
     def appender() -> None:
         writer = uuid.uuid4().hex
         start.wait()
         for number in range(appends_each):
+            sent = time.perf_counter()
             store.append(segment, writer, number, 1, EVENT, after=number - 1)
+            latencies_ms.append((time.perf_counter() - sent) * 1000)
 
     threads = [threading.Thread(target=appender) for _ in range(appenders)]
     meter.reset()
@@ -59,9 +62,12 @@ def _row(store: SegmentStore, meter: RequestMeter, appenders: int, appends_each:
     committed = store.info(segment).length // len(EVENT)
     assert committed == appenders * appends_each, (committed, appenders, appends_each)
     u = usage(records)
+    latencies_ms.sort()
     return {"appenders": appenders, "appends": committed, "appends_per_s": committed / seconds,
             "requests": sum(u.requests.values()) / committed, "read_units": u.read_units / committed,
-            "write_units": u.write_units / committed}
+            "write_units": u.write_units / committed, "p50_ms": latencies_ms[len(latencies_ms) // 2],
+            "p99_ms": latencies_ms[min(len(latencies_ms) - 1, len(latencies_ms) * 99 // 100)],
+            "max_ms": latencies_ms[-1]}
 
 
 def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256, request_ms: float = 0.0,
@@ -110,10 +116,12 @@ def report(result: dict) -> str:
     lines = [(f"per committed append, concurrent appenders on one segment ({result['event_bytes']} B inline "
               f"blocks, SegmentStore in-process on moto, {result['request_ms']:g} ms added to every request"
               f"{'' if result['tickets'] else ', no tickets'})"),
-             f"  {'appenders':>9} {'appends':>7} {'appends/s':>9} {'requests':>8} {'read units':>10} {'write units':>11}"]
+             (f"  {'appenders':>9} {'appends':>7} {'appends/s':>9} {'requests':>8} {'read units':>10} "
+              f"{'write units':>11} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}")]
     for r in result["rows"]:
         lines.append(f"  {r['appenders']:>9} {r['appends']:>7} {r['appends_per_s']:>9.1f} {r['requests']:>8.2f} "
-                     f"{r['read_units']:>10.2f} {r['write_units']:>11.2f}")
+                     f"{r['read_units']:>10.2f} {r['write_units']:>11.2f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f} "
+                     f"{r['max_ms']:>7.0f}")
     return "\n".join(lines)
 
 
