@@ -112,12 +112,13 @@ def _charge(**units: float) -> Callable[[Totals, object], None]:
 
 
 def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: float = 1000.0,
-          served: str = "last", next_pause: str = "doubling") -> None:
+          served: str = "last", next_pause: str = "doubling", ticket_after: int = 2) -> None:
     """Today's protocol (dataplane/append_path.py), committed blocks counted by the head's length.
     Two variants, for what they would change: ``served="highest"``, a holder's commit sets the ticket
     served only when its own is higher (today a holder that commits late sends it back), and
     ``next_pause="round_trip"``, a holder its ticket says is next pauses a random part of one round trip
-    (today it pauses as an appender without a ticket, within a window that doubles with each loss)."""
+    (today it pauses as an appender without a ticket, within a window that doubles with each loss);
+    ``ticket_after``, the losses before an appender takes a ticket (2 today)."""
     head = {"length": 0, "tickets": 0, "served": 0}
     claims: dict[int, object] = {}
 
@@ -140,7 +141,7 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
                 lost += 1
                 paused_for = (length, claims[length])
                 round_trip = max(pause_ms, sim.now - claiming)
-                if ticket is None and lost >= 2:
+                if ticket is None and lost >= ticket_after:
                     ticket = yield ("request", _take_ticket, _charge(segment_write=1))
                     last_served = head["served"]
                 ahead = None if ticket is None else ticket - last_served - 1
