@@ -53,7 +53,8 @@ def run(small_appends: int = 400, small_size: int = 1000, large_blocks: int = 8,
         store.seal(small)
         result["tiering pass (sealed segment)"] = _count(lambda: store.tier(small))
         result["read 64 KiB, tiered"] = _count(lambda: store.read(small, 0, 1 << 16))
-        result["read 64 KiB, tiered, mid-entry"] = _count(lambda: store.read(small, 12_345, 1 << 16))
+        mid_entry = small_size * ((small_appends - 1) // 2) + small_size // 3  # inside the middle append's entry
+        result["read 64 KiB, tiered, mid-entry"] = _count(lambda: store.read(small, mid_entry, 1 << 16))
         return {"small_appends": small_appends, "small_size": small_size, "requests": result}
 
 
