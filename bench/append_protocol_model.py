@@ -15,15 +15,17 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   claim's round trip, doubling per loss, at most 1 s; from its second loss a ticket, 1 write unit,
   and a pause of three round trips per appender ahead), reads the head again, and completes a claim
   it paused for that is still there (the help that keeps a dead owner from stalling the segment).
-* ``sublog`` is the proposed layout, not built: an appender puts its block in a sub-log partition of
-  its own (``shards`` of them; 2 write units there), then polls its own item (eventually consistent,
-  half a unit there) every ``poll_ms``; when its item is still not in a batch ``batch_after_ms`` after
-  it was put, it batches: it queries every shard for items not yet in a batch (eventually consistent:
-  one missed is taken by the next batch) while reading the head (1 read unit), claims the entry at the
-  head's length with the list of those items (a conditional put of about 60 B an item, refused when
-  another batcher won), advances the head (1 write unit), and marks the batch's items (1 write unit
-  each, in their partitions). Only the claim, the advance and the head reads load the segment's
-  partition, once per batch, not per append.
+* ``sublog`` is the layout docs/dataplane.md designs ("Designed, not built: sub-logs"): an appender
+  puts its block in a sub-log partition (``shards`` of them, by writer; 2 write units there), then looks
+  whether its item is the oldest of its shard (a query there, half a unit), and polls its writer's state
+  item every ``poll_ms`` (eventually consistent, half a unit there). The appender with the oldest item of
+  its shard queries every shard for items no batch took (eventually consistent: one missed is taken by
+  the next batch) while reading the head (1 read unit); if its item is the oldest of all, or the oldest
+  is older than ``takeover_ms``, it commits a batch of up to 98 writers' blocks in one transaction (the
+  head's advance on the length read, the batch entry listing the items' keys, each writer's state; all
+  refused if any part is stale), whose latency is ``transaction_factor`` times a request's and whose
+  units are twice each write's, charged when refused too. Only the head and the batch entry load the
+  segment's partition, once per batch, not per append.
 
 Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
 ``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
@@ -43,7 +45,10 @@ from dataclasses import dataclass, field
 
 READ_LIMIT, WRITE_LIMIT = 3000, 1000  # DynamoDB's units a second for one partition
 CLAIM_WU = 2  # a 1 KiB block with its keys: bench.segment_contention measures 3 write units an append
-CURSOR_BYTES = 50  # a batch entry names, per shard it takes from, the range of sub-log keys it takes
+KEY_BYTES = 60  # a batch entry lists the keys of its sub-log items
+# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry and one writer's
+# state item per writer (an appender here has one block in flight, so one item per writer).
+MAX_BATCH_WRITERS = 98
 
 
 @dataclass
@@ -61,8 +66,9 @@ class Totals:
 
 
 class Simulation:
-    """Processes are generators that yield ("request", apply, units) or ("sleep", ms); ``apply`` runs at
-    the moment DynamoDB applies the request and its result is sent back into the generator."""
+    """Processes are generators that yield ("request", apply, units[, latency factor]) or ("sleep", ms);
+    ``apply`` runs at the moment DynamoDB applies the request and its result is sent back into the
+    generator."""
 
     def __init__(self, rtt_ms: float, seed: int) -> None:
         self.rtt_ms, self.now = rtt_ms, 0.0
@@ -85,9 +91,9 @@ class Simulation:
         if step[0] == "sleep":
             self._at(self.now + step[1], lambda: self._resume(process, None))
             return
-        _, apply, charge = step
+        _, apply, charge, *factor = step
         self.totals.requests += 1
-        latency = self.rtt_ms * math.exp(self.random.gauss(0, 0.35))
+        latency = self.rtt_ms * (factor[0] if factor else 1.0) * math.exp(self.random.gauss(0, 0.35))
         applied_at = self.now + latency * self.random.uniform(0.3, 0.7)
         box: list = []
 
@@ -175,13 +181,12 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
 
 
 def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 10.0,
-           batch_after_ms: float = 0.0, takeover_ms: float = 50.0) -> None:
-    """The proposed layout: per-append items in sub-log partitions, committed a batch at a time."""
+           takeover_ms: float = 200.0, transaction_factor: float = 2.0) -> None:
+    """The proposed layout (docs/dataplane.md, "Designed, not built: sub-logs"): per-append items in
+    sub-log partitions, committed a batch at a time by one transaction."""
     head = {"length": 0}
-    entries: set[int] = set()  # claimed batch entries, by the head length they were claimed at
     unbatched: list[set[tuple[int, int]]] = [set() for _ in range(shards)]  # items no batch has taken
-    committed_items: set[tuple[int, int]] = set()
-    claimed_items: set[tuple[int, int]] = set()
+    committed_items: set[tuple[int, int]] = set()  # as the writers' state items say
     put_at: dict[tuple[int, int], float] = {}
 
     def appender(me: int) -> Iterator:
@@ -190,10 +195,9 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
             started, item = sim.now, (me, number)
             yield ("request", lambda i=item: _put(shard, i), _charge(sublog_write=2))
             while True:
-                if sim.now - started >= batch_after_ms:
-                    oldest = yield ("request", lambda: _oldest(unbatched[shard]), _charge(sublog_read=0.5))
-                    if oldest == item:
-                        yield from batch(item)
+                oldest = yield ("request", lambda: _oldest(unbatched[shard]), _charge(sublog_read=0.5))
+                if oldest == item:
+                    yield from batch(item)
                 yield ("sleep", poll_ms * sim.random.uniform(0.5, 1.5))
                 done = yield ("request", lambda i=item: i in committed_items, _charge(sublog_read=0.5))
                 if done:
@@ -204,20 +208,15 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
         """Only the appender with the oldest item of its shard gets here (its shard's query said so, off
         the segment's partition), and it batches only if its item is the oldest of all shards, or the
         oldest is older than ``takeover_ms`` (its appender died or stalls): so about one batcher a round
-        claims the entry at the head's length."""
+        sends the transaction for the head's length."""
         length, found = yield ("request", lambda: (head["length"], [i for s in unbatched for i in s]), _query_charge)
         if not found:
             return
         oldest = _oldest(found)
         if oldest != mine and sim.now - put_at[oldest] < takeover_ms:
             return
-        size_wu = math.ceil((200 + CURSOR_BYTES * len({me % shards for me, _ in found})) / 1024)
-        taken = yield ("request", lambda: _claim(length, found), _batch_claim_charge(size_wu))
-        if not taken:
-            return
-        advanced = yield ("request", lambda: _advance(length, taken), _charge(segment_write=1))
-        if advanced:
-            yield ("request", lambda: None, _charge(sublog_write=len(taken)))  # the marks, sent at once
+        taken = sorted(found, key=put_at.__getitem__)[:MAX_BATCH_WRITERS]
+        yield ("request", lambda: _commit(length, taken), _transaction_charge(len(taken)), transaction_factor)
 
     def _query_charge(totals: Totals, answer: tuple[int, list]) -> None:
         """The head's consistent read and one query per shard, sent at once."""
@@ -225,10 +224,13 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
         totals.sublog_read += shards * 0.5 + len(answer[1]) * 1100 / 4096 / 2
         totals.requests += shards
 
-    def _batch_claim_charge(size_wu: int) -> Callable[[Totals, list | None], None]:
-        def charge(totals: Totals, taken: list | None) -> None:
-            totals.segment_write += size_wu
-            totals.refused += not taken
+    def _transaction_charge(items: int) -> Callable[[Totals, bool], None]:
+        """Twice each write's units, refused or not: the head (under 1 KB) and the batch entry (its list of
+        keys) on the segment's partition, each writer's state item in its shard's."""
+        def charge(totals: Totals, committed: bool) -> None:
+            totals.segment_write += 2 * (1 + math.ceil((200 + KEY_BYTES * items) / 1024))
+            totals.sublog_write += 2 * items
+            totals.refused += not committed
         return charge
 
     def _put(shard: int, item: tuple[int, int]) -> None:
@@ -238,18 +240,9 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
     def _oldest(items: object) -> tuple[int, int] | None:
         return min(items, key=put_at.__getitem__, default=None)
 
-    def _claim(length: int, found: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
-        """The entry at ``length``, taking the items found that no batch took meanwhile (in the layout,
-        a shard's items are taken up to a cursor the claim names, so one item is never in two batches)."""
-        taken = [item for item in found if item not in committed_items and item not in claimed_items]
-        if length in entries or not taken:
-            return None
-        entries.add(length)
-        claimed_items.update(taken)
-        return taken
-
-    def _advance(length: int, taken: list[tuple[int, int]]) -> bool:
-        if head["length"] != length:
+    def _commit(length: int, taken: list[tuple[int, int]]) -> bool:
+        """All or nothing: the head's length as read, and each writer's state still before its block."""
+        if head["length"] != length or any(item in committed_items for item in taken):
             return False
         head["length"] = length + 1
         sim.totals.batches += 1
@@ -279,6 +272,8 @@ def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seco
             "segment_read_per_s": t.segment_read / seconds, "segment_write_per_s": t.segment_write / seconds,
             "segment_share": max(t.segment_read / seconds / READ_LIMIT, t.segment_write / seconds / WRITE_LIMIT),
             "sublog_write_per_s": t.sublog_write / seconds, "sublog_read_per_s": t.sublog_read / seconds,
+            "shard_share": max(t.sublog_read / seconds / READ_LIMIT, t.sublog_write / seconds / WRITE_LIMIT)
+            / options.get("shards", 16) if protocol == "sublog" else None,
             "refused_per_append": t.refused / max(committed, 1),
             "appends_per_batch": committed / t.batches if t.batches else 1.0,
             "p50_ms": statistics.median(latencies), "p99_ms": latencies[int(len(latencies) * 0.99)]}
@@ -287,11 +282,12 @@ def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seco
 def report(rows: list[dict]) -> str:
     lines = ["model (not measured): one segment, appenders each sending one 1 KiB-event block at a time",
              (f"  {'protocol':<8} {'rtt ms':>6} {'appenders':>9} {'appends/s':>9} {'req/append':>10} "
-              f"{'seg RU/s':>8} {'seg WU/s':>8} {'of limit':>8} {'per batch':>9} {'refused':>7} {'p50 ms':>7} {'p99 ms':>7}")]
+              f"{'seg RU/s':>8} {'seg WU/s':>8} {'of limit':>8} {'a shard':>7} {'per batch':>9} {'refused':>7} {'p50 ms':>7} {'p99 ms':>7}")]
     for r in rows:
         lines.append(f"  {r['protocol']:<8} {r['rtt_ms']:>6g} {r['appenders']:>9} {r['appends_per_s']:>9.1f} "
                      f"{r['requests_per_append']:>10.2f} {r['segment_read_per_s']:>8.0f} "
-                     f"{r['segment_write_per_s']:>8.0f} {r['segment_share']:>8.0%} {r['appends_per_batch']:>9.1f} "
+                     f"{r['segment_write_per_s']:>8.0f} {r['segment_share']:>8.0%} {'-' if r['shard_share'] is None else format(r['shard_share'], '.0%'):>7} "
+                     f"{r['appends_per_batch']:>9.1f} "
                      f"{r['refused_per_append']:>7.2f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f}")
     return "\n".join(lines)
 
