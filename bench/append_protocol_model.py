@@ -16,16 +16,17 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   and a pause of three round trips per appender ahead), reads the head again, and completes a claim
   it paused for that is still there (the help that keeps a dead owner from stalling the segment).
 * ``sublog`` is the layout docs/dataplane.md designs ("Designed, not built: sub-logs"): an appender
-  puts its block in a sub-log partition (``shards`` of them, by writer; 2 write units there), then looks
-  whether its item is the oldest of its shard (a query there, half a unit), and polls its writer's state
-  item every ``poll_ms`` (eventually consistent, half a unit there). The appender with the oldest item of
-  its shard queries every shard for items no batch took (eventually consistent: one missed is taken by
-  the next batch) while reading the head (1 read unit); if its item is the oldest of all, or the oldest
-  is older than ``takeover_ms``, it commits a batch of up to 98 writers' blocks in one transaction (the
-  head's advance on the length read, the batch entry listing the items' keys, each writer's state; all
-  refused if any part is stale), whose latency is ``transaction_factor`` times a request's and whose
-  units are twice each write's, charged when refused too. Only the head and the batch entry load the
-  segment's partition, once per batch, not per append.
+  puts its block in a sub-log partition (``shards`` of them, by writer; 2 write units, and 1 for its
+  entry in the index of pending items), then looks whether its item is the oldest pending one of its
+  shard (a query of the index, half a unit), and polls its own item every ``poll_ms`` (eventually
+  consistent, half a unit). The appender with the oldest item of its shard queries every shard's
+  pending items (eventually consistent: one missed is taken by the next batch) while reading the head
+  (1 read unit); if its item is the oldest of all, or the oldest is older than ``takeover_ms``, it
+  commits up to 98 items in one transaction (the head's advance on the length read, the batch entry
+  listing the items' keys, each item's offset set and pending mark removed, conditioned on the mark:
+  all refused if any part is stale), whose latency is ``transaction_factor`` times a request's and
+  whose units are twice each write's, charged when refused too. Only the head and the batch entry load
+  the segment's partition, once per batch, not per append.
 
 Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
 ``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
@@ -46,9 +47,9 @@ from dataclasses import dataclass, field
 READ_LIMIT, WRITE_LIMIT = 3000, 1000  # DynamoDB's units a second for one partition
 CLAIM_WU = 2  # a 1 KiB block with its keys: bench.segment_contention measures 3 write units an append
 KEY_BYTES = 60  # a batch entry lists the keys of its sub-log items
-# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry and one writer's
-# state item per writer (an appender here has one block in flight, so one item per writer).
-MAX_BATCH_WRITERS = 98
+# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry and one update
+# per item taken (its offset set, its pending mark removed).
+MAX_BATCH_ITEMS = 98
 
 
 @dataclass
@@ -180,7 +181,7 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
     sim.committed = lambda: head["length"]  # type: ignore[attr-defined]
 
 
-def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 10.0,
+def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 10.0,
            takeover_ms: float = 200.0, transaction_factor: float = 2.0) -> None:
     """The proposed layout (docs/dataplane.md, "Designed, not built: sub-logs"): per-append items in
     sub-log partitions, committed a batch at a time by one transaction."""
@@ -193,7 +194,8 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
         shard = me % shards
         for number in itertools.count():
             started, item = sim.now, (me, number)
-            yield ("request", lambda i=item: _put(shard, i), _charge(sublog_write=2))
+            # the item (1 KiB and its keys: 2 units) and its entry in the pending index (1 unit)
+            yield ("request", lambda i=item: _put(shard, i), _charge(sublog_write=3))
             while True:
                 oldest = yield ("request", lambda: _oldest(unbatched[shard]), _charge(sublog_read=0.5))
                 if oldest == item:
@@ -215,7 +217,7 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
         oldest = _oldest(found)
         if oldest != mine and sim.now - put_at[oldest] < takeover_ms:
             return
-        taken = sorted(found, key=put_at.__getitem__)[:MAX_BATCH_WRITERS]
+        taken = sorted(found, key=put_at.__getitem__)[:MAX_BATCH_ITEMS]
         yield ("request", lambda: _commit(length, taken), _transaction_charge(len(taken)), transaction_factor)
 
     def _query_charge(totals: Totals, answer: tuple[int, list]) -> None:
@@ -226,10 +228,11 @@ def sublog(sim: Simulation, appenders: int, shards: int = 16, poll_ms: float = 1
 
     def _transaction_charge(items: int) -> Callable[[Totals, bool], None]:
         """Twice each write's units, refused or not: the head (under 1 KB) and the batch entry (its list of
-        keys) on the segment's partition, each writer's state item in its shard's."""
+        keys) on the segment's partition, each item's update (its 1 KiB block kept: 2 units) in its
+        shard's, and the item leaving the pending index (1 unit, not doubled)."""
         def charge(totals: Totals, committed: bool) -> None:
             totals.segment_write += 2 * (1 + math.ceil((200 + KEY_BYTES * items) / 1024))
-            totals.sublog_write += 2 * items
+            totals.sublog_write += (2 * 2 + 1) * items
             totals.refused += not committed
         return charge
 
@@ -273,7 +276,7 @@ def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seco
             "segment_share": max(t.segment_read / seconds / READ_LIMIT, t.segment_write / seconds / WRITE_LIMIT),
             "sublog_write_per_s": t.sublog_write / seconds, "sublog_read_per_s": t.sublog_read / seconds,
             "shard_share": max(t.sublog_read / seconds / READ_LIMIT, t.sublog_write / seconds / WRITE_LIMIT)
-            / options.get("shards", 16) if protocol == "sublog" else None,
+            / options.get("shards", 32) if protocol == "sublog" else None,
             "refused_per_append": t.refused / max(committed, 1),
             "appends_per_batch": committed / t.batches if t.batches else 1.0,
             "p50_ms": statistics.median(latencies), "p99_ms": latencies[int(len(latencies) * 0.99)]}
