@@ -51,9 +51,11 @@ class Terminal:
         return "".join(line for line in self.shown.splitlines(keepends=True) if not line.startswith("import time:"))
 
     def wait_for_import(self, module: str, timeout_s: float) -> None:
-        """Until the import trace shows ``module`` imported."""
+        """Until the import trace shows ``module`` imported after ``rillet.cli`` (the entry point's
+        import: whatever the interpreter's own start imports comes before it)."""
         deadline = time.monotonic() + timeout_s
-        while not re.search(rf"\| +{re.escape(module)}\n", self.shown):
+        pattern = re.compile(rf"\| +rillet\.cli\r?\n(?:.*\n)*?.*\| +{re.escape(module)}\r?\n")
+        while not pattern.search(self.shown):
             assert not self.closed and time.monotonic() < deadline, f"no import of {module!r} in:\n{self.shown}"
             self._read(deadline - time.monotonic())
 
@@ -84,11 +86,12 @@ class Terminal:
         """Read until every process holding the terminal closed it; the exit code, and the seconds from
         the last line the stack printed to its exit."""
         deadline = time.monotonic() + timeout_s
-        last_line_at = time.monotonic()
+        last_line_at, shown = time.monotonic(), len(self.output)
         while not self.closed:
             assert time.monotonic() < deadline, f"still running:\n{self.output}"
-            if self._read(deadline - time.monotonic()):
-                last_line_at = time.monotonic()
+            self._read(deadline - time.monotonic())
+            if len(self.output) > shown:  # the stack's own lines, not an import trace
+                last_line_at, shown = time.monotonic(), len(self.output)
         code = self.process.wait(timeout=max(1.0, deadline - time.monotonic()))
         os.close(self.master)
         return code, time.monotonic() - last_line_at
