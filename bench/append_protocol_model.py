@@ -16,17 +16,19 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   and a pause of three round trips per appender ahead), reads the head again, and completes a claim
   it paused for that is still there (the help that keeps a dead owner from stalling the segment).
 * ``sublog`` is the layout docs/dataplane.md designs ("Designed, not built: sub-logs"): an appender
-  puts its block in a sub-log partition (``shards`` of them, by writer; 2 write units, and 1 for its
-  entry in the index of pending items), then looks whether its item is the oldest pending one of its
-  shard (a query of the index, half a unit), and polls its own item every ``poll_ms`` (eventually
-  consistent, half a unit). The appender with the oldest item of its shard queries every shard's
-  pending items (eventually consistent: one missed is taken by the next batch) while reading the head
-  (1 read unit); if its item is the oldest of all, or the oldest is older than ``takeover_ms``, it
-  commits up to 98 items in one transaction (the head's advance on the length read, the batch entry
-  listing the items' keys, each item's offset set and pending mark removed, conditioned on the mark:
-  all refused if any part is stale), whose latency is ``transaction_factor`` times a request's and
-  whose units are twice each write's, charged when refused too. Only the head and the batch entry load
-  the segment's partition, once per batch, not per append.
+  puts its block in one of ``shards`` sub-log partitions (by a hash of writer and event number; 2 write
+  units, and 1 for its entry in a sparse local index of pending items), then looks whether its item is
+  the oldest pending one of its shard (a consistent query of that index, 1 read unit), and polls its
+  own item every ``poll_ms`` (eventually consistent, half a unit). The appender with the oldest item of
+  its shard queries every shard's index (consistent; sent at once, answered when the slowest is)
+  while reading the head (1 read unit); if its item is the oldest of all, or the oldest or its own is
+  older than ``takeover_ms``, it commits up to 98 items in one transaction (the head's advance on the
+  length read, the batch entry listing the items' keys, each item's offset set and ``pending``
+  removed, conditioned on it: all refused if any part is stale, then sent once more without the items
+  the cancellation names), whose latency is ``transaction_factor`` times a request's and whose units
+  are twice each write's, charged when refused too. Only the head and the batch entry load the
+  segment's partition, once per batch, not per append. Left out: tiering's tombstones and writer
+  states, the predecessor checks of pipelined writers, seal.
 
 Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
 ``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
@@ -36,6 +38,7 @@ take about 15 ms (moto's 5 ms, which answers one request at a time, and the 10 m
 from __future__ import annotations
 
 import argparse
+import collections
 import heapq
 import itertools
 import math
@@ -47,8 +50,8 @@ from dataclasses import dataclass, field
 READ_LIMIT, WRITE_LIMIT = 3000, 1000  # DynamoDB's units a second for one partition
 CLAIM_WU = 2  # a 1 KiB block with its keys: bench.segment_contention measures 3 write units an append
 KEY_BYTES = 60  # a batch entry lists the keys of its sub-log items
-# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry and one update
-# per item taken (its offset set, its pending mark removed).
+# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry and one update per
+# item taken (its offset set, its pending attribute removed).
 MAX_BATCH_ITEMS = 98
 
 
@@ -64,12 +67,13 @@ class Totals:
     refused: int = 0
     batches: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    shard_write: collections.Counter = field(default_factory=collections.Counter)  # write units by sub-log shard
 
 
 class Simulation:
-    """Processes are generators that yield ("request", apply, units[, latency factor]) or ("sleep", ms);
-    ``apply`` runs at the moment DynamoDB applies the request and its result is sent back into the
-    generator."""
+    """Processes are generators that yield ("request", apply, units[, latency factor[, fan-out]]) or
+    ("sleep", ms); ``apply`` runs at the moment DynamoDB applies the request and its result is sent back
+    into the generator. A fan-out of n is n requests sent at once and answered when the slowest is."""
 
     def __init__(self, rtt_ms: float, seed: int) -> None:
         self.rtt_ms, self.now = rtt_ms, 0.0
@@ -92,9 +96,10 @@ class Simulation:
         if step[0] == "sleep":
             self._at(self.now + step[1], lambda: self._resume(process, None))
             return
-        _, apply, charge, *factor = step
+        _, apply, charge, *options = step
+        factor, fan_out = (*options, 1.0, 1)[:2] if options else (1.0, 1)
         self.totals.requests += 1
-        latency = self.rtt_ms * (factor[0] if factor else 1.0) * math.exp(self.random.gauss(0, 0.35))
+        latency = self.rtt_ms * factor * max(math.exp(self.random.gauss(0, 0.35)) for _ in range(int(fan_out)))
         applied_at = self.now + latency * self.random.uniform(0.3, 0.7)
         box: list = []
 
@@ -184,79 +189,102 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
 def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 10.0,
            takeover_ms: float = 200.0, transaction_factor: float = 2.0) -> None:
     """The proposed layout (docs/dataplane.md, "Designed, not built: sub-logs"): per-append items in
-    sub-log partitions, committed a batch at a time by one transaction."""
+    sub-log partitions, committed a batch at a time by one transaction. Each block lands on a shard by a
+    hash of its writer and first event number (at random here) with a ``pending`` attribute, the sort key
+    of a sparse local secondary index that the commit's update removes it from: a consistent query of
+    it answers exactly what is pending."""
     head = {"length": 0}
-    unbatched: list[set[tuple[int, int]]] = [set() for _ in range(shards)]  # items no batch has taken
-    committed_items: set[tuple[int, int]] = set()  # as the writers' state items say
     put_at: dict[tuple[int, int], float] = {}
+    shard_of: dict[tuple[int, int], int] = {}
+    pending: list[set[tuple[int, int]]] = [set() for _ in range(shards)]
+    committed: set[tuple[int, int]] = set()
 
     def appender(me: int) -> Iterator:
-        shard = me % shards
         for number in itertools.count():
-            started, item = sim.now, (me, number)
-            # the item (1 KiB and its keys: 2 units) and its entry in the pending index (1 unit)
-            yield ("request", lambda i=item: _put(shard, i), _charge(sublog_write=3))
+            started, item, shard = sim.now, (me, number), sim.random.randrange(shards)
+            # the item (1 KiB and its keys: 2 units) and its entry in the local index (1 unit)
+            yield ("request", lambda i=item, n=shard: _put(n, i), _charge_shard(shard, write=3))
             while True:
-                oldest = yield ("request", lambda: _oldest(unbatched[shard]), _charge(sublog_read=0.5))
-                if oldest == item:
+                oldest = yield ("request", lambda n=shard: _oldest(pending[n]), _charge_shard(shard, read=1))
+                if oldest == item or sim.now - started >= takeover_ms:
                     yield from batch(item)
                 yield ("sleep", poll_ms * sim.random.uniform(0.5, 1.5))
-                done = yield ("request", lambda i=item: i in committed_items, _charge(sublog_read=0.5))
+                done = yield ("request", lambda i=item: i in committed, _charge_shard(shard, read=0.5))
                 if done:
                     sim.totals.latencies_ms.append(sim.now - started)
                     break
 
     def batch(mine: tuple[int, int]) -> Iterator:
-        """Only the appender with the oldest item of its shard gets here (its shard's query said so, off
-        the segment's partition), and it batches only if its item is the oldest of all shards, or the
-        oldest is older than ``takeover_ms`` (its appender died or stalls): so about one batcher a round
-        sends the transaction for the head's length."""
-        length, found = yield ("request", lambda: (head["length"], [i for s in unbatched for i in s]), _query_charge)
-        if not found:
+        """The appender with the oldest pending item of its shard (its shard's query said so, off the
+        segment's partition) batches if its item is the oldest of all shards, or the oldest is older than
+        ``takeover_ms`` (its appender died or stalls); any appender whose own item waited that long
+        batches too. A transaction refused for items a concurrent batch took names them in its
+        cancellation reasons: sent once more without them."""
+        length, found = yield ("request", lambda: (head["length"], [i for n in pending for i in n]),
+                               _query_charge, 1.0, shards + 1)
+        if not found or mine in committed:
             return
         oldest = _oldest(found)
-        if oldest != mine and sim.now - put_at[oldest] < takeover_ms:
+        if oldest != mine and sim.now - put_at[oldest] < takeover_ms and sim.now - put_at[mine] < takeover_ms:
             return
         taken = sorted(found, key=put_at.__getitem__)[:MAX_BATCH_ITEMS]
-        yield ("request", lambda: _commit(length, taken), _transaction_charge(len(taken)), transaction_factor)
+        for _ in range(2):
+            stale = yield ("request", lambda t=taken: _commit(length, t), _transaction_charge(taken),
+                           transaction_factor)
+            taken = [item for item in taken if item not in (stale or ())]
+            if not stale or not taken:
+                return
+
+    def _charge_shard(shard: int, read: float = 0.0, write: float = 0.0) -> Callable[[Totals, object], None]:
+        def charge(totals: Totals, result: object) -> None:
+            totals.sublog_read += read
+            totals.sublog_write += write
+            totals.shard_write[shard] += write
+        return charge
 
     def _query_charge(totals: Totals, answer: tuple[int, list]) -> None:
-        """The head's consistent read and one query per shard, sent at once."""
+        """The head's consistent read and a consistent query of every shard's local index, sent at once."""
         totals.segment_read += 1
-        totals.sublog_read += shards * 0.5 + len(answer[1]) * 1100 / 4096 / 2
+        totals.sublog_read += shards + len(answer[1]) * 150 / 4096
         totals.requests += shards
 
-    def _transaction_charge(items: int) -> Callable[[Totals, bool], None]:
+    def _transaction_charge(taken: list[tuple[int, int]]) -> Callable[[Totals, set | None], None]:
         """Twice each write's units, refused or not: the head (under 1 KB) and the batch entry (its list of
-        keys) on the segment's partition, each item's update (its 1 KiB block kept: 2 units) in its
-        shard's, and the item leaving the pending index (1 unit, not doubled)."""
-        def charge(totals: Totals, committed: bool) -> None:
-            totals.segment_write += 2 * (1 + math.ceil((200 + KEY_BYTES * items) / 1024))
-            totals.sublog_write += (2 * 2 + 1) * items
-            totals.refused += not committed
+        keys) on the segment's partition; per item, its update (the offset set, ``pending`` removed; its
+        1 KiB block kept: 2 units) in its shard's, and its leaving the local index (1 unit, not doubled)."""
+        def charge(totals: Totals, stale: set | None) -> None:
+            totals.segment_write += 2 * (1 + math.ceil((200 + KEY_BYTES * len(taken)) / 1024))
+            for item in taken:
+                totals.sublog_write += 5
+                totals.shard_write[shard_of[item]] += 5
+            totals.refused += stale != set()
         return charge
 
     def _put(shard: int, item: tuple[int, int]) -> None:
-        unbatched[shard].add(item)
-        put_at[item] = sim.now
+        pending[shard].add(item)
+        put_at[item], shard_of[item] = sim.now, shard
 
     def _oldest(items: object) -> tuple[int, int] | None:
         return min(items, key=put_at.__getitem__, default=None)
 
-    def _commit(length: int, taken: list[tuple[int, int]]) -> bool:
-        """All or nothing: the head's length as read, and each writer's state still before its block."""
-        if head["length"] != length or any(item in committed_items for item in taken):
-            return False
+    def _commit(length: int, taken: list[tuple[int, int]]) -> set[tuple[int, int]] | None:
+        """All or nothing: the head's length as read, and each item still pending. The items no longer
+        pending (an empty set: committed), or None when the head moved."""
+        if head["length"] != length:
+            return None
+        stale = {item for item in taken if item in committed}
+        if stale:
+            return stale
         head["length"] = length + 1
         sim.totals.batches += 1
-        for me, number in taken:
-            unbatched[me % shards].discard((me, number))
-            committed_items.add((me, number))
-        return True
+        for item in taken:
+            committed.add(item)
+            pending[shard_of[item]].discard(item)
+        return set()
 
     for me in range(appenders):
         sim.start(appender(me))
-    sim.committed = lambda: len(committed_items)  # type: ignore[attr-defined]
+    sim.committed = lambda: len(committed)  # type: ignore[attr-defined]
 
 
 PROTOCOLS = {"chain": chain, "sublog": sublog}
@@ -275,8 +303,8 @@ def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seco
             "segment_read_per_s": t.segment_read / seconds, "segment_write_per_s": t.segment_write / seconds,
             "segment_share": max(t.segment_read / seconds / READ_LIMIT, t.segment_write / seconds / WRITE_LIMIT),
             "sublog_write_per_s": t.sublog_write / seconds, "sublog_read_per_s": t.sublog_read / seconds,
-            "shard_share": max(t.sublog_read / seconds / READ_LIMIT, t.sublog_write / seconds / WRITE_LIMIT)
-            / options.get("shards", 32) if protocol == "sublog" else None,
+            "shard_share": max(t.shard_write.values(), default=0) / seconds / WRITE_LIMIT
+            if protocol == "sublog" else None,  # the hottest shard's writes (its reads are far lower)
             "refused_per_append": t.refused / max(committed, 1),
             "appends_per_batch": committed / t.batches if t.batches else 1.0,
             "p50_ms": statistics.median(latencies), "p99_ms": latencies[int(len(latencies) * 0.99)]}

@@ -23,4 +23,4 @@ def test_sub_logs_commit_a_thousand_appends_a_second_from_a_hundred_writers_unde
     assert sublog["segment_share"] <= 0.5, sublog  # of the partition's read and write units a second
     assert sublog["shard_share"] <= 0.5, sublog  # each of the 32 sub-log partitions
     assert sublog["appends_per_batch"] > 20
-    assert sublog["p99_ms"] < 2 * sublog["p50_ms"] < chain["p99_ms"] / 10  # appenders served in the order they came
+    assert sublog["p99_ms"] < 2.5 * sublog["p50_ms"] < chain["p99_ms"] / 10  # appenders served in the order they came
