@@ -22,13 +22,14 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   own item every ``poll_ms`` (eventually consistent, half a unit). The appender with the oldest item of
   its shard queries every shard's index (consistent; sent at once, answered when the slowest is)
   while reading the head (1 read unit); if its item is the oldest of all, or the oldest or its own is
-  older than ``takeover_ms``, it commits up to 98 items in one transaction (the head's advance on the
-  length read, the batch entry listing the items' keys, each item's offset set and ``pending``
-  removed, conditioned on it: all refused if any part is stale, then sent once more without the items
-  the cancellation names), whose latency is ``transaction_factor`` times a request's and whose units
+  older than ``takeover_ms``, it commits a batch in one transaction of at most 100 actions (the head's
+  advance on the length read, the batch entry listing the items' keys, each item's offset set and
+  ``pending`` removed, conditioned on it, and each writer's last event number in a state item sharded
+  by writer: all refused if any part is stale, then sent once more without the items the cancellation
+  names; so up to 49 one-block writers a batch), whose latency is ``transaction_factor`` times a request's and whose units
   are twice each write's, charged when refused too. Only the head and the batch entry load the
-  segment's partition, once per batch, not per append. Left out: tiering's tombstones and writer
-  states, the predecessor checks of pipelined writers, seal.
+  segment's partition, once per batch, not per append. Left out: tiering's tombstones, the successors
+  of items dropped after a refusal, seal.
 
 Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
 ``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
@@ -50,9 +51,9 @@ from dataclasses import dataclass, field
 READ_LIMIT, WRITE_LIMIT = 3000, 1000  # DynamoDB's units a second for one partition
 CLAIM_WU = 2  # a 1 KiB block with its keys: bench.segment_contention measures 3 write units an append
 KEY_BYTES = 60  # a batch entry lists the keys of its sub-log items
-# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry and one update per
-# item taken (its offset set, its pending attribute removed).
-MAX_BATCH_ITEMS = 98
+# A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry, one update per item
+# taken (its offset set, its pending attribute removed) and one per writer (its last event number).
+MAX_TRANSACTION_ACTIONS = 100
 
 
 @dataclass
@@ -227,7 +228,12 @@ def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 1
         oldest = _oldest(found)
         if oldest != mine and sim.now - put_at[oldest] < takeover_ms and sim.now - put_at[mine] < takeover_ms:
             return
-        taken = sorted(found, key=put_at.__getitem__)[:MAX_BATCH_ITEMS]
+        taken, writers = [], set()
+        for item in sorted(found, key=put_at.__getitem__):
+            if 2 + len(taken) + 1 + len(writers | {item[0]}) > MAX_TRANSACTION_ACTIONS:
+                break
+            taken.append(item)
+            writers.add(item[0])
         for _ in range(2):
             stale = yield ("request", lambda t=taken: _commit(length, t), _transaction_charge(taken),
                            transaction_factor)
@@ -251,12 +257,16 @@ def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 1
     def _transaction_charge(taken: list[tuple[int, int]]) -> Callable[[Totals, set | None], None]:
         """Twice each write's units, refused or not: the head (under 1 KB) and the batch entry (its list of
         keys) on the segment's partition; per item, its update (the offset set, ``pending`` removed; its
-        1 KiB block kept: 2 units) in its shard's, and its leaving the local index (1 unit, not doubled)."""
+        1 KiB block kept: 2 units) in its shard's, and its leaving the local index (1 unit, not doubled);
+        per writer, its state item (1 unit) in the shard of its writer's states (a hash of the writer)."""
         def charge(totals: Totals, stale: set | None) -> None:
             totals.segment_write += 2 * (1 + math.ceil((200 + KEY_BYTES * len(taken)) / 1024))
             for item in taken:
                 totals.sublog_write += 5
                 totals.shard_write[shard_of[item]] += 5
+            for writer in {me for me, _ in taken}:
+                totals.sublog_write += 2
+                totals.shard_write[writer % shards] += 2
             totals.refused += stale != set()
         return charge
 
