@@ -97,10 +97,9 @@ class Simulation:
         if step[0] == "sleep":
             self._at(self.now + step[1], lambda: self._resume(process, None))
             return
-        _, apply, charge, *options = step
-        factor, fan_out = (*options, 1.0, 1)[:2] if options else (1.0, 1)
+        _, apply, charge, factor, fan_out = (*step, *(1.0, 1)[len(step) - 3:])  # the last two are optional
         self.totals.requests += 1
-        latency = self.rtt_ms * factor * max(math.exp(self.random.gauss(0, 0.35)) for _ in range(int(fan_out)))
+        latency = self.rtt_ms * factor * max(math.exp(self.random.gauss(0, 0.35)) for _ in range(fan_out))
         applied_at = self.now + latency * self.random.uniform(0.3, 0.7)
         box: list = []
 
@@ -125,8 +124,9 @@ def _charge(**units: float) -> Callable[[Totals, object], None]:
 
 
 def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: float = 1000.0,
-          served: str = "last", next_pause: str = "doubling", ticket_after: int = 2) -> None:
-    """Today's protocol (dataplane/append_path.py), committed blocks counted by the head's length.
+          served: str = "last", next_pause: str = "doubling", ticket_after: int = 2) -> Callable[[], int]:
+    """Today's protocol (dataplane/append_path.py); what it returns counts the committed blocks (the
+    head's length).
     Two variants, for what they would change: ``served="highest"``, a holder's commit sets the ticket
     served only when its own is higher (today a holder that commits late sends it back), and
     ``next_pause="round_trip"``, a holder its ticket says is next pauses a random part of one round trip
@@ -184,16 +184,16 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
 
     for me in range(appenders):
         sim.start(appender(me))
-    sim.committed = lambda: head["length"]  # type: ignore[attr-defined]
+    return lambda: head["length"]
 
 
 def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 10.0,
-           takeover_ms: float = 200.0, transaction_factor: float = 2.0) -> None:
+           takeover_ms: float = 200.0, transaction_factor: float = 2.0) -> Callable[[], int]:
     """The proposed layout (docs/dataplane.md, "Designed, not built: sub-logs"): per-append items in
-    sub-log partitions, committed a batch at a time by one transaction. Each block lands on a shard by a
-    hash of its writer and first event number (at random here) with a ``pending`` attribute, the sort key
-    of a sparse local secondary index that the commit's update removes it from: a consistent query of
-    it answers exactly what is pending."""
+    sub-log partitions, committed a batch at a time by one transaction; what it returns counts the
+    committed blocks. Each block lands on a shard by a hash of its writer and first event number (at
+    random here) with a ``pending`` attribute, the sort key of a sparse local secondary index that the
+    commit's update removes it from: a consistent query of it answers exactly what is pending."""
     head = {"length": 0}
     put_at: dict[tuple[int, int], float] = {}
     shard_of: dict[tuple[int, int], int] = {}
@@ -294,7 +294,7 @@ def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 1
 
     for me in range(appenders):
         sim.start(appender(me))
-    sim.committed = lambda: len(committed)  # type: ignore[attr-defined]
+    return lambda: len(committed)
 
 
 PROTOCOLS = {"chain": chain, "sublog": sublog}
@@ -303,9 +303,9 @@ PROTOCOLS = {"chain": chain, "sublog": sublog}
 def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seconds: float = 20.0,
         seed: int = 1, **options: float) -> dict:
     sim = Simulation(rtt_ms, seed)
-    PROTOCOLS[protocol](sim, appenders, **options)
+    count_committed = PROTOCOLS[protocol](sim, appenders, **options)
     sim.run(seconds * 1000)
-    t, committed = sim.totals, sim.committed()  # type: ignore[attr-defined]
+    t, committed = sim.totals, count_committed()
     latencies = sorted(t.latencies_ms) or [math.nan]
     return {"protocol": protocol, "appenders": appenders, "rtt_ms": rtt_ms,
             "appends_per_s": committed / seconds,
