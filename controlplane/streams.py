@@ -213,7 +213,7 @@ class StreamTasks:
                 for sid, low, high in epoch0], fence=record)
             for sid, _, _ in epoch0:
                 self.segments.create(segment_name(record.scope, record.stream, sid), int(record.created_ms),
-                                     scale_thresholds(config.scaling_policy))
+                                     scale_thresholds(config.scaling_policy), sublogs=True)
         except (StreamRecreated, StreamNotFound):
             return  # the name is gone, or holds another incarnation: nothing more is this finisher's
         self._finish(record, StreamState.ACTIVE)
@@ -516,7 +516,8 @@ class StreamTasks:
                 for n in new], fence=record)
             for segment in new:
                 self.segments.create(segment_name(record.scope, record.stream, segment.segment_id),
-                                     int(record.created_ms), scale_thresholds(_config(record).scaling_policy))
+                                     int(record.created_ms), scale_thresholds(_config(record).scaling_policy),
+                                     sublogs=True)
             for old in sealed.values():
                 self.store.set_successors(old, [n.segment_id for n in new if old.low < n.high and n.low < old.high],
                                           fence=record)

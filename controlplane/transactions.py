@@ -592,7 +592,8 @@ class TransactionTasks:
         # The duplicates become current: they signal auto-scaling as any segment of the stream does.
         scaling = scale_thresholds(StreamConfiguration.model_validate(record.configuration).scaling_policy)
         for segment in rolled + duplicates:
-            self.segments.create(segment_name(scope, stream, segment.segment_id), int(record.created_ms), scaling)
+            self.segments.create(segment_name(scope, stream, segment.segment_id), int(record.created_ms), scaling,
+                                 sublogs=True)
         rolled_ranges = [[s.segment_id, s.low, s.high] for s in rolled]
         for txn in members:
             for source, target in _same_ranges(txn.segments, rolled_ranges):

@@ -3,6 +3,7 @@
 
 import hashlib
 import os
+from dataclasses import replace
 from functools import lru_cache
 
 from dagster import ConfigurableResource
@@ -48,7 +49,8 @@ class RilletDeployment(ConfigurableResource):
         """This process's controller of the deployment: built once (its AWS clients with it), not on every
         sensor tick; the models are pointed at the deployment again, as a test may have pointed them at
         another since."""
-        settings = StoreSettings(chunk_target=self.chunk_target_bytes, tier_min_age_ms=self.tier_min_age_ms)
+        settings = replace(StoreSettings.from_env(), chunk_target=self.chunk_target_bytes,
+                           tier_min_age_ms=self.tier_min_age_ms)
         controller = _controller(self.deployment(), settings, _settings_environment())
         controller.bind()
         return controller

@@ -41,7 +41,7 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from botocore.exceptions import ClientError
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
@@ -50,8 +50,10 @@ from pynamodb.transactions import TransactWrite
 
 from dataplane.journal import (
     _CONDITION_FAILED,
+    _EXPIRY_MARGIN_MS,
+    BATCH_KEY,
     MERGE_KEY,
-    SegmentJournal,
+    AppendResult,
     _Block,
     _cancelled_by_condition,
     _failed_condition,
@@ -72,6 +74,7 @@ from dataplane.models import (
 )
 from dataplane.rates import Rates
 from dataplane.scale_signals import append_actions
+from dataplane.sublog_path import SublogAppends
 from rillet.errors import (
     InvalidArgument,
     OffsetMismatch,
@@ -85,25 +88,12 @@ from rillet.errors import (
 from rillet.framing import MAX_BLOCK_SIZE
 from rillet.names import validate_writer_id
 
-
-@dataclass(frozen=True)
-class AppendResult:
-    offset: int | None  # None only for a duplicate of an older block than the writer's last one
-    length: int  # the segment length right after the block
-    duplicate: bool = False  # an earlier request appended (claimed) the block: this one only acknowledges it
-
-
 # What an append answers when it knows its block is not appended by this request and will not be.
 _REFUSALS = (SegmentSealed, StreamKindMismatch, OutOfOrder, OffsetMismatch, InvalidArgument, SegmentNotFound,
              WriterExpired)
 
 
 _UNREAD = object()  # no writer state read yet
-
-
-# DynamoDB's TTL deletes an expired item some time after it expires, never before; the margin covers
-# the skew between the functions' clocks and DynamoDB's.
-_EXPIRY_MARGIN_MS = 3_600_000
 
 
 def _last_event(state: dict | None) -> int:
@@ -143,8 +133,8 @@ def _put_unless_taken(entry: IndexEntry) -> IndexEntry | object | None:
         return _RELEASED
 
 
-class AppendPath(SegmentJournal):
-    """Appends and merges (see the module docstring)."""
+class AppendPath(SublogAppends):
+    """Appends and merges (see the module docstring; a segment in sub-log mode: dataplane/sublog_path.py)."""
 
     def append(self, segment: str, writer: str, first_event: int, event_count: int, data: bytes,
                expected_offset: int | None = None, after: int | None = None, raw: bool = False,
@@ -175,19 +165,17 @@ class AppendPath(SegmentJournal):
                        raw=raw, age_ms=block_age_ms)
         if after is not None and after != first_event - 1:
             raise InvalidArgument(f"the block after event {after} must start at event {after + 1}")
-        meta = None
+        meta = self._meta(segment)  # also fails fast on unknown segments
         if len(data) <= self.settings.inline_max:
             block = replace(block, data=data, token=secrets.randbits(32))
-        else:
-            meta = self._meta(segment)  # also fails fast on unknown segments
+        if meta.sublog_shards:
+            return self._append_sublog(meta, block, after, expected_offset,
+                                       upload=lambda b: replace(b, object_key=self._upload(segment, b, data)))
+        if block.data is None:
             done = self._already_placed(meta, self._writer_state(meta, block), block)
             if done is not None:
                 return done  # a retry of an acknowledged block: no PUT needed
-            # The key is this request's alone: no resend can overwrite the object of committed data, and
-            # only this request ever creates an index item naming it, so once its block cannot commit
-            # from this object, nothing can (see _place), and the object may go.
-            key = f"{self._object_prefix(segment)}b/{writer}/{first_event:020d}-{secrets.token_hex(8)}"
-            self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=data)
+            key = self._upload(segment, block, data)
             block = replace(block, object_key=key)
             if after is not None:
                 meta = None  # it may have waited on the upload: read the head record again
@@ -200,6 +188,14 @@ class AppendPath(SegmentJournal):
                 self._delete_object(key)  # another request placed the block
             return result
         return self._place(segment, block, expected_offset, after, meta)
+
+    def _upload(self, segment: str, block: _Block, data: bytes) -> str:
+        """Put a large block's bytes to S3 under a key of this request's alone: no resend can overwrite
+        the object of committed data, and only this request ever creates an item naming it, so once its
+        block cannot commit from this object, nothing can, and the object may go."""
+        key = f"{self._object_prefix(segment)}b/{block.writer}/{block.first:020d}-{secrets.token_hex(8)}"
+        self.deployment.s3.put_object(Bucket=self.deployment.bucket, Key=key, Body=data)
+        return key
 
     def merge(self, target: str, source: str) -> int:
         """Append all of ``source`` to ``target`` atomically and return the offset it landed at.
@@ -275,14 +271,9 @@ class AppendPath(SegmentJournal):
                 # it, so that no reader ever meets it inside the committed range, and claim again.
                 self._release_claim(segment, owned_at, block, incarnation)
                 owned_at = None
-            if meta.sealed:
-                if owned_at is not None:
-                    self._release_claim(segment, owned_at, block, incarnation)  # at the final length: it never commits
-                raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
-            if meta.content is not None and meta.content != block.content:
-                held, sent = ("raw bytes", "framed events") if meta.content == BYTES else ("framed events", "raw bytes")
-                raise StreamKindMismatch(f"segment {segment} holds {held}; this append sends {sent}",
-                                         segment_kind="bytes" if meta.content == BYTES else "events")
+            if meta.sealed and owned_at is not None:
+                self._release_claim(segment, owned_at, block, incarnation)  # at the final length: it never commits
+            self._check_open(segment, meta, block)
             if owned_at is None:
                 self._check_not_expired(segment, state, block)
             if after is not None and _last_event(state) < after:
@@ -319,6 +310,20 @@ class AppendPath(SegmentJournal):
             if claimed is not None and self._advance(meta_read, tail, claimed, ticket=ticket if claimed is block else None) \
                     and claimed is block:
                 return AppendResult(tail, tail + block.size)
+
+    @staticmethod
+    def _check_open(segment: str, meta: SegmentMeta, block: _Block) -> None:
+        """SegmentSealed or StreamKindMismatch if ``meta`` refuses the block."""
+        if meta.sealed:
+            raise SegmentSealed(f"segment {segment} is sealed at length {meta.length}", length=meta.length)
+        if meta.content is not None and meta.content != block.content:
+            held, sent = ("raw bytes", "framed events") if meta.content == BYTES else ("framed events", "raw bytes")
+            raise StreamKindMismatch(f"segment {segment} holds {held}; this append sends {sent}",
+                                     segment_kind="bytes" if meta.content == BYTES else "events")
+
+    def _help_claim(self, meta: SegmentMeta, tail: int, claim: IndexEntry) -> None:
+        """Commit another request's claim at the tail on its owner's behalf (a sub-log batcher met it)."""
+        self._advance(meta, tail, _block_of(claim))
 
     @staticmethod
     def _take_ticket(meta: SegmentMeta) -> int | None:
@@ -447,8 +452,10 @@ class AppendPath(SegmentJournal):
         existing = _put_unless_taken(block.to_entry(segment, tail, incarnation))
         if existing is None:
             return block
-        if existing is _RELEASED:
-            return None  # the claim was released meanwhile; the next round claims again
+        if existing is _RELEASED or existing.writer == BATCH_KEY:
+            # Released meanwhile, or a sub-log batch, which commits with its advance (the head record moved
+            # past it): the next round reads the head record and claims again.
+            return None
         if (block.object_key is not None and existing.object_key == block.object_key) \
                 or (block.token is not None and existing.token == block.token):
             # Our own put, applied by an attempt whose answer was lost (botocore sent it again, and the
@@ -466,12 +473,10 @@ class AppendPath(SegmentJournal):
         appender's own place in the queue, which it marks served (see _pause_s)."""
         now = now_ms()
         events = block.last - block.first + 1 if block.source is None else 0
-        before = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).decayed(now)
-        rates = before.record(now, events, block.size)
-        actions = [SegmentMeta.length.set(tail + block.size), SegmentMeta.rates.set(rates.to_item())]
-        # A scale candidate's mark, when this append's rates cross a threshold (scale_signals): in this
-        # same update, and only then, so the scale-candidates index is written once per crossing.
-        actions += append_actions(meta, before, rates, now)
+        actions = [SegmentMeta.length.set(tail + block.size)]
+        actions += self._growth_actions(meta, now, events, block.size, inline=block.size if block.data is not None else 0,
+                                        s3=block.data is None and block.source is None, appends=1,
+                                        content=block.content)
         if block.source is None:
             actions.append(SegmentMeta.writers[block.writer].set({"f": block.first, "l": block.last, "o": tail, "t": now}))
             order = SegmentMeta.writers[block.writer].does_not_exist() | (
@@ -486,26 +491,8 @@ class AppendPath(SegmentJournal):
             order &= SegmentMeta.writers[name]["l"] == int(state["l"])
         if ticket is not None:
             actions.append(SegmentMeta.served.set(ticket))
-        if meta.content is None:
-            actions.append(SegmentMeta.content.set(block.content))  # the first append pins the kind
         # Part of the advance's one condition, so pinning and checking the kind costs no request.
         same_kind = SegmentMeta.content.does_not_exist() | (SegmentMeta.content == block.content)
-        due = []  # when the storage writer's next pass over the segment is wanted
-        if block.data is not None:
-            due.append(now if meta.inline_bytes + block.size >= self.settings.chunk_target
-                       else now + self.settings.tier_max_age_ms)
-            actions.append(SegmentMeta.inline_bytes.add(block.size))
-        elif block.source is None and meta.orphans_after is None:
-            # An S3 block: the pass that looks for orphan objects (_remove_orphans) comes a sweep period
-            # later, once per period whatever the number of appends, so an append that died between its
-            # PutObject and its commit leaks its object for at most that long, sealed or not.
-            orphans_after = now + self.settings.orphan_sweep_ms
-            due.append(orphans_after)
-            actions.append(SegmentMeta.orphans_after.set(orphans_after))
-        if due and (meta.tier_at is None or min(due) < meta.tier_at):
-            # Only when the due time moves earlier: the tiering index (keys only) is written when its keys
-            # change, so an append to a segment that is due already writes nothing to it.
-            actions += [SegmentMeta.tier_shard.set(tier_shard(meta.pk)), SegmentMeta.tier_at.set(min(due))]
         # The incarnation, so that a name deleted and created again (at the same length) never commits
         # a claim made for its earlier life.
         condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) & order & same_kind \
@@ -531,6 +518,37 @@ class AppendPath(SegmentJournal):
             # the other kind: release it so the tail is free again.
             self._release_claim(meta.pk, tail, block, int(meta.created_ms))
         return False
+
+    def _growth_actions(self, meta: SegmentMeta, now: int, events: int, size: int, inline: int, s3: bool,
+                        appends: int, content: str) -> list:
+        """What an advance by ``appends`` appends of ``size`` bytes (``inline`` of them in index entries;
+        ``s3``: some in S3 objects) sets besides the length: the rates, the scale mark, the kind, and
+        when tiering or the orphan sweep is next due."""
+        before = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).decayed(now)
+        rates = before.record(now, events, size, appends)
+        actions = [SegmentMeta.rates.set(rates.to_item())]
+        # A scale candidate's mark, when this append's rates cross a threshold (scale_signals): in this
+        # same update, and only then, so the scale-candidates index is written once per crossing.
+        actions += append_actions(meta, before, rates, now)
+        if meta.content is None:
+            actions.append(SegmentMeta.content.set(content))  # the first append pins the kind
+        due = []  # when the storage writer's next pass over the segment is wanted
+        if inline:
+            due.append(now if meta.inline_bytes + inline >= self.settings.chunk_target
+                       else now + self.settings.tier_max_age_ms)
+            actions.append(SegmentMeta.inline_bytes.add(inline))
+        if s3 and meta.orphans_after is None:
+            # An S3 block: the pass that looks for orphan objects (_remove_orphans) comes a sweep period
+            # later, once per period whatever the number of appends, so an append that died between its
+            # PutObject and its commit leaks its object for at most that long, sealed or not.
+            orphans_after = now + self.settings.orphan_sweep_ms
+            due.append(orphans_after)
+            actions.append(SegmentMeta.orphans_after.set(orphans_after))
+        if due and (meta.tier_at is None or min(due) < meta.tier_at):
+            # Only when the due time moves earlier: the tiering index (keys only) is written when its keys
+            # change, so an append to a segment that is due already writes nothing to it.
+            actions += [SegmentMeta.tier_shard.set(tier_shard(meta.pk)), SegmentMeta.tier_at.set(min(due))]
+        return actions
 
     @staticmethod
     def _commit_merge(meta: SegmentMeta, tail: int, block: _Block, actions: list, condition: Condition) -> None:

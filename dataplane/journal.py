@@ -51,6 +51,7 @@ from rillet.errors import (
 )
 
 MERGE_KEY = "_merge"  # the writer name of a merge's index entry (no writer id can start with "_")
+BATCH_KEY = "_batch"  # the writer name of a sub-log batch's index entries (dataplane/sublog_path.py)
 
 
 TIER_PREFIX = "due"  # the tiering index's partition keys: due#<n> (dataplane.shards)
@@ -107,17 +108,45 @@ class StoreSettings:
     # block first sent longer ago than this, from a writer id the segment does not know, is refused with
     # WriterExpired rather than appended a second time. Kafka expires idle producer ids the same way.
     writer_expiry_ms: int = 7 * 24 * 3_600_000
+    # Sub-log mode (dataplane/sublog_path.py) for the segments of streams created from now on: the shards
+    # each one's appends spread over (0: the chain of claims, which costs a lone writer 3 requests an
+    # append where sub-logs cost about 8 + shards, and takes tens of appends a second where sub-logs take
+    # a thousand). A batcher's lease: how long it holds the segment before an appender waiting that
+    # long takes over (well above a batch's round trips, or every waiting appender batches at once).
+    sublog_shards: int = 0
+    sublog_lease_ms: int = 200
+    # How long a sub-log appender waits for a batch at most before it withdraws its block and answers
+    # WriteConflict (retryable): below the append function's 30 s timeout.
+    sublog_wait_ms: int = 10_000
 
     @classmethod
     def from_env(cls) -> StoreSettings:
         """The settings of a deployed function: ``RILLET_WRITER_EXPIRY_HOURS`` (at least 1) sets the
-        writer expiry window."""
+        writer expiry window, ``RILLET_SUBLOG_SHARDS`` (0 to 64) the sub-log mode of new streams."""
+        changes = {}
         hours = os.environ.get("RILLET_WRITER_EXPIRY_HOURS")
-        if hours is None:
-            return cls()
-        if not hours.isdigit() or int(hours) < 1:
-            raise ValueError(f"RILLET_WRITER_EXPIRY_HOURS must be a whole number of hours >= 1, not {hours!r}")
-        return cls(writer_expiry_ms=int(hours) * 3_600_000)
+        if hours is not None:
+            if not hours.isdigit() or int(hours) < 1:
+                raise ValueError(f"RILLET_WRITER_EXPIRY_HOURS must be a whole number of hours >= 1, not {hours!r}")
+            changes["writer_expiry_ms"] = int(hours) * 3_600_000
+        shards = os.environ.get("RILLET_SUBLOG_SHARDS")
+        if shards is not None:
+            if not shards.isdigit() or int(shards) > 64:
+                raise ValueError(f"RILLET_SUBLOG_SHARDS must be a whole number from 0 to 64, not {shards!r}")
+            changes["sublog_shards"] = int(shards)
+        return cls(**changes)
+
+
+# DynamoDB's TTL deletes an expired item some time after it expires, never before; the margin covers
+# the skew between the functions' clocks and DynamoDB's.
+_EXPIRY_MARGIN_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    offset: int | None  # None only for a duplicate of an older block than the writer's last one
+    length: int  # the segment length right after the block
+    duplicate: bool = False  # an earlier request appended (claimed) the block: this one only acknowledges it
 
 
 @dataclass(frozen=True)
@@ -193,7 +222,7 @@ class SegmentJournal:
 
     def __init__(self, deployment: Deployment, settings: StoreSettings | None = None) -> None:
         self.deployment = deployment
-        self.settings = settings or StoreSettings()
+        self.settings = settings or StoreSettings.from_env()
 
     def _meta(self, segment: str) -> SegmentMeta:
         try:

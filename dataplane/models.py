@@ -18,6 +18,11 @@ Items of a segment's partition (hash key ``pk`` = the segment's name):
   packed into one S3 object. They have their own key range so that no claim can ever land on one, and
   an ``e#`` entry that starts inside a chunk is known to be garbage (see docs/dataplane.md).
 
+A segment in sub-log mode (``SegmentMeta.sublog_shards``: dataplane/sublog_path.py) also has items
+under partition keys of their own, so that its appends spread over partitions: ``<segment>#<incarnation>#p<n>``
+holds :class:`PendingBlock` items waiting for a batch, ``<segment>#<incarnation>#w<n>`` its writers'
+:class:`WriterState` items. A segment name has no ``#``, so no such key is ever another segment's.
+
 Every item but the head record carries the head record's ``created_ms``, the segment's incarnation:
 a name deleted and created again never adopts an item of its earlier life (docs/dataplane.md,
 "Incarnations").
@@ -45,7 +50,7 @@ META_KEY = "m"
 ENTRY_PREFIX = "e#"
 CHUNK_PREFIX = "c#"
 WRITER_PREFIX = "w#"
-EXPIRES_AT = "ex"  # the TTL attribute of the segments table (epoch seconds; only writer state items set it)
+EXPIRES_AT = "ex"  # the TTL attribute of the segments table (epoch seconds; writer states and pending blocks)
 OFFSET_DIGITS = 20
 EVENTS, BYTES = "e", "b"  # what a segment holds: framed events, or raw bytes (a byte stream)
 
@@ -155,6 +160,12 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     # turn instead of polling; nothing waits on them. Absent until a segment's appenders first contend.
     tickets = NumberAttribute(null=True, attr_name="qt")
     served = NumberAttribute(null=True, attr_name="qs")
+    # Sub-log mode (dataplane/sublog_path.py): the number of shards its appends spread over, fixed for
+    # the incarnation (absent: the chain of claims). While a batcher holds the segment's lease, its
+    # token and until when (epoch ms); renewed by every batch it commits, handed on or removed by its last.
+    sublog_shards = NumberAttribute(null=True, attr_name="sl")
+    batcher = UnicodeAttribute(null=True, attr_name="bl")
+    batcher_until = NumberAttribute(null=True, attr_name="bu")
     tiering = TieringIndex()
     scale_candidates = ScaleCandidateIndex()
 
@@ -203,6 +214,35 @@ class WriterState(SegmentItem, discriminator="w"):
         return {"f": int(self.first), "l": int(self.last), "o": int(self.offset), "t": int(self.time_ms)}
 
 
+class PendingBlock(SegmentItem, discriminator="p"):
+    """A block of a sub-log segment waiting for a batch (dataplane/sublog_path.py), keyed by its writer
+    and last event number in a shard of its own: ``pk = <segment>#<incarnation>#p<n>``,
+    ``sk = <writer>#<last event number>``. The batch that commits it sets ``offset`` and drops its
+    bytes (they are in the batch's index entry now); its appender then deletes it. DynamoDB's TTL removes
+    one whose appender died."""
+
+    writer = UnicodeAttribute(attr_name="w")
+    first = NumberAttribute(attr_name="f")
+    last = NumberAttribute(attr_name="l")
+    size = NumberAttribute(attr_name="z")
+    data = BinaryAttribute(null=True, legacy_encoding=False, attr_name="d")
+    object_key = UnicodeAttribute(null=True, attr_name="ok")
+    raw = BooleanAttribute(null=True, attr_name="b")
+    token = NumberAttribute(attr_name="t")  # the putting request's own random number (its resend is recognised)
+    since_ms = NumberAttribute(attr_name="ps")  # when it was put: batches take the oldest first
+    new_writer = BooleanAttribute(null=True, attr_name="nw")  # its appender found no state of the writer
+    expected_offset = NumberAttribute(null=True, attr_name="xo")  # a conditional append: only at this offset
+    offset = NumberAttribute(null=True, attr_name="o")  # set by the batch that commits it
+    refused_at = NumberAttribute(null=True, attr_name="rf")  # a conditional append refused: the length then
+    batcher = UnicodeAttribute(null=True, attr_name="hl")  # the lease token a batcher handed to its appender
+    expires_at = NumberAttribute(attr_name=EXPIRES_AT)
+
+    @property
+    def pending(self) -> bool:
+        return self.offset is None and self.refused_at is None
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    point_models((SegmentItem, SegmentMeta, IndexEntry, WriterState), deployment.segments_table, deployment)
+    point_models((SegmentItem, SegmentMeta, IndexEntry, WriterState, PendingBlock), deployment.segments_table,
+                 deployment)

@@ -63,9 +63,10 @@ class Rates:
                      tuple(r * f for r, f in zip(self.bytes, factors)),
                      tuple(r * f for r, f in zip(self.appends, factors)))
 
-    def record(self, now_ms: int, events: int, size: int) -> Rates:
-        """The rates after one append request of ``events`` events and ``size`` bytes at ``now_ms``."""
+    def record(self, now_ms: int, events: int, size: int, appends: int = 1) -> Rates:
+        """The rates after ``appends`` append requests (a sub-log batch commits several) of ``events``
+        events and ``size`` bytes in all at ``now_ms``."""
         base = self.decayed(now_ms)
         return Rates(base.at_ms, tuple(r + events / w for r, w in zip(base.events, WINDOWS_S)),
                      tuple(r + size / w for r, w in zip(base.bytes, WINDOWS_S)),
-                     tuple(r + 1 / w for r, w in zip(base.appends, WINDOWS_S)))
+                     tuple(r + appends / w for r, w in zip(base.appends, WINDOWS_S)))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from botocore.exceptions import ClientError
 
 from dataplane.journal import (
+    BATCH_KEY,
     SegmentJournal,
     _IndexGap,
     validate_segment_name,
@@ -328,8 +329,10 @@ class ReadIndex(SegmentJournal):
         the read freed (the reader then answers Truncated). Costs no request: the head record is at hand.
         None when the head record does not list the entry's writer (it lists only the most recent few).
         Not caught: a stale claim of an older block of a writer that appended since (see docs)."""
-        if entry.sk.startswith(CHUNK_PREFIX) or entry.source is not None:
-            return False  # chunks are never claimed; a merge names its source, de-duplicated by it
+        if entry.sk.startswith(CHUNK_PREFIX) or entry.source is not None or entry.writer == BATCH_KEY:
+            # Chunks are never claimed; a merge names its source, de-duplicated by it; a sub-log batch's
+            # entries are written with the advance that commits them (dataplane/sublog_path.py).
+            return False
         state = meta.writers.as_dict().get(entry.writer) if meta.writers else None
         if not state:
             return None

@@ -1,0 +1,618 @@
+"""Sub-log mode: a segment that many writers append to at once commits their blocks a batch at a time.
+
+On the chain (dataplane/append_path.py) every append claims the tail and advances the head record, so
+a segment commits one block per three round trips whatever the number of writers, and every loser of
+a round pays for it. In sub-log mode (``SegmentMeta.sublog_shards``, fixed when the segment is created:
+``StoreSettings.sublog_shards``) each appender writes its block where it meets no other, and one
+appender at a time, the *batcher*, commits every waiting block in one transaction:
+
+1. Read the head record and the writer's state (a ``WriterState`` in the writer's own shard
+   ``<segment>#<incarnation>#w<n>``): de-duplicate, check expiry and event order as the chain does.
+   A block larger than ``inline_max`` is put to S3 first, under a key of the request's own.
+2. Put the block as a ``PendingBlock`` in shard ``<segment>#<incarnation>#p<n>`` (n: a hash of the
+   writer and the block's last event number, so one busy writer's blocks spread too), unless its key
+   is taken: taken by this request's own put (its token), it is the put's lost answer; by a twin
+   request of the same block, this one waits for that block and answers a duplicate.
+3. Wait: poll the item (eventually consistent, in its shard) until a batch sets its offset, then delete
+   it and answer. The batcher is whoever holds the segment's lease (``SegmentMeta.batcher``): an
+   appender that finds it free takes it, with one conditional update of the head record.
+4. Batch: query every pending shard (in parallel), read the writers' states (one BatchGetItem), choose
+   the oldest blocks whose predecessors are committed or chosen, and commit them in one
+   TransactWriteItems:
+   - the head record's advance past them all, conditioned on its length, on not being sealed, on the
+     incarnation and on the lease being this batcher's, which the same update renews, hands on to the
+     oldest block left (whose item it marks) or removes;
+   - their index entries: each run of inline blocks one entry (writer ``BATCH_KEY``), each S3 block
+     one of its own, so reads, tiering and truncation treat them as any entry;
+   - each block's item: its offset set and its bytes removed, conditioned on its still pending, so no
+     block commits twice;
+   - each writer's state, conditioned on its last event number being the predecessor's.
+   A transaction is all or nothing, and botocore's resend of it carries the same client token, so it
+   applies once. One refused names the actions that failed: the blocks and writers concerned are left
+   out and the rest is sent again. After a lost answer the batcher waits on its item like any appender:
+   the item says whether the batch applied.
+
+A batcher goes on batching until its own block commits. An appender whose block waited longer than
+the lease reads the head record again: it takes over a lease that ran out (its batcher died), answers
+SegmentSealed (withdrawing its block) if the segment was sealed, and OutOfOrder if its predecessor
+never came. Every withdrawal is a delete conditioned on the block still pending, so it never removes a
+committed block. Merges (transaction commits) keep the chain's claim and advance: both condition on
+the head's length, so they serialize with batches.
+
+Cost: a lone writer pays about eight requests plus one query per shard an append, against the chain's
+three, so sub-logs are for segments many writers share (docs/dataplane.md, "Sub-logs").
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from botocore.exceptions import ClientError
+from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from dataplane.journal import (
+    _CONDITION_FAILED,
+    _EXPIRY_MARGIN_MS,
+    BATCH_KEY,
+    AppendResult,
+    SegmentJournal,
+    _Block,
+    _failed_condition,
+    now_ms,
+)
+from dataplane.models import (
+    BYTES,
+    EVENTS,
+    IndexEntry,
+    PendingBlock,
+    SegmentMeta,
+    WriterState,
+    entry_key,
+    writer_key,
+)
+from rillet.errors import (
+    OffsetMismatch,
+    OutOfOrder,
+    SegmentNotFound,
+    SegmentSealed,
+    WriteConflict,
+)
+
+_MAX_ACTIONS = 100  # DynamoDB's limit on a TransactWriteItems
+_ENTRY_MAX_BYTES = 300 * 1024  # the inline bytes of one batch entry (an item holds at most 400 KB)
+_PENDING_TTL_S = 3_600  # a dead appender's item goes after this (TTL); a live one waits sublog_wait_ms at most
+_MAX_POLL_S = 0.05
+_REFUSED_ROUNDS = 8  # refused transactions in a row before a batcher leaves the lease to run out
+# Queries of a segment's pending shards, in parallel: each is a round trip, and a batch waits for all.
+_SHARD_QUERIES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sublog-shards")
+
+
+def _shard(key: str, shards: int) -> int:
+    return zlib.crc32(key.encode()) % shards  # stable across processes, unlike hash()
+
+
+def pending_pk(segment: str, incarnation: int, writer: str, last: int, shards: int) -> str:
+    return f"{segment}#{incarnation}#p{_shard(f'{writer}#{last}', shards)}"
+
+
+def writer_pk(segment: str, incarnation: int, writer: str, shards: int) -> str:
+    return f"{segment}#{incarnation}#w{_shard(writer, shards)}"
+
+
+def pending_sk(writer: str, last: int) -> str:
+    return f"{writer}#{last:020d}"
+
+
+@dataclass(frozen=True)
+class _Watch:
+    """The pending item an appender waits on: its own (``mine``), or a twin request's of the same block."""
+
+    pk: str
+    sk: str
+    token: int
+    mine: bool
+
+    def is_item(self, item: PendingBlock) -> bool:
+        return (item.pk, item.sk) == (self.pk, self.sk) and int(item.token) == self.token
+
+
+class SublogAppends(SegmentJournal):
+    """Appends to a segment in sub-log mode (see the module docstring). The chain's checks, and its help
+    for a merge claim met at the tail, come from AppendPath, which this is a base of."""
+
+    def _append_sublog(self, meta: SegmentMeta, block: _Block, after: int | None, expected_offset: int | None,
+                       upload) -> AppendResult:
+        """Append ``block`` to the sub-log segment ``meta`` describes. ``upload`` puts a large block's
+        bytes to S3 and returns the block naming its object (called once the block is known to be new)."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        self._check_open(segment, meta, block)
+        state = self._sublog_state(segment, incarnation, block.writer, shards)
+        done = self._sublog_duplicate(meta, state, block)
+        if done is not None:
+            return done
+        self._check_not_expired(segment, state, block)
+        if after is None or (state is not None and int(state["l"]) >= after):
+            self._check_event_order(state, block)
+        if block.data is None:
+            block = upload(block)
+        token = block.token if block.token is not None else secrets.randbits(32)
+        try:
+            for _ in range(4):  # a twin request's item withdrawn under us: put ours again
+                watch = self._put_pending(meta, block, token, new_writer=state is None, expected_offset=expected_offset)
+                if isinstance(watch, AppendResult):
+                    done = watch
+                else:
+                    done = self._await_batch(meta, block, watch, after)
+                if done is not None:
+                    if done.duplicate and block.object_key is not None:
+                        self._delete_object(block.object_key)  # another request's copy was committed
+                    return done
+        except (SegmentSealed, SegmentNotFound, OutOfOrder, OffsetMismatch, WriteConflict):
+            if block.object_key is not None:
+                self._delete_object(block.object_key)  # withdrawn: nothing names it
+            raise
+        raise WriteConflict(f"twin requests of writer {block.writer}'s block {block.first}..{block.last} keep "
+                            "withdrawing it; send it again")
+
+    def _sublog_state(self, segment: str, incarnation: int, writer: str, shards: int) -> dict | None:
+        try:
+            item = WriterState.get(writer_pk(segment, incarnation, writer, shards), writer_key(writer),
+                                   consistent_read=True)
+        except DoesNotExist:
+            return None
+        return item.as_state() if int(item.incarnation) == incarnation else None
+
+    def _sublog_duplicate(self, meta: SegmentMeta, state: dict | None, block: _Block) -> AppendResult | None:
+        """The answer to a block the writer's state shows committed already (None: it is new)."""
+        if not state or block.last > int(state["l"]):
+            return None
+        if (int(state["f"]), int(state["l"])) == (block.first, block.last):
+            return AppendResult(int(state["o"]), int(meta.length), duplicate=True)
+        # An older block (a pipelined writer's resend): its item says where, until its appender deletes it.
+        try:
+            item = PendingBlock.get(pending_pk(meta.pk, int(meta.created_ms), block.writer, block.last,
+                                               int(meta.sublog_shards)),
+                                    pending_sk(block.writer, block.last), consistent_read=True)
+            offset = item.offset if int(item.first) == block.first else None
+        except DoesNotExist:
+            offset = None
+        return AppendResult(None if offset is None else int(offset), int(meta.length), duplicate=True)
+
+    def _put_pending(self, meta: SegmentMeta, block: _Block, token: int, new_writer: bool,
+                     expected_offset: int | None) -> _Watch | AppendResult:
+        """Put the block's item unless its key is taken: the item to wait on, or the answer when a twin
+        request's copy is committed there already."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        pk, sk = pending_pk(segment, incarnation, block.writer, block.last, shards), pending_sk(block.writer, block.last)
+        item = PendingBlock(pk, sk, writer=block.writer, first=block.first, last=block.last, size=block.size,
+                            data=block.data, object_key=block.object_key, raw=block.raw or None, token=token,
+                            since_ms=now_ms(), new_writer=new_writer or None, expected_offset=expected_offset,
+                            expires_at=now_ms() // 1000 + _PENDING_TTL_S)
+        table = PendingBlock._get_connection()
+        try:  # through botocore, as append_path._put_unless_taken: PynamoDB's save drops the refused item
+            table.connection.client.put_item(
+                TableName=table.table_name, Item=item.serialize(), ConditionExpression="attribute_not_exists(#pk)",
+                ExpressionAttributeNames={"#pk": PendingBlock.pk.attr_name}, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            return _Watch(pk, sk, token, mine=True)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != _CONDITION_FAILED:
+                raise PutError("Failed to put item", e) from e
+            raw = e.response.get("Item")
+        try:
+            existing = PendingBlock.from_raw_data(raw) if raw else PendingBlock.get(pk, sk, consistent_read=True)
+        except DoesNotExist:
+            return _Watch(pk, sk, token, mine=False)  # withdrawn meanwhile: the wait finds it gone, and we put again
+        if int(existing.token) == token:
+            return _Watch(pk, sk, token, mine=True)  # our own put, applied by an attempt whose answer was lost
+        if existing.offset is not None:
+            offset = int(existing.offset) if int(existing.first) == block.first else None
+            return AppendResult(offset, int(meta.length), duplicate=True)
+        return _Watch(pk, sk, int(existing.token), mine=False)
+
+    def _await_batch(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None) -> AppendResult | None:
+        """Wait until a batch commits the watched item, batching while this request holds the lease; the
+        answer, or None when a twin's item was withdrawn (the caller puts its own again)."""
+        segment, lease_s = meta.pk, self.settings.sublog_lease_ms / 1000
+        started = time.monotonic()
+        token = self._take_lease(meta) if _lease_free(meta) else None
+        handed_used = None
+        check_at, poll_s = started + lease_s, self.settings.order_poll_ms / 2000
+        while True:
+            if token is not None:
+                done = self._batch(meta, token, watch, block)
+                if done is not None:
+                    return done
+                token, check_at = None, time.monotonic() + lease_s
+            item = self._read_watched(watch)
+            if item is None:
+                if watch.mine:
+                    raise WriteConflict(f"writer {block.writer}'s pending block {block.first}..{block.last} of "
+                                        f"{segment} was removed while waiting; send it again")
+                return None
+            if item.offset is not None:
+                return self._committed(watch, int(item.offset), int(item.first), block)
+            if item.refused_at is not None:
+                if not watch.mine:
+                    return None
+                self._withdraw(watch)
+                raise OffsetMismatch(f"expected offset {int(item.expected_offset)} but the segment's length was "
+                                     f"{int(item.refused_at)}", length=int(item.refused_at))
+            if watch.mine and item.batcher is not None and item.batcher != handed_used:
+                token = handed_used = item.batcher  # the last batcher handed its lease to this block's appender
+                continue
+            now = time.monotonic()
+            if now - started > self.settings.sublog_wait_ms / 1000:
+                if not watch.mine:
+                    return None
+                done = self._withdraw_or_answer(watch, block)
+                if done is not None:
+                    return done
+                raise WriteConflict(f"writer {block.writer}'s block was not committed to {segment} within "
+                                    f"{self.settings.sublog_wait_ms} ms; send it again")
+            if now >= check_at:
+                fresh = self._recheck(meta, block, watch, after, now - started)
+                if isinstance(fresh, AppendResult):
+                    return fresh
+                meta = fresh
+                token = self._take_lease(meta) if _lease_free(meta) else None
+                check_at = now + lease_s
+            time.sleep(poll_s)
+            poll_s = min(poll_s * 1.5, _MAX_POLL_S)
+
+    @staticmethod
+    def _read_watched(watch: _Watch) -> PendingBlock | None:
+        """The watched item, or None once it is gone (then read again consistently: an eventually
+        consistent read right after the put may not see it yet)."""
+        for consistent in (False, True):
+            try:
+                item = PendingBlock.get(watch.pk, watch.sk, consistent_read=consistent)
+            except DoesNotExist:
+                continue
+            return item if int(item.token) == watch.token else None  # another request's: ours is gone
+        return None
+
+    @staticmethod
+    def _committed(watch: _Watch, offset: int, first: int, block: _Block) -> AppendResult:
+        """The answer for a watched item a batch committed. Our own item is deleted: its bytes are in the
+        batch's entry, and the writer's state de-duplicates from now on."""
+        if watch.mine:
+            try:
+                PendingBlock(watch.pk, watch.sk).delete(
+                    condition=PendingBlock.offset.exists() & (PendingBlock.token == watch.token))
+            except DeleteError as e:
+                if not _failed_condition(e):
+                    raise
+        if first != block.first:
+            return AppendResult(None, offset + block.size, duplicate=True)  # not this very block: no offset to tell
+        return AppendResult(offset, offset + block.size, duplicate=not watch.mine)
+
+    def _recheck(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None,
+                 waited_s: float) -> SegmentMeta | AppendResult:
+        """What a block that waited a lease long finds out: the head record again (consistent), and for a
+        pipelined block the writer's state. Raises, after withdrawing the block, if it can no longer
+        commit; the answer if it committed meanwhile; else the fresh head record."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        try:
+            fresh = self._meta(segment)
+        except SegmentNotFound:
+            fresh = None
+        refusal = None
+        if fresh is None or int(fresh.created_ms) != incarnation:
+            refusal = SegmentNotFound(f"segment {segment} was deleted while this append was under way")
+        elif fresh.sealed:
+            refusal = SegmentSealed(f"segment {segment} is sealed at length {fresh.length}", length=fresh.length)
+        elif after is not None and waited_s > self.settings.order_wait_ms / 1000:
+            state = self._sublog_state(segment, incarnation, block.writer, shards)
+            last = -1 if state is None else int(state["l"])
+            if last < after and not self._is_pending(segment, incarnation, block.writer, after, shards):
+                refusal = OutOfOrder(f"writer {block.writer}'s event {after} is not appended to {segment} yet: "
+                                     "send this block again once it is", last_event_number=last,
+                                     awaiting_event_number=after)
+        if refusal is None:
+            return fresh
+        if watch.mine:
+            done = self._withdraw_or_answer(watch, block)
+            if done is not None:
+                return done
+        raise refusal
+
+    @staticmethod
+    def _is_pending(segment: str, incarnation: int, writer: str, last: int, shards: int) -> bool:
+        try:
+            item = PendingBlock.get(pending_pk(segment, incarnation, writer, last, shards), pending_sk(writer, last),
+                                    consistent_read=True)
+        except DoesNotExist:
+            return False
+        return item.pending
+
+    def _withdraw_or_answer(self, watch: _Watch, block: _Block) -> AppendResult | None:
+        """Withdraw our pending block: None once withdrawn, or the answer if a batch committed it first."""
+        if self._withdraw(watch):
+            return None
+        item = self._read_watched(watch)
+        if item is not None and item.offset is not None:
+            return self._committed(watch, int(item.offset), int(item.first), block)
+        return None
+
+    @staticmethod
+    def _withdraw(watch: _Watch) -> bool:
+        """Delete our item unless a batch committed it; False if one did (or it is gone)."""
+        try:
+            PendingBlock(watch.pk, watch.sk).delete(
+                condition=PendingBlock.offset.does_not_exist() & (PendingBlock.token == watch.token))
+            return True
+        except DeleteError as e:
+            if not _failed_condition(e):
+                raise
+            return False
+
+    def _take_lease(self, meta: SegmentMeta) -> str | None:
+        token, now = secrets.token_hex(8), now_ms()
+        try:
+            SegmentMeta(meta.pk, meta.sk).update(
+                actions=[SegmentMeta.batcher.set(token), SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms)],
+                condition=(SegmentMeta.batcher.does_not_exist() | (SegmentMeta.batcher_until < now))
+                & (SegmentMeta.created_ms == meta.created_ms) & (SegmentMeta.sealed == False))
+            return token
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
+            return None
+
+    @staticmethod
+    def _release_lease(meta: SegmentMeta, token: str) -> None:
+        try:
+            SegmentMeta(meta.pk, meta.sk).update(actions=[SegmentMeta.batcher.remove(), SegmentMeta.batcher_until.remove()],
+                                                 condition=SegmentMeta.batcher == token)
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
+
+    def _batch(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
+        """Batch while this request holds the lease, until its watched block commits: its answer, or
+        None (the lease lost or left, or a transaction's answer lost: the caller's wait tells)."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        for _ in range(_REFUSED_ROUNDS):
+            try:
+                meta = self._meta(segment)
+            except SegmentNotFound:
+                return None
+            if meta.sealed or int(meta.created_ms) != incarnation or meta.batcher != token:
+                return None
+            pending = self._pending(segment, incarnation, shards)
+            if not any(watch.is_item(p) for p in pending):
+                self._release_lease(meta, token)
+                return None  # committed, refused or withdrawn: the wait reads which
+            states = self._writer_states(segment, incarnation, shards, {p.writer for p in pending})
+            chosen, refusals = self._choose(meta, pending, states)
+            for item in refusals:
+                self._refuse(item, int(meta.length))
+            if not chosen:
+                if refusals:
+                    continue
+                self._release_lease(meta, token)  # our block waits for its predecessor: the next batcher's
+                return None
+            offsets = _offsets(int(meta.length), chosen)
+            ours = next((i for i, p in enumerate(chosen) if watch.is_item(p)), None)
+            chosen_keys = {(p.pk, p.sk) for p in chosen}
+            rest = [p for p in pending if (p.pk, p.sk) not in chosen_keys]
+            applied = self._commit(meta, token, chosen, offsets, states, hand_to=None if ours is None else
+                                   (rest[0] if rest else False))
+            if applied is None:
+                return None  # its answer was lost: whether it applied, the item says
+            if applied and ours is not None:
+                return self._committed(watch, offsets[ours], int(chosen[ours].first), block)
+        self._release_lease(meta, token)
+        return None
+
+    def _pending(self, segment: str, incarnation: int, shards: int) -> list[PendingBlock]:
+        """Every pending block of the segment, oldest first. Bounded by the appenders waiting (each waits
+        ``sublog_wait_ms`` at most, with one block) and dead appenders' blocks (until their TTL)."""
+
+        def shard(n: int) -> list[PendingBlock]:
+            return list(PendingBlock.query(f"{segment}#{incarnation}#p{n}", consistent_read=True,
+                                           filter_condition=PendingBlock.offset.does_not_exist()
+                                           & PendingBlock.refused_at.does_not_exist()))
+
+        found = [p for items in _SHARD_QUERIES.map(shard, range(shards)) for p in items]
+        return sorted(found, key=lambda p: (int(p.since_ms), p.pk, p.sk))
+
+    @staticmethod
+    def _writer_states(segment: str, incarnation: int, shards: int, writers: set[str]) -> dict[str, WriterState]:
+        keys = [(writer_pk(segment, incarnation, w, shards), writer_key(w)) for w in sorted(writers)]
+        found = WriterState.batch_get(keys, consistent_read=True) if keys else []
+        return {s.sk[len(writer_key("")):]: s for s in found if int(s.incarnation) == incarnation}
+
+    def _choose(self, meta: SegmentMeta, pending: list[PendingBlock],
+                states: dict[str, WriterState]) -> tuple[list[PendingBlock], list[PendingBlock]]:
+        """The blocks of the next batch, in offset order, and the conditional blocks to refuse.
+
+        A writer's blocks go in event order, each after its predecessor (committed, in the writer's
+        state, or chosen before it); a writer with no state starts only at a block whose appender found
+        none. Writers go in the order of their oldest block, as many as one transaction takes. A
+        conditional block goes alone, and only at its expected offset (else it is refused). S3 blocks put
+        longer ago than half the orphan grace are left out: their objects may be swept as orphans."""
+        kind = meta.content or (BYTES if pending and pending[0].raw else EVENTS)
+        too_old = now_ms() - self.settings.orphan_grace_ms // 2
+        by_writer: dict[str, list[PendingBlock]] = {}
+        for p in pending:
+            if (BYTES if p.raw else EVENTS) == kind and not (p.object_key and p.since_ms < too_old):
+                by_writer.setdefault(p.writer, []).append(p)
+        chosen: list[PendingBlock] = []
+        refusals: list[PendingBlock] = []
+        writers = 0
+        for writer, items in by_writer.items():
+            state = states.get(writer)
+            expect = None if state is None else int(state.last) + 1
+            run: list[PendingBlock] = []
+            for p in sorted(items, key=lambda p: int(p.first)):
+                if expect is None and not p.new_writer:
+                    break
+                if expect is not None and int(p.first) != expect:
+                    if int(p.first) < expect:
+                        continue  # a twin's copy of committed events: its appender answers a duplicate
+                    break
+                if p.expected_offset is not None:
+                    if run or chosen:
+                        break
+                    if int(p.expected_offset) != int(meta.length):
+                        refusals.append(p)
+                        break
+                    return [p], refusals  # alone, at its offset
+                run.append(p)
+                expect = int(p.last) + 1
+            # The head record's update, a successor's mark, and a state per writer besides the blocks'.
+            while run and 2 + writers + 1 + _actions(chosen + run) > _MAX_ACTIONS:
+                run.pop()
+            if run:
+                chosen += run
+                writers += 1
+        return chosen, refusals
+
+    @staticmethod
+    def _refuse(item: PendingBlock, length: int) -> None:
+        try:
+            item.update(actions=[PendingBlock.refused_at.set(length)],
+                        condition=PendingBlock.offset.does_not_exist() & PendingBlock.refused_at.does_not_exist()
+                        & (PendingBlock.token == item.token))
+        except UpdateError as e:
+            if not _failed_condition(e):
+                raise
+
+    def _commit(self, meta: SegmentMeta, token: str, chosen: list[PendingBlock], offsets: list[int],
+                states: dict[str, WriterState], hand_to: PendingBlock | bool | None) -> bool | None:
+        """One transaction committing ``chosen`` at ``offsets`` (from the head's length): True if applied,
+        False if refused (the caller reads everything again), None if its answer was lost. ``hand_to``:
+        None keeps the lease (the batcher's own block is not in it), False removes it, a pending block
+        gets it (its item is marked)."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        now, tail = now_ms(), int(meta.length)
+        end = offsets[-1] + int(chosen[-1].size)
+        kind = BYTES if chosen[0].raw else EVENTS
+        entries = _entries(segment, incarnation, chosen, offsets, now)
+        actions = self._growth_actions(meta, now, events=sum(int(p.last) - int(p.first) + 1 for p in chosen),
+                                       size=end - tail, inline=sum(int(p.size) for p in chosen if p.object_key is None),
+                                       s3=any(p.object_key for p in chosen), appends=len(chosen), content=kind)
+        actions.append(SegmentMeta.length.set(end))
+        handed = secrets.token_hex(8)
+        if hand_to is None:
+            actions.append(SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms))
+        elif hand_to is False:
+            actions += [SegmentMeta.batcher.remove(), SegmentMeta.batcher_until.remove()]
+        else:
+            actions += [SegmentMeta.batcher.set(handed), SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms)]
+        condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) \
+            & (SegmentMeta.created_ms == meta.created_ms) & (SegmentMeta.batcher == token) \
+            & (SegmentMeta.content.does_not_exist() | (SegmentMeta.content == kind))
+        first_of: dict[str, PendingBlock] = {}
+        last_of: dict[str, tuple[PendingBlock, int]] = {}
+        for p, offset in zip(chosen, offsets):
+            first_of.setdefault(p.writer, p)
+            last_of[p.writer] = (p, offset)
+        try:
+            with TransactWrite(connection=SegmentMeta._get_connection().connection,
+                               client_request_token=secrets.token_hex(16)) as transaction:
+                transaction.update(SegmentMeta(segment, meta.sk), actions=actions, condition=condition)
+                for entry in entries:
+                    transaction.save(entry, condition=IndexEntry.pk.does_not_exist())
+                for p, offset in zip(chosen, offsets):
+                    transaction.update(PendingBlock(p.pk, p.sk),
+                                       actions=[PendingBlock.offset.set(offset), PendingBlock.data.remove()],
+                                       condition=PendingBlock.offset.does_not_exist()
+                                       & PendingBlock.refused_at.does_not_exist() & (PendingBlock.token == p.token))
+                for writer, (p, offset) in last_of.items():
+                    state = WriterState(writer_pk(segment, incarnation, writer, shards), writer_key(writer),
+                                        incarnation=incarnation, first=int(p.first), last=int(p.last), offset=offset,
+                                        time_ms=now,
+                                        expires_at=(now + self.settings.writer_expiry_ms + _EXPIRY_MARGIN_MS) // 1000)
+                    previous = WriterState.last.does_not_exist() if writer not in states \
+                        else WriterState.last == int(first_of[writer].first) - 1
+                    transaction.save(state, condition=previous)
+                if isinstance(hand_to, PendingBlock):
+                    transaction.update(PendingBlock(hand_to.pk, hand_to.sk), actions=[PendingBlock.batcher.set(handed)],
+                                       condition=PendingBlock.offset.does_not_exist() & (PendingBlock.token == hand_to.token))
+            return True
+        except TransactWriteError as e:
+            reasons = e.cancellation_reasons
+            if not reasons:
+                return None
+        for entry, reason in zip(entries, reasons[1:1 + len(entries)]):
+            if reason is not None and reason.code == "ConditionalCheckFailed":
+                self._meet_claim(meta, int(entry.offset))
+        return False
+
+    def _meet_claim(self, meta: SegmentMeta, offset: int) -> None:
+        """An index entry was where a batch's entry goes: a merge's claim at the tail (helped through, as
+        the chain does, after a pause for its owner), or a stale claim of another incarnation (removed)."""
+        try:
+            claim = IndexEntry.get(meta.pk, entry_key(offset), consistent_read=True)
+        except DoesNotExist:
+            return
+        if claim.incarnation is not None and int(claim.incarnation) != int(meta.created_ms):
+            self._remove_other_incarnations(meta.pk, [claim])
+            return
+        if offset != int(meta.length) or claim.writer == BATCH_KEY:
+            return
+        time.sleep(self.settings.contention_pause_ms / 1000)
+        fresh = self._meta(meta.pk)
+        if int(fresh.length) == offset:
+            self._help_claim(fresh, offset, claim)
+
+
+def _lease_free(meta: SegmentMeta) -> bool:
+    return meta.batcher is None or int(meta.batcher_until or 0) < now_ms()
+
+
+def _offsets(tail: int, chosen: list[PendingBlock]) -> list[int]:
+    offsets = []
+    for p in chosen:
+        offsets.append(tail)
+        tail += int(p.size)
+    return offsets
+
+
+def _actions(items: list[PendingBlock]) -> int:
+    """The transaction actions of these blocks and their entries (writers' states not counted)."""
+    entries, run = 0, 0
+    for p in items:
+        if p.object_key is not None:
+            entries, run = entries + 1, 0
+        elif run == 0 or run + int(p.size) > _ENTRY_MAX_BYTES:
+            entries, run = entries + 1, int(p.size)
+        else:
+            run += int(p.size)
+    return len(items) + entries
+
+
+def _entries(segment: str, incarnation: int, chosen: list[PendingBlock], offsets: list[int],
+             now: int) -> list[IndexEntry]:
+    """The batch's index entries: each run of inline blocks one entry (up to _ENTRY_MAX_BYTES), each S3
+    block its own."""
+    entries: list[IndexEntry] = []
+    run: list[tuple[PendingBlock, int]] = []
+
+    def flush() -> None:
+        if run:
+            data = b"".join(bytes(p.data) for p, _ in run)
+            entries.append(IndexEntry(segment, entry_key(run[0][1]), offset=run[0][1], size=len(data), data=data,
+                                      writer=BATCH_KEY, created_ms=now, raw=run[0][0].raw or None,
+                                      incarnation=incarnation))
+            run.clear()
+
+    for p, offset in zip(chosen, offsets):
+        if p.object_key is not None:
+            flush()
+            entries.append(IndexEntry(segment, entry_key(offset), offset=offset, size=int(p.size),
+                                      object_key=p.object_key, writer=BATCH_KEY, created_ms=now,
+                                      raw=p.raw or None, incarnation=incarnation))
+        else:
+            if run and sum(int(q.size) for q, _ in run) + int(p.size) > _ENTRY_MAX_BYTES:
+                flush()
+            run.append((p, offset))
+    flush()
+    return entries
