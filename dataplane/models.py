@@ -37,6 +37,7 @@ from pynamodb.attributes import (
     BinaryAttribute,
     BooleanAttribute,
     DiscriminatorAttribute,
+    ListAttribute,
     MapAttribute,
     NumberAttribute,
     UnicodeAttribute,
@@ -209,9 +210,19 @@ class WriterState(SegmentItem, discriminator="w"):
     offset = NumberAttribute(attr_name="o")
     time_ms = NumberAttribute(attr_name="t")
     expires_at = NumberAttribute(attr_name=EXPIRES_AT)  # TTL: DynamoDB deletes the item after this
+    # A sub-log writer's last few blocks, [first, last, offset] each, oldest first, so that a pipelined
+    # writer's resend of an older block than its last is told its offset. Bounded: at most
+    # RECENT_BLOCKS (the SDK keeps at most max_inflight_blocks, 3 by default, in flight).
+    recent = ListAttribute(null=True, attr_name="r")
 
-    def as_state(self) -> dict[str, int]:
-        return {"f": int(self.first), "l": int(self.last), "o": int(self.offset), "t": int(self.time_ms)}
+    def as_state(self) -> dict:
+        state = {"f": int(self.first), "l": int(self.last), "o": int(self.offset), "t": int(self.time_ms)}
+        if self.recent:
+            state["r"] = [[int(x) for x in block] for block in self.recent]
+        return state
+
+
+RECENT_BLOCKS = 8
 
 
 class PendingBlock(SegmentItem, discriminator="p"):

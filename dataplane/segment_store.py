@@ -194,10 +194,14 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
                 return  # an earlier attempt deleted it
         try:
             self.seal(segment, incarnation)
+            sealed = self._meta(segment)
         except SegmentNotFound:
             if incarnation is not None:
                 return  # created again between the read and the seal
-            # else an earlier attempt got as far as deleting the head record
+            sealed = None  # an earlier attempt got as far as deleting the head record
+        if sealed is not None and sealed.sublog_shards:
+            # Sealed: no batch commits any more, so no pending block will.
+            self._delete_sublogs(segment, int(sealed.created_ms), int(sealed.sublog_shards))
         items = self._index_items(segment, ENTRY_PREFIX) + self._index_items(segment, CHUNK_PREFIX)
         if incarnation is not None:
             items = [item for item in items

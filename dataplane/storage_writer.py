@@ -35,6 +35,7 @@ from dataplane.models import (
     entry_key,
 )
 from dataplane.shards import query_every_shard
+from dataplane.sublog_path import pending_object_keys
 from rillet.errors import (
     SegmentNotFound,
 )
@@ -150,7 +151,7 @@ class StorageWriter(SegmentJournal):
                        else oldest + self.settings.tier_max_age_ms)
         if meta.orphans_after is not None:
             if meta.orphans_after <= now_ms():
-                self._remove_orphans(segment, epoch, int(meta.created_ms))
+                self._remove_orphans(segment, epoch, int(meta.created_ms), int(meta.sublog_shards or 0))
                 actions.append(SegmentMeta.orphans_after.remove())
             else:
                 due.append(meta.orphans_after)
@@ -257,7 +258,7 @@ class StorageWriter(SegmentJournal):
         except DoesNotExist:
             return None
 
-    def _remove_orphans(self, segment: str, epoch: int, incarnation: int) -> int:
+    def _remove_orphans(self, segment: str, epoch: int, incarnation: int, sublog_shards: int = 0) -> int:
         """Delete the objects under the segment's prefix that no index item names and none ever will;
         returns how many. Runs when ``orphans_after`` is due, in the pass with ``epoch``: once after
         sealing, and on an open segment a sweep period after an S3 block's append (``orphan_sweep_ms``).
@@ -268,6 +269,11 @@ class StorageWriter(SegmentJournal):
         only while the epoch is its own; every earlier pass's is below ``epoch``, and a pass of another
         incarnation (``incarnation`` is the segment's) saves nothing at all. So an object of either kind
         that no item names after the listing is nobody's, whatever runs concurrently.
+
+        In sub-log mode a pending block's item names its object too, and a batcher may commit it after
+        its request is over (dataplane/sublog_path.py). Those items are read before the index: an item
+        committed in between has its entry by then (the batch is one transaction), and one put after
+        the read belongs to a request still under way, whose object is younger than the grace.
         """
         s3, bucket, prefix = self.deployment.s3, self.deployment.bucket, self._object_prefix(segment)
         horizon = time.time() - self.settings.orphan_grace_ms / 1000
@@ -281,8 +287,9 @@ class StorageWriter(SegmentJournal):
                     candidates.append(obj["Key"])
         if not candidates:
             return 0
-        named = {item.object_key for prefix_ in (ENTRY_PREFIX, CHUNK_PREFIX)
-                 for item in self._index_items(segment, prefix_)}
+        named = pending_object_keys(segment, incarnation, sublog_shards) if sublog_shards else set()
+        named |= {item.object_key for prefix_ in (ENTRY_PREFIX, CHUNK_PREFIX)
+                  for item in self._index_items(segment, prefix_)}
         orphans = [key for key in candidates if key not in named]
         for i in range(0, len(orphans), 1000):  # DeleteObjects takes up to 1,000 keys
             s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in orphans[i:i + 1000]],

@@ -68,6 +68,7 @@ from dataplane.journal import (
 from dataplane.models import (
     BYTES,
     EVENTS,
+    RECENT_BLOCKS,
     IndexEntry,
     PendingBlock,
     SegmentMeta,
@@ -130,24 +131,29 @@ class SublogAppends(SegmentJournal):
         """Append ``block`` to the sub-log segment ``meta`` describes. ``upload`` puts a large block's
         bytes to S3 and returns the block naming its object (called once the block is known to be new)."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
-        self._check_open(segment, meta, block)
-        state = self._sublog_state(segment, incarnation, block.writer, shards)
-        done = self._sublog_duplicate(meta, state, block)
-        if done is not None:
-            return done
-        self._check_not_expired(segment, state, block)
-        if after is None or (state is not None and int(state["l"]) >= after):
-            self._check_event_order(state, block)
-        if block.data is None:
-            block = upload(block)
         token = block.token if block.token is not None else secrets.randbits(32)
         try:
-            for _ in range(4):  # a twin request's item withdrawn under us: put ours again
-                watch = self._put_pending(meta, block, token, new_writer=state is None, expected_offset=expected_offset)
-                if isinstance(watch, AppendResult):
-                    done = watch
-                else:
-                    done = self._await_batch(meta, block, watch, after)
+            for attempt in range(4):  # again when a twin request's item we waited on was withdrawn
+                if attempt:
+                    meta = self._meta(segment)
+                    if int(meta.created_ms) != incarnation:
+                        raise SegmentNotFound(f"segment {segment} was deleted while this append was under way")
+                state = self._sublog_state(segment, incarnation, block.writer, shards)
+                done = self._sublog_duplicate(meta, state, block)
+                if done is None:
+                    self._check_open(segment, meta, block)
+                    self._check_not_expired(segment, state, block)
+                    if after is not None and _last_event(state) < after:
+                        state = self._await_predecessor(meta, block, after)
+                    if after is None or _last_event(state) >= after:
+                        self._check_event_order(state, block)
+                    if block.data is None and block.object_key is None:
+                        block = upload(block)
+                    # A block that names a predecessor never starts its writer, whatever state was read.
+                    new_writer = state is None and (after is None or after < 0)
+                    done = self._put_pending(meta, block, token, new_writer, expected_offset)
+                    if not isinstance(done, AppendResult):
+                        done = self._await_batch(meta, block, done, after)
                 if done is not None:
                     if done.duplicate and block.object_key is not None:
                         self._delete_object(block.object_key)  # another request's copy was committed
@@ -158,6 +164,26 @@ class SublogAppends(SegmentJournal):
             raise
         raise WriteConflict(f"twin requests of writer {block.writer}'s block {block.first}..{block.last} keep "
                             "withdrawing it; send it again")
+
+    def _await_predecessor(self, meta: SegmentMeta, block: _Block, after: int) -> dict | None:
+        """The writer's state once the block's predecessor (event ``after``) is committed or pending; a
+        predecessor still nowhere after ``order_wait_ms`` is OutOfOrder, as on the chain (the writer sends
+        the block again once that one is in)."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        deadline = time.monotonic() + self.settings.order_wait_ms / 1000
+        poll_s = self.settings.order_poll_ms / 1000
+        while True:
+            if self._is_pending(segment, incarnation, block.writer, after, shards):
+                return self._sublog_state(segment, incarnation, block.writer, shards)
+            state = self._sublog_state(segment, incarnation, block.writer, shards)  # after: it may have just committed
+            if _last_event(state) >= after:
+                return state
+            if time.monotonic() > deadline:
+                raise OutOfOrder(f"writer {block.writer}'s event {after} is not appended to {segment} yet: send "
+                                 "this block again once it is", last_event_number=_last_event(state),
+                                 awaiting_event_number=after)
+            time.sleep(poll_s)
+            poll_s *= 1.5
 
     def _sublog_state(self, segment: str, incarnation: int, writer: str, shards: int) -> dict | None:
         try:
@@ -173,7 +199,11 @@ class SublogAppends(SegmentJournal):
             return None
         if (int(state["f"]), int(state["l"])) == (block.first, block.last):
             return AppendResult(int(state["o"]), int(meta.length), duplicate=True)
-        # An older block (a pipelined writer's resend): its item says where, until its appender deletes it.
+        # An older block (a pipelined writer's resend): the writer's recent blocks say where, or its item,
+        # until its appender deletes it.
+        for first, last, offset in state.get("r", []):
+            if (first, last) == (block.first, block.last):
+                return AppendResult(offset, int(meta.length), duplicate=True)
         try:
             item = PendingBlock.get(pending_pk(meta.pk, int(meta.created_ms), block.writer, block.last,
                                                int(meta.sublog_shards)),
@@ -293,22 +323,27 @@ class SublogAppends(SegmentJournal):
 
     def _recheck(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None,
                  waited_s: float) -> SegmentMeta | AppendResult:
-        """What a block that waited a lease long finds out: the head record again (consistent), and for a
-        pipelined block the writer's state. Raises, after withdrawing the block, if it can no longer
-        commit; the answer if it committed meanwhile; else the fresh head record."""
+        """What a block that waited a lease long finds out: the head record and the writer's state again
+        (consistent). Raises, after withdrawing the block, if it can no longer commit; the answer if it
+        or a twin's copy committed meanwhile; else the fresh head record."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         try:
             fresh = self._meta(segment)
         except SegmentNotFound:
             fresh = None
+        state = self._sublog_state(segment, incarnation, block.writer, shards)
+        copy = self._sublog_duplicate(fresh or meta, state, block)
+        if copy is not None:  # a twin request's copy of the block committed (ours, under the same key, cannot)
+            if watch.mine:
+                return self._withdraw_or_answer(watch, block) or copy
+            return copy
         refusal = None
         if fresh is None or int(fresh.created_ms) != incarnation:
             refusal = SegmentNotFound(f"segment {segment} was deleted while this append was under way")
         elif fresh.sealed:
             refusal = SegmentSealed(f"segment {segment} is sealed at length {fresh.length}", length=fresh.length)
         elif after is not None and waited_s > self.settings.order_wait_ms / 1000:
-            state = self._sublog_state(segment, incarnation, block.writer, shards)
-            last = -1 if state is None else int(state["l"])
+            last = _last_event(state)
             if last < after and not self._is_pending(segment, incarnation, block.writer, after, shards):
                 refusal = OutOfOrder(f"writer {block.writer}'s event {after} is not appended to {segment} yet: "
                                      "send this block again once it is", last_event_number=last,
@@ -351,12 +386,25 @@ class SublogAppends(SegmentJournal):
                 raise
             return False
 
+    def _delete_sublogs(self, segment: str, incarnation: int, shards: int) -> None:
+        """Delete a sealed segment's pending blocks (with the objects of those never committed) and its
+        writers' states, each only if unchanged."""
+        for n in range(shards):
+            for item in PendingBlock.query(f"{segment}#{incarnation}#p{n}", consistent_read=True):
+                if item.object_key is not None and item.offset is None:
+                    self._delete_object(item.object_key)
+                _delete_if(item, PendingBlock.token == item.token)
+            for state in WriterState.query(f"{segment}#{incarnation}#w{n}", consistent_read=True):
+                _delete_if(state, WriterState.last == state.last)
+
     def _take_lease(self, meta: SegmentMeta) -> str | None:
         token, now = secrets.token_hex(8), now_ms()
         try:
             SegmentMeta(meta.pk, meta.sk).update(
                 actions=[SegmentMeta.batcher.set(token), SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms)],
-                condition=(SegmentMeta.batcher.does_not_exist() | (SegmentMeta.batcher_until < now))
+                # Ours already: botocore's resend of a take whose answer was lost.
+                condition=(SegmentMeta.batcher.does_not_exist() | (SegmentMeta.batcher_until < now)
+                           | (SegmentMeta.batcher == token))
                 & (SegmentMeta.created_ms == meta.created_ms) & (SegmentMeta.sealed == False))
             return token
         except UpdateError as e:
@@ -435,13 +483,12 @@ class SublogAppends(SegmentJournal):
         A writer's blocks go in event order, each after its predecessor (committed, in the writer's
         state, or chosen before it); a writer with no state starts only at a block whose appender found
         none. Writers go in the order of their oldest block, as many as one transaction takes. A
-        conditional block goes alone, and only at its expected offset (else it is refused). S3 blocks put
-        longer ago than half the orphan grace are left out: their objects may be swept as orphans."""
+        conditional block goes alone, and only at its expected offset (else it is refused). The orphan
+        sweep keeps the objects pending blocks name, so a block of a request that is over may commit."""
         kind = meta.content or (BYTES if pending and pending[0].raw else EVENTS)
-        too_old = now_ms() - self.settings.orphan_grace_ms // 2
         by_writer: dict[str, list[PendingBlock]] = {}
         for p in pending:
-            if (BYTES if p.raw else EVENTS) == kind and not (p.object_key and p.since_ms < too_old):
+            if (BYTES if p.raw else EVENTS) == kind:
                 by_writer.setdefault(p.writer, []).append(p)
         chosen: list[PendingBlock] = []
         refusals: list[PendingBlock] = []
@@ -511,9 +558,11 @@ class SublogAppends(SegmentJournal):
             & (SegmentMeta.content.does_not_exist() | (SegmentMeta.content == kind))
         first_of: dict[str, PendingBlock] = {}
         last_of: dict[str, tuple[PendingBlock, int]] = {}
+        recent: dict[str, list[list[int]]] = {w: list(s.recent or []) for w, s in states.items()}
         for p, offset in zip(chosen, offsets):
             first_of.setdefault(p.writer, p)
             last_of[p.writer] = (p, offset)
+            recent.setdefault(p.writer, []).append([int(p.first), int(p.last), offset])
         try:
             with TransactWrite(connection=SegmentMeta._get_connection().connection,
                                client_request_token=secrets.token_hex(16)) as transaction:
@@ -528,7 +577,7 @@ class SublogAppends(SegmentJournal):
                 for writer, (p, offset) in last_of.items():
                     state = WriterState(writer_pk(segment, incarnation, writer, shards), writer_key(writer),
                                         incarnation=incarnation, first=int(p.first), last=int(p.last), offset=offset,
-                                        time_ms=now,
+                                        time_ms=now, recent=[[int(x) for x in b] for b in recent[writer][-RECENT_BLOCKS:]],
                                         expires_at=(now + self.settings.writer_expiry_ms + _EXPIRY_MARGIN_MS) // 1000)
                     previous = WriterState.last.does_not_exist() if writer not in states \
                         else WriterState.last == int(first_of[writer].first) - 1
@@ -562,6 +611,29 @@ class SublogAppends(SegmentJournal):
         fresh = self._meta(meta.pk)
         if int(fresh.length) == offset:
             self._help_claim(fresh, offset, claim)
+
+
+def pending_object_keys(segment: str, incarnation: int, shards: int) -> set[str]:
+    """The objects the items in the segment's pending shards name, whatever their state: the orphan
+    sweep keeps them (dataplane/storage_writer.py)."""
+
+    def shard(n: int) -> set[str]:
+        return {p.object_key for p in PendingBlock.query(f"{segment}#{incarnation}#p{n}", consistent_read=True,
+                                                         filter_condition=PendingBlock.object_key.exists())}
+
+    return set().union(*_SHARD_QUERIES.map(shard, range(shards)))
+
+
+def _delete_if(item: PendingBlock | WriterState, condition) -> None:
+    try:
+        item.delete(condition=condition)
+    except DeleteError as e:
+        if not _failed_condition(e):
+            raise
+
+
+def _last_event(state: dict | None) -> int:
+    return -1 if state is None else int(state["l"])
 
 
 def _lease_free(meta: SegmentMeta) -> bool:

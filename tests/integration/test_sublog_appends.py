@@ -1,0 +1,313 @@
+"""Sub-log mode on moto (dataplane/sublog_path.py): batches of many writers' blocks, de-duplication,
+order, crashes and lost answers at each step, seal, merges, conditional appends, tiering, deletion.
+
+Each test uses fresh segments created in sub-log mode, with a small ``inline_max`` so that blocks take
+both the inline path and the S3-object path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from dataplane_model import (
+    SimulatedCrash,
+    event_block,
+    index_entries,
+    inject_crash,
+    lose_answer,
+    object_keys,
+    parse_events,
+    payload,
+    read_all,
+)
+
+from dataplane import models
+from dataplane.journal import BATCH_KEY
+from dataplane.models import PendingBlock, SegmentItem, WriterState
+from dataplane.segment_store import SegmentStore, StoreSettings
+from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed
+
+SHARDS = 4
+SETTINGS = StoreSettings(inline_max=64, chunk_target=400, tier_min_age_ms=0, sublog_shards=SHARDS,
+                         sublog_lease_ms=200)
+
+
+@pytest.fixture
+def store(deployment) -> SegmentStore:
+    models.bind(deployment)
+    return SegmentStore(deployment, SETTINGS)
+
+
+@pytest.fixture
+def seg(store, unique) -> str:
+    name = f"{unique}/s/0"
+    assert store.create(name, sublogs=True) is True
+    return name
+
+
+def _sublog_items(seg: str, created_ms: int) -> list[SegmentItem]:
+    return [item for kind in ("p", "w") for n in range(SHARDS)
+            for item in SegmentItem.query(f"{seg}#{created_ms}#{kind}{n}", consistent_read=True)]
+
+
+def _tags(store: SegmentStore, seg: str) -> list[bytes]:
+    return [p.split(b"|", 1)[0] for _, p in parse_events(read_all(store, seg))]
+
+
+def test_only_a_stream_segment_takes_the_mode_and_a_transaction_segment_keeps_the_chain(store, unique):
+    assert store.create(f"{unique}/s/0", sublogs=True)
+    assert store.create(f"{unique}/txn/0")
+    assert models.SegmentMeta.get(f"{unique}/s/0", "m").sublog_shards == SHARDS
+    assert models.SegmentMeta.get(f"{unique}/txn/0", "m").sublog_shards is None
+
+
+def test_appends_read_back_in_batch_entries_and_resends_are_duplicates(store, seg):
+    first = store.append(seg, "wa", 0, 1, event_block("a0", 20))
+    assert (first.offset, first.length, first.duplicate) == (0, 20, False)
+    big = event_block("a1", 300)  # an S3 object
+    second = store.append(seg, "wa", 1, 1, big, after=0)
+    assert (second.offset, second.duplicate) == (20, False)
+    third = store.append(seg, "wa", 2, 1, event_block("a2", 10), after=1)
+    assert third.offset == 320
+
+    assert store.append(seg, "wa", 2, 1, event_block("a2", 10)).duplicate  # the last block again
+    older = store.append(seg, "wa", 0, 1, event_block("a0", 20))  # an older one: the writer's recent blocks
+    assert (older.offset, older.duplicate) == (0, True)
+    assert store.append(seg, "wa", 1, 1, big).offset == 20
+    assert _tags(store, seg) == [b"a0", b"a1", b"a2"]
+    assert {e.writer for e in index_entries(seg)} == {BATCH_KEY}
+    # Committed blocks leave no pending item behind: their appenders delete them.
+    meta = models.SegmentMeta.get(seg, "m", consistent_read=True)
+    assert [i for i in _sublog_items(seg, meta.created_ms) if isinstance(i, PendingBlock)] == []
+    assert meta.batcher is None  # the last batcher, with nothing left, removed its lease
+
+
+def test_many_writers_at_once_commit_in_batches_each_writer_in_order(store, seg):
+    writers, per_writer = 12, 6
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            for n in range(per_writer):
+                size = 200 if (w + n) % 5 == 0 else 16 + w  # some S3 blocks among inline ones
+                store.append(seg, f"w{w}", n, 1, event_block(f"{w}:{n}", size), after=n - 1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    tags = [t.decode() for t in _tags(store, seg)]
+    assert sorted(tags) == sorted(f"{w}:{n}" for w in range(writers) for n in range(per_writer))
+    for w in range(writers):
+        assert [t for t in tags if t.startswith(f"{w}:")] == [f"{w}:{n}" for n in range(per_writer)]
+    entries = index_entries(seg)
+    assert len(entries) < writers * per_writer  # inline runs of several writers share one entry
+    assert sum(e.size for e in entries) == models.SegmentMeta.get(seg, "m").length
+
+
+def test_pipelined_blocks_arriving_out_of_order_commit_in_order(store, seg):
+    blocks = [event_block(f"p{n}", 12 + n) for n in range(4)]
+    results: dict[int, object] = {}
+
+    def send(n: int) -> None:
+        for _ in range(20):  # as the SDK does: a block refused as OutOfOrder is sent again
+            try:
+                results[n] = store.append(seg, "wp", n, 1, blocks[n], after=n - 1)
+                return
+            except OutOfOrder as e:
+                results[n] = e
+            except BaseException as e:  # noqa: BLE001 - reported below
+                results[n] = e
+                return
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in (3, 1, 2, 0)]
+    for t in threads:
+        t.start()
+        time.sleep(0.01)  # later blocks first: they wait for their predecessors' items
+    for t in threads:
+        t.join()
+    assert _tags(store, seg) == [b"p0", b"p1", b"p2", b"p3"], results
+    assert [results[n].offset for n in range(4)] == [0, 12, 25, 39]
+
+
+def test_a_block_whose_predecessor_never_comes_is_out_of_order_and_leaves_nothing(store, seg):
+    with pytest.raises(OutOfOrder) as refused:
+        store.append(seg, "w", 1, 1, event_block("second", 300), after=0)
+    assert refused.value.details == {"last_event_number": -1, "awaiting_event_number": 0}
+    assert object_keys(store, seg) == set()  # its object went with the refusal
+    assert store.append(seg, "w", 0, 1, event_block("first", 10), after=-1).offset == 0
+    assert store.append(seg, "w", 1, 1, event_block("second", 300), after=0).offset == 10
+
+
+def test_twin_requests_of_one_block_append_it_once(store, seg):
+    for n in range(6):
+        block = event_block(f"dup{n}", 30 if n % 2 else 200)
+        acks: list = []
+        barrier = threading.Barrier(2)
+
+        def send(b=block, k=n, acks=acks, barrier=barrier) -> None:
+            barrier.wait()
+            acks.append(store.append(seg, "wd", k, 1, b))
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(acks) == 2 and acks[0].offset == acks[1].offset is not None
+        assert sorted(a.duplicate for a in acks) == [False, True]
+    assert _tags(store, seg) == [f"dup{n}".encode() for n in range(6)]
+
+
+@pytest.mark.parametrize("size", [20, 300], ids=["inline", "object"])
+def test_a_crash_before_each_write_of_an_append_never_blocks_others_and_the_resend_appends_once(store, unique, size):
+    """The appender dies before its k-th write (S3 put, its item's put, the lease, the batch, its item's
+    delete): another writer still commits (taking over the lease once it runs out, and committing the
+    dead appender's block if it is pending), and the resend appends the block exactly once."""
+    block = event_block("victim", size)
+    seen: list[str] = []
+    k = 0
+    while True:
+        k += 1
+        assert k < 10, "the append never completed"
+        seg = f"{unique}/k{k}/0"
+        store.create(seg, sublogs=True)
+        store.append(seg, "w0", 0, 1, event_block("first", 12))
+        with inject_crash(k) as injector:
+            try:
+                done = store.append(seg, "wa", 0, 1, block)
+            except SimulatedCrash:
+                done = None
+        if done is not None:
+            assert (done.offset, done.duplicate) == (12, False)
+            break
+        seen.append(injector.crashed_before)
+        other = store.append(seg, "wb", 0, 1, event_block("other", 15))
+        retry = store.append(seg, "wa", 0, 1, block)
+        assert {other.offset, retry.offset} == {12, 12 + 15} or (retry.offset, other.offset) == (12, 12 + size)
+        assert sorted(_tags(store, seg)) == [b"first", b"other", b"victim"]
+        # A crash between the S3 put and the item's leaves an orphan, which the sweep removes later.
+        named = {e.object_key for e in index_entries(seg) if e.object_key is not None}
+        assert named <= object_keys(store, seg) and len(object_keys(store, seg) - named) <= 1
+    expected = ["PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"]
+    assert seen == (expected if size == 20 else ["PutObject", *expected])
+
+
+@pytest.mark.parametrize("size", [20, 300], ids=["inline", "object"])
+def test_a_lost_answer_at_each_write_of_an_append_still_appends_once(store, unique, size):
+    lost: list[str] = []
+    for k in range(1, 10):
+        seg = f"{unique}/l{k}/0"
+        store.create(seg, sublogs=True)
+        store.append(seg, "w0", 0, 1, event_block("first", 12))
+        with lose_answer(k) as seen:
+            done = store.append(seg, "wa", 0, 1, event_block("victim", size))
+        assert (done.offset, done.duplicate) == (12, False)
+        assert _tags(store, seg) == [b"first", b"victim"]
+        if len(seen) < k:
+            break
+        lost.append(seen[k - 1])
+    assert lost[-4:] == ["PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"]
+
+
+def test_a_batcher_that_dies_holding_the_lease_is_taken_over(store, seg):
+    def die_before_the_batch(operation: str, _n: int) -> None:
+        if operation == "TransactWriteItems":
+            raise SimulatedCrash("the batcher died after taking the lease")
+
+    with inject_crash(None, hook=die_before_the_batch), pytest.raises(SimulatedCrash):
+        store.append(seg, "wa", 0, 1, event_block("a", 20))
+    assert models.SegmentMeta.get(seg, "m", consistent_read=True).batcher is not None
+    started = time.monotonic()
+    done = store.append(seg, "wb", 0, 1, event_block("b", 20))  # waits out the lease, then batches both
+    assert time.monotonic() - started >= SETTINGS.sublog_lease_ms / 1000 * 0.5
+    assert done.offset in (0, 20) and sorted(_tags(store, seg)) == [b"a", b"b"]
+    assert store.append(seg, "wa", 0, 1, event_block("a", 20)).duplicate
+
+
+def test_sealing_refuses_a_pending_block_and_withdraws_it(store, seg):
+    store.append(seg, "w", 0, 1, event_block("kept", 20))
+    # A block left pending by an appender that died after its put: the seal comes first.
+    with inject_crash(2), pytest.raises(SimulatedCrash):
+        store.append(seg, "dead", 0, 1, event_block("late", 300))
+    assert store.seal(seg) == 20
+    with pytest.raises(SegmentSealed):
+        store.append(seg, "w", 1, 1, event_block("more", 20))
+    with pytest.raises(SegmentSealed):
+        store.append(seg, "dead", 0, 1, event_block("late", 300))  # its resend
+    assert store.append(seg, "w", 0, 1, event_block("kept", 20)).duplicate  # an acknowledged one still is
+    assert read_all(store, seg) == event_block("kept", 20)
+    assert models.SegmentMeta.get(seg, "m").length == 20
+
+
+def test_conditional_appends_commit_only_at_their_offset(store, seg):
+    store.append(seg, "w", 0, 1, payload("x", 10), raw=True)
+    assert store.append(seg, "w", 1, 1, payload("y", 5), expected_offset=10, raw=True).offset == 10
+    with pytest.raises(OffsetMismatch) as refused:
+        store.append(seg, "w", 2, 1, payload("z", 5), expected_offset=10, raw=True)
+    assert refused.value.details["length"] == 15
+    assert store.append(seg, "w", 2, 1, payload("z", 5), expected_offset=15, raw=True).offset == 15
+    assert read_all(store, seg) == payload("x", 10) + payload("y", 5) + payload("z", 5)
+
+
+def test_a_merge_commits_between_batches(store, seg, unique):
+    txn = f"{unique}/txn/0"
+    store.create(txn)
+    store.append(txn, "t", 0, 1, event_block("txn", 30))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        n = 0
+        try:
+            while not stop.is_set() and n < 15:
+                store.append(seg, f"w{w}", n, 1, event_block(f"{w}:{n}", 20), after=n - 1)
+                n += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    at = store.merge(seg, txn)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    data = read_all(store, seg)
+    assert data[at:at + 30] == event_block("txn", 30)
+    assert _tags(store, seg).count(b"txn") == 1
+
+
+def test_tiering_packs_batch_entries_and_reads_stay_the_same(store, seg):
+    for n in range(30):
+        store.append(seg, f"w{n % 3}", n // 3, 1, event_block(f"t{n}", 30))
+    before = read_all(store, seg)
+    store.tier(seg)
+    assert any(e.sk.startswith("c#") for e in SegmentItem.query(seg, consistent_read=True))
+    assert read_all(store, seg) == before
+
+
+def test_the_orphan_sweep_keeps_a_pending_blocks_object_and_deleting_removes_every_sub_log_item(deployment, unique):
+    models.bind(deployment)
+    store = SegmentStore(deployment, replace(SETTINGS, orphan_grace_ms=0))
+    seg = f"{unique}/s/0"
+    store.create(seg, sublogs=True)
+    store.append(seg, "w", 0, 1, event_block("one", 300))
+    with inject_crash(3), pytest.raises(SimulatedCrash):  # dies after its item's put: pending, with its object
+        store.append(seg, "dead", 0, 1, event_block("late", 300))
+    store.seal(seg)
+    store.tier(seg)  # sealing made the sweep due: the pending block's object is named by its item
+    assert len(object_keys(store, seg)) == 2
+    created = models.SegmentMeta.get(seg, "m").created_ms
+    assert any(isinstance(i, WriterState) for i in _sublog_items(seg, created))
+    store.delete(seg)
+    assert _sublog_items(seg, created) == [] and object_keys(store, seg) == set()
