@@ -10,6 +10,7 @@ answers one request at a time, so the rate is only comparable between rows of on
     python -m bench.segment_contention --appenders 1 16 --appends 20
     python -m bench.segment_contention --request-ms 10   # the commits a second at AWS-like latency
     python -m bench.segment_contention --no-tickets      # appenders that lose the tail take no ticket
+    python -m bench.segment_contention --sublogs 8       # the segment in sub-log mode, with 8 shards
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from botocore.httpsession import URLLib3Session
 
 from bench.cost import usage
 from bench.stack import moto_stack
-from dataplane.segment_store import SegmentStore
+from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.framing import frame
 from standalone.moto_server import RequestMeter
 
@@ -35,7 +36,7 @@ EVENT = frame(os.urandom(1020))  # one 1 KiB event: an inline block, as a trickl
 
 def _row(store: SegmentStore, meter: RequestMeter, appenders: int, appends_each: int) -> dict:
     segment = f"bench{uuid.uuid4().hex[:8]}/data/0"
-    store.create(segment)
+    store.create(segment, sublogs=True)
     start = threading.Barrier(appenders)
     latencies_ms: list[float] = []  # list.append is atomic under the GIL
 
@@ -71,15 +72,16 @@ def _row(store: SegmentStore, meter: RequestMeter, appenders: int, appends_each:
 
 
 def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256, request_ms: float = 0.0,
-        tickets: bool = True) -> dict:
+        tickets: bool = True, sublog_shards: int = 0) -> dict:
     """``appends`` in all per row (at least one per appender); ``request_ms`` is a pause before every
     request, as the network and DynamoDB's own latency add on AWS (moto itself answers in about 1 ms);
     ``tickets=False`` measures appenders that pause without a place in the queue, as before tickets,
-    in the same sitting (the figures of two sittings differ with the machine's load)."""
+    in the same sitting (the figures of two sittings differ with the machine's load); ``sublog_shards``
+    puts the segment in sub-log mode (dataplane/sublog_path.py) with that many shards."""
     meter = RequestMeter()
     with moto_stack(meter, bind=True) as (_, deployment), _request_latency(request_ms), _tickets(tickets):
-        store = SegmentStore(deployment)
-        return {"event_bytes": len(EVENT), "request_ms": request_ms, "tickets": tickets,
+        store = SegmentStore(deployment, StoreSettings(sublog_shards=sublog_shards))
+        return {"event_bytes": len(EVENT), "request_ms": request_ms, "tickets": tickets, "sublogs": sublog_shards,
                 "rows": [_row(store, meter, n, max(1, appends // n)) for n in appenders]}
 
 
@@ -115,7 +117,8 @@ def _tickets(taken: bool) -> Iterator[None]:
 def report(result: dict) -> str:
     lines = [(f"per committed append, concurrent appenders on one segment ({result['event_bytes']} B inline "
               f"blocks, SegmentStore in-process on moto, {result['request_ms']:g} ms added to every request"
-              f"{'' if result['tickets'] else ', no tickets'})"),
+              f"{'' if result['tickets'] else ', no tickets'}"
+              f"{', sub-logs of %d shards' % result['sublogs'] if result.get('sublogs') else ''})"),
              (f"  {'appenders':>9} {'appends':>7} {'appends/s':>9} {'requests':>8} {'read units':>10} "
               f"{'write units':>11} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}")]
     for r in result["rows"]:
@@ -133,8 +136,11 @@ def main() -> None:
                         help="a pause before every request, as AWS's latency adds (e.g. 5 or 10)")
     parser.add_argument("--no-tickets", action="store_true",
                         help="appenders that keep losing the tail take no ticket (as before tickets)")
+    parser.add_argument("--sublogs", type=int, default=0, metavar="SHARDS",
+                        help="the segment in sub-log mode with this many shards (0: the chain)")
     args = parser.parse_args()
-    print(report(run(tuple(args.appenders), args.appends, args.request_ms, tickets=not args.no_tickets)))
+    print(report(run(tuple(args.appenders), args.appends, args.request_ms, tickets=not args.no_tickets,
+                     sublog_shards=args.sublogs)))
 
 
 if __name__ == "__main__":

@@ -51,8 +51,15 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from botocore.exceptions import ClientError
-from pynamodb.exceptions import DeleteError, DoesNotExist, PutError, TransactWriteError, UpdateError
+from botocore.exceptions import BotoCoreError, ClientError
+from pynamodb.exceptions import (
+    DeleteError,
+    DoesNotExist,
+    PutError,
+    PynamoDBException,
+    TransactWriteError,
+    UpdateError,
+)
 from pynamodb.transactions import TransactWrite
 
 from dataplane.journal import (
@@ -88,6 +95,8 @@ _MAX_ACTIONS = 100  # DynamoDB's limit on a TransactWriteItems
 _ENTRY_MAX_BYTES = 300 * 1024  # the inline bytes of one batch entry (an item holds at most 400 KB)
 _PENDING_TTL_S = 3_600  # a dead appender's item goes after this (TTL); a live one waits sublog_wait_ms at most
 _MAX_POLL_S = 0.05
+# What a request that tells nothing raises (throttled, 5xx, a reset, a timeout): a wait goes on after it.
+_TRANSIENT = (PynamoDBException, BotoCoreError, ClientError)
 _REFUSED_ROUNDS = 8  # refused transactions in a row before a batcher leaves the lease to run out
 # Queries of a segment's pending shards, in parallel: each is a round trip, and a batch waits for all.
 _SHARD_QUERIES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sublog-shards")
@@ -132,6 +141,7 @@ class SublogAppends(SegmentJournal):
         bytes to S3 and returns the block naming its object (called once the block is known to be new)."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         token = block.token if block.token is not None else secrets.randbits(32)
+        deadline = time.monotonic() + self.settings.sublog_wait_ms / 1000  # the whole append's wait
         try:
             for attempt in range(4):  # again when a twin request's item we waited on was withdrawn
                 if attempt:
@@ -153,7 +163,7 @@ class SublogAppends(SegmentJournal):
                     new_writer = state is None and (after is None or after < 0)
                     done = self._put_pending(meta, block, token, new_writer, expected_offset)
                     if not isinstance(done, AppendResult):
-                        done = self._await_batch(meta, block, done, after)
+                        done = self._await_batch(meta, block, done, after, deadline)
                 if done is not None:
                     if done.duplicate and block.object_key is not None:
                         self._delete_object(block.object_key)  # another request's copy was committed
@@ -244,53 +254,70 @@ class SublogAppends(SegmentJournal):
             return AppendResult(offset, int(meta.length), duplicate=True)
         return _Watch(pk, sk, int(existing.token), mine=False)
 
-    def _await_batch(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None) -> AppendResult | None:
+    def _await_batch(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None,
+                     deadline: float) -> AppendResult | None:
         """Wait until a batch commits the watched item, batching while this request holds the lease; the
-        answer, or None when a twin's item was withdrawn (the caller puts its own again)."""
+        answer, or None when a twin's item was withdrawn (the caller puts its own again). A request that
+        tells nothing (throttled, 5xx, reset) does not end the wait: only the deadline does."""
         segment, lease_s = meta.pk, self.settings.sublog_lease_ms / 1000
         started = time.monotonic()
-        token = self._take_lease(meta) if _lease_free(meta) else None
+        try:
+            token = self._take_lease(meta) if _lease_free(meta) else None
+        except _TRANSIENT:
+            token = None  # whether it was taken or not, the lease runs out
         handed_used = None
         check_at, poll_s = started + lease_s, self.settings.order_poll_ms / 2000
         while True:
-            if token is not None:
-                done = self._batch(meta, token, watch, block)
-                if done is not None:
-                    return done
-                token, check_at = None, time.monotonic() + lease_s
-            item = self._read_watched(watch)
-            if item is None:
-                if watch.mine:
-                    raise WriteConflict(f"writer {block.writer}'s pending block {block.first}..{block.last} of "
-                                        f"{segment} was removed while waiting; send it again")
-                return None
-            if item.offset is not None:
-                return self._committed(watch, int(item.offset), int(item.first), block)
-            if item.refused_at is not None:
-                if not watch.mine:
+            try:
+                if token is not None:
+                    done = self._batch(meta, token, watch, block)
+                    if done is not None:
+                        return done
+                    token = None
+                item = self._read_watched(watch)
+                if item is None:
+                    if watch.mine:
+                        raise WriteConflict(f"writer {block.writer}'s pending block {block.first}..{block.last} of "
+                                            f"{segment} was removed while waiting; send it again")
                     return None
-                self._withdraw(watch)
-                raise OffsetMismatch(f"expected offset {int(item.expected_offset)} but the segment's length was "
-                                     f"{int(item.refused_at)}", length=int(item.refused_at))
-            if watch.mine and item.batcher is not None and item.batcher != handed_used:
-                token = handed_used = item.batcher  # the last batcher handed its lease to this block's appender
-                continue
-            now = time.monotonic()
-            if now - started > self.settings.sublog_wait_ms / 1000:
+                if item.offset is not None:
+                    return self._committed(watch, int(item.offset), int(item.first), block)
+                if item.refused_at is not None:
+                    if not watch.mine:
+                        return None
+                    self._withdraw(watch)
+                    raise OffsetMismatch(f"expected offset {int(item.expected_offset)} but the segment's length "
+                                         f"was {int(item.refused_at)}", length=int(item.refused_at))
+                if watch.mine and item.batcher is not None and item.batcher != handed_used:
+                    token = handed_used = item.batcher  # the last batcher handed its lease to this block's appender
+                    continue
+                now = time.monotonic()
+                if now >= check_at and now <= deadline:
+                    check_at = now + lease_s
+                    fresh = self._recheck(meta, block, watch, after, now - started)
+                    if isinstance(fresh, AppendResult):
+                        return fresh
+                    meta = fresh
+                    if not watch.mine and self._withdraw(watch):
+                        # A twin's block still pending a lease later: its request may be dead, and its block
+                        # may never be batchable (a predecessor withdrawn since). Withdrawn (only while
+                        # pending), its key takes ours; a live twin answers WriteConflict, as nothing of it
+                        # was appended.
+                        return None
+                    token = self._take_lease(meta) if _lease_free(meta) else None
+                    if token is not None:
+                        continue
+            except _TRANSIENT:
+                pass  # the wait goes on: the next round asks again
+            if time.monotonic() > deadline:
                 if not watch.mine:
-                    return None
+                    raise WriteConflict(f"a twin request's copy of writer {block.writer}'s block was not committed "
+                                        f"to {segment} within {self.settings.sublog_wait_ms} ms; send it again")
                 done = self._withdraw_or_answer(watch, block)
                 if done is not None:
                     return done
                 raise WriteConflict(f"writer {block.writer}'s block was not committed to {segment} within "
                                     f"{self.settings.sublog_wait_ms} ms; send it again")
-            if now >= check_at:
-                fresh = self._recheck(meta, block, watch, after, now - started)
-                if isinstance(fresh, AppendResult):
-                    return fresh
-                meta = fresh
-                token = self._take_lease(meta) if _lease_free(meta) else None
-                check_at = now + lease_s
             time.sleep(poll_s)
             poll_s = min(poll_s * 1.5, _MAX_POLL_S)
 
@@ -314,9 +341,8 @@ class SublogAppends(SegmentJournal):
             try:
                 PendingBlock(watch.pk, watch.sk).delete(
                     condition=PendingBlock.offset.exists() & (PendingBlock.token == watch.token))
-            except DeleteError as e:
-                if not _failed_condition(e):
-                    raise
+            except _TRANSIENT:
+                pass  # gone already, or left to its TTL: the block is committed either way
         if first != block.first:
             return AppendResult(None, offset + block.size, duplicate=True)  # not this very block: no offset to tell
         return AppendResult(offset, offset + block.size, duplicate=not watch.mine)
@@ -424,6 +450,12 @@ class SublogAppends(SegmentJournal):
     def _batch(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
         """Batch while this request holds the lease, until its watched block commits: its answer, or
         None (the lease lost or left, or a transaction's answer lost: the caller's wait tells)."""
+        try:
+            return self._batch_rounds(meta, token, watch, block)
+        except _TRANSIENT:
+            return None  # a request that told nothing: the lease runs out, or this wait's next round batches
+
+    def _batch_rounds(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         for _ in range(_REFUSED_ROUNDS):
             try:
