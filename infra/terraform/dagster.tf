@@ -41,6 +41,7 @@ locals {
     RILLET_EMR_APPLICATION_ID = aws_emrserverless_application.spark.id
     RILLET_EMR_JOB_ROLE_ARN   = aws_iam_role.emr_job.arn
     RILLET_EMR_ARTIFACTS_URI  = local.emr_artifacts_uri
+    RILLET_SUBLOG_SHARDS      = tostring(var.sublog_shards)
     DAGSTER_HOME              = local.dagster_home
     DAGSTER_INSTANCE_YAML     = local.dagster_instance_yaml
     DAGSTER_PG_HOST           = aws_db_instance.dagster.address

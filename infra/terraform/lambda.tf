@@ -60,6 +60,7 @@ resource "aws_lambda_function" "controller_api" {
       RILLET_APPEND_URL            = aws_lambda_function_url.append.function_url
       RILLET_READ_URL              = aws_lambda_function_url.read.function_url
       RILLET_TAILS_URL             = aws_lambda_function_url.tails.function_url
+      RILLET_SUBLOG_SHARDS         = tostring(var.sublog_shards)
       POWERTOOLS_SERVICE_NAME      = "controller"
       POWERTOOLS_METRICS_NAMESPACE = "Rillet"
       POWERTOOLS_LOG_LEVEL         = var.log_level

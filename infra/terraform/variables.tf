@@ -104,6 +104,17 @@ variable "writer_expiry_hours" {
   }
 }
 
+variable "sublog_shards" {
+  description = "Sub-log mode for the segments of streams created from now on (docs/dataplane.md, \"Sub-logs\"): the shards each segment's appends spread over, so that a hundred writers at once commit a thousand appends a second to one segment, in batches. 0 keeps the chain, which costs a lone writer 3 requests an append where sub-logs cost about 8 plus the shards. The controller and the Dagster jobs create segments, so both get it."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.sublog_shards >= 0 && var.sublog_shards <= 64 && floor(var.sublog_shards) == var.sublog_shards
+    error_message = "sublog_shards must be a whole number from 0 to 64."
+  }
+}
+
 variable "data_path_tracing" {
   description = "X-Ray tracing of the append and read functions: PassThrough (traced when the caller sends a sampled trace header) or Active (Lambda samples 1 request a second and 5 % of the rest, at $5 per million traces: about twice a request's fee at volume)."
   type        = string

@@ -126,7 +126,7 @@ def test_variable_validation_through_terraform(tmp_path, name, value, accepted):
 # Inputs AWS constrains (a size, a set of values, a length): each needs a validation rule, so that a
 # bad value fails the plan, not the apply half-way.
 CONSTRAINED = {"name_prefix", "bucket_name", "lambda_architecture", "log_retention_days", "log_level",
-               "writer_expiry_hours", "reserved_concurrency", "image_tag", "dagster_subnet_ids",
+               "writer_expiry_hours", "sublog_shards", "reserved_concurrency", "image_tag", "dagster_subnet_ids",
                "dagster_security_group_ids", "dagster_cpu", "dagster_memory", "dagster_daemon_memory",
                "dagster_architecture", "dagster_db_instance_class", "dagster_max_concurrent_runs",
                "dagster_db_max_storage_gb", "emr_architecture", "emr_max_vcpu", "emr_subnet_ids",

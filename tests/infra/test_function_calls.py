@@ -22,6 +22,7 @@ import re
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import replace
 from fnmatch import fnmatchcase
 from functools import cache, partial
 from types import SimpleNamespace
@@ -191,6 +192,12 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     post(controller, "/v1/scopes", {"scope": unique})
     for stream in ("s", "gone"):  # one segment each (the default configuration)
         post(controller, f"/v1/scopes/{unique}/streams", {"stream": stream})
+    # A stream in sub-log mode (dataplane/sublog_path.py), as RILLET_SUBLOG_SHARDS makes new streams.
+    store = controller.controller.segments
+    with monkeypatch.context() as sublogs:
+        sublogs.setattr(store, "settings", replace(store.settings, sublog_shards=2))
+        for stream in ("many", "many-gone"):
+            post(controller, f"/v1/scopes/{unique}/streams", {"stream": stream})
     stream = f"/v1/scopes/{unique}/streams/s"
     txn = post(controller, f"{stream}/transactions", {})
     post(controller, f"{stream}/transactions/{txn['txn_id']}/commit", {})
@@ -202,15 +209,18 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     recorded_by[CONTROLLER] = list(calls)
     calls.clear()
 
-    # The append function: a small block kept inline, and one above the inline size put to S3.
+    # The append function: a small block kept inline, and one above the inline size put to S3, on the
+    # chain and on sub-logs.
     _fresh_authorizer(monkeypatch)
     segment = f"/v1/segments/{unique}/s/0"
     small, large = frame(b"x" * 10), frame(b"y" * 4096)
-    for number, block in enumerate((small, large)):
-        status, answer = _invoke(append, "POST", segment, block, **{
-            api.WRITER_ID: "w", api.EVENT_NUMBER: str(number), api.EVENT_COUNT: "1"})
-        assert status == 200, answer
+    for target in (segment, f"/v1/segments/{unique}/many/0", f"/v1/segments/{unique}/many-gone/0"):
+        for number, block in enumerate((small, large)):
+            status, answer = _invoke(append, "POST", target, block, **{
+                api.WRITER_ID: "w", api.EVENT_NUMBER: str(number), api.EVENT_COUNT: "1"})
+            assert status == 200, answer
     assert any(op == "PutObject" for _, op, _ in calls), "the large block was not put to S3"
+    assert any(op == "TransactWriteItems" for _, op, _ in calls), "no sub-log batch was committed"
     recorded_by[APPEND] = list(calls)
     calls.clear()
 
@@ -218,6 +228,7 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     _fresh_authorizer(monkeypatch)
     length = len(small) + len(large)
     assert _read_bytes(read, f"{segment}?offset=0") == small + large
+    assert _read_bytes(read, f"/v1/segments/{unique}/many/0?offset=0") == small + large
     get(read, f"{segment}/locations?offset=0")
     get(read, f"{segment}/plan?from=0&to={length}")
     assert get(read, f"/v1/segments/{unique}/s/tails?segments=0,1")["tails"][0]["length"] == length
@@ -239,9 +250,10 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     post(controller, f"{stream}/scale", {"seal": [0], "new_ranges": [[0.0, 0.5], [0.5, 1.0]]})
     status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/reader-groups/g")
     assert status == 200, answer
-    post(controller, f"/v1/scopes/{unique}/streams/gone/seal", {})
-    status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/streams/gone")
-    assert status == 200, answer
+    for gone in ("gone", "many-gone"):
+        post(controller, f"/v1/scopes/{unique}/streams/{gone}/seal", {})
+        status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/streams/{gone}")
+        assert status == 200, answer
     recorded_by[CONTROLLER] += list(calls)
 
     tables = {mine.metadata_table: "metadata", mine.segments_table: "segments"}

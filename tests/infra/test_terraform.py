@@ -118,8 +118,9 @@ EXPECTED_GRANTS = {
         "any": XRAY,
     },
     APPEND: {
-        "segments": {"dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem",
-                     "dynamodb:Query", "dynamodb:UpdateItem"},
+        # BatchGetItem: a sub-log batch reads its writers' states (dataplane/sublog_path.py).
+        "segments": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem",
+                     "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
         # Blocks above the inline size; a refused or duplicate block's own object is deleted again.
         "objects": {"s3:DeleteObject", "s3:PutObject"},
         "metadata": GRANT_READS,
