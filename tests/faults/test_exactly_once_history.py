@@ -11,6 +11,7 @@ re-create, and writes against a sealed incarnation refused with a typed error.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +22,15 @@ SMALL = {"transactions": 8, "events_per_txn": 4, "writers": 2, "events_per_write
          "deadline_s": 60.0}
 
 
-def _run_history() -> tuple[dict, str]:
-    """The small run in its own interpreter (it binds the models to its stack, as ``python -m`` would):
-    the result as JSON, and the printed figures for the failure messages."""
+def _run_history(sublog_shards: int) -> tuple[dict, str]:
+    """The small run in its own interpreter (it binds the models to its stack, as ``python -m`` would),
+    its streams' segments in sub-log mode with ``sublog_shards`` (0: the chain): the result as JSON,
+    and the printed figures for the failure messages."""
     code = ("import dataclasses, json; from bench import exactly_once_history as h; "
             f"r = h.run(h.Settings(**{SMALL!r})); print(h.report(r)); "
             "print(json.dumps({**dataclasses.asdict(r), 'violations': r.violations}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=False,
+                          env={**os.environ, "RILLET_SUBLOG_SHARDS": str(sublog_shards)},
                           capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, done.stderr[-3000:]
     *figures, result = done.stdout.strip().splitlines()
@@ -35,8 +38,9 @@ def _run_history() -> tuple[dict, str]:
 
 
 @pytest.mark.timeout(180)
-def test_double_commits_and_recreated_names_keep_every_event_exactly_once():
-    result, figures = _run_history()
+@pytest.mark.parametrize("sublog_shards", [0, 4], ids=["chain", "sublogs"])
+def test_double_commits_and_recreated_names_keep_every_event_exactly_once(sublog_shards):
+    result, figures = _run_history(sublog_shards)
     assert not result["notes"], figures
     for part in ("txn_anomalies", "re_anomalies"):
         for kind in ("unresolved", "lost", "duplicated", "reordered_keys", "failed_but_stored", "failed_unproven",

@@ -13,6 +13,7 @@ checker's verdicts are each pinned down on their own.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -144,13 +145,15 @@ SMALL = {"writers": 3, "events_per_writer": 60, "keys_per_writer": 3, "scales": 
          "writer_retry_timeout_s": 10.0, "deadline_s": 150.0}
 
 
-def _run_history() -> tuple[dict, str]:
-    """The small run in its own interpreter (it binds the models to its stack, as ``python -m`` would):
-    the result as JSON, and the printed figures for the failure messages."""
+def _run_history(sublog_shards: int) -> tuple[dict, str]:
+    """The small run in its own interpreter (it binds the models to its stack, as ``python -m`` would),
+    its streams' segments in sub-log mode with ``sublog_shards`` (0: the chain): the result as JSON,
+    and the printed figures for the failure messages."""
     code = ("import dataclasses, json; from bench import fault_history as f; "
             f"r = f.run(f.Settings(**{SMALL!r}, rates={SMALL_RATES})); print(f.report(r)); "
             "print(json.dumps(dataclasses.asdict(r)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=False,
+                          env={**os.environ, "RILLET_SUBLOG_SHARDS": str(sublog_shards)},
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     *figures, result = done.stdout.strip().splitlines()
@@ -158,8 +161,9 @@ def _run_history() -> tuple[dict, str]:
 
 
 @pytest.mark.timeout(420)
-def test_no_event_is_lost_duplicated_reordered_or_misreported_under_injected_faults():
-    result, figures = _run_history()
+@pytest.mark.parametrize("sublog_shards", [0, 4], ids=["chain", "sublogs"])
+def test_no_event_is_lost_duplicated_reordered_or_misreported_under_injected_faults(sublog_shards):
+    result, figures = _run_history(sublog_shards)
     a = result["anomalies"]
     assert not result["notes"], figures
     for kind in ("unresolved", "lost", "duplicated", "reordered_keys", "failed_but_stored", "failed_unproven",
