@@ -1,6 +1,6 @@
 """A model, not a measurement: how many appends a second one segment commits, and what its DynamoDB
-partition takes, under today's serial chain and under the sub-log layout docs/limits.md proposes
-(issue 40), at AWS-like latency and with more concurrent appenders than moto can serve.
+partition takes, on the chain and in sub-log mode (issue 40), at AWS-like latency and with more
+concurrent appenders than moto can serve.
 
 A discrete-event simulation of N appenders, each appending one block at a time (1 KiB events, as
 bench.segment_contention does on moto). Every request takes a latency drawn from a log-normal of median
@@ -15,21 +15,12 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   claim's round trip, doubling per loss, at most 1 s; from its second loss a ticket, 1 write unit,
   and a pause of three round trips per appender ahead), reads the head again, and completes a claim
   it paused for that is still there (the help that keeps a dead owner from stalling the segment).
-* ``sublog`` is the layout docs/dataplane.md designs ("Designed, not built: sub-logs"): an appender
-  puts its block in one of ``shards`` sub-log partitions (by a hash of writer and event number; 2 write
-  units, and 1 for its entry in a sparse local index of pending items), then looks whether its item is
-  the oldest pending one of its shard (a consistent query of that index, 1 read unit), and polls its
-  own item every ``poll_ms`` (eventually consistent, half a unit). The appender with the oldest item of
-  its shard queries every shard's index (consistent; sent at once, answered when the slowest is)
-  while reading the head (1 read unit); if its item is the oldest of all, or the oldest or its own is
-  older than ``takeover_ms``, it commits a batch in one transaction of at most 100 actions (the head's
-  advance on the length read, the batch entry listing the items' keys, each item's offset set and
-  ``pending`` removed, conditioned on it, and each writer's last event number in a state item sharded
-  by writer: all refused if any part is stale, then sent once more without the items the cancellation
-  names; so up to 49 one-block writers a batch), whose latency is ``transaction_factor`` times a request's and whose units
-  are twice each write's, charged when refused too. Only the head and the batch entry load the
-  segment's partition, once per batch, not per append. Left out: tiering's tombstones, the successors
-  of items dropped after a refusal, seal.
+* ``sublog`` is dataplane/sublog_path.py as built (docs/dataplane.md, "Sub-logs"): an appender reads the
+  head and its writer's state, puts its block in one of ``shards`` pending partitions and polls it; the
+  holder of the segment's lease reads the head and every pending shard at once, the writers' states,
+  and commits up to 48 one-block writers in one transaction, whose batch entry copies the blocks'
+  bytes onto the segment's partition (``event_bytes`` each, twice the units: a transaction's write).
+  See ``sublog`` for what it charges and leaves out.
 
 Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
 ``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
@@ -50,9 +41,8 @@ from dataclasses import dataclass, field
 
 READ_LIMIT, WRITE_LIMIT = 3000, 1000  # DynamoDB's units a second for one partition
 CLAIM_WU = 2  # a 1 KiB block with its keys: bench.segment_contention measures 3 write units an append
-KEY_BYTES = 60  # a batch entry lists the keys of its sub-log items
 # A batch is one TransactWriteItems of at most 100 actions: the head, the batch entry, one update per item
-# taken (its offset set, its pending attribute removed) and one per writer (its last event number).
+# taken (its offset set, its bytes removed), one per writer (its state) and a successor's mark.
 MAX_TRANSACTION_ACTIONS = 100
 
 
@@ -187,59 +177,83 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
     return lambda: head["length"]
 
 
-def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 10.0,
-           takeover_ms: float = 200.0, transaction_factor: float = 2.0) -> Callable[[], int]:
-    """The proposed layout (docs/dataplane.md, "Designed, not built: sub-logs"): per-append items in
-    sub-log partitions, committed a batch at a time by one transaction; what it returns counts the
-    committed blocks. Each block lands on a shard by a hash of its writer and first event number (at
-    random here) with a ``pending`` attribute, the sort key of a sparse local secondary index that the
-    commit's update removes it from: a consistent query of it answers exactly what is pending."""
-    head = {"length": 0}
+def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.0, poll_max_ms: float = 20.0,
+           lease_ms: float = 1000.0, transaction_factor: float = 2.0, event_bytes: int = 1024) -> Callable[[], int]:
+    """dataplane/sublog_path.py as built; what it returns counts the committed blocks. An appender reads
+    the head (consistent) and its writer's state (in the writer's shard), puts its block in a pending
+    shard (by a hash of writer and event number: at random here), takes the segment's lease if the head
+    showed it free, and polls its item (eventually consistent, every ``poll_ms`` growing by half up to
+    ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder batches: the head and
+    every pending shard read at once (consistent; answered when the slowest is), the writers' states
+    (one BatchGetItem), then one transaction (``transaction_factor`` times a request's latency, twice
+    each write's units, charged when refused too) of the head's advance, the batch entry, each block's
+    item and each writer's state, at most 49 one-block writers; the transaction that commits its own
+    block hands the lease to the oldest block left (marking its item), whose appender sees it on its
+    next poll. An appender whose block waited a lease long reads the head again and takes a lease that
+    ran out. Left out: seal, resends, conditional appends. ``event_bytes``: each block's size, which
+    the batch entry copies onto the segment's partition (twice its units: a transaction's write)."""
+    head = {"length": 0, "lease": None, "until": 0.0}
     put_at: dict[tuple[int, int], float] = {}
     shard_of: dict[tuple[int, int], int] = {}
-    pending: list[set[tuple[int, int]]] = [set() for _ in range(shards)]
-    committed: set[tuple[int, int]] = set()
+    pending: set[tuple[int, int]] = set()
+    offsets: dict[tuple[int, int], int] = {}
+    handed: dict[tuple[int, int], object] = {}
 
     def appender(me: int) -> Iterator:
         for number in itertools.count():
             started, item, shard = sim.now, (me, number), sim.random.randrange(shards)
-            # the item (1 KiB and its keys: 2 units) and its entry in the local index (1 unit)
-            yield ("request", lambda i=item, n=shard: _put(n, i), _charge_shard(shard, write=3))
-            while True:
-                oldest = yield ("request", lambda n=shard: _oldest(pending[n]), _charge_shard(shard, read=1))
-                if oldest == item or sim.now - started >= takeover_ms:
-                    yield from batch(item)
-                yield ("sleep", poll_ms * sim.random.uniform(0.5, 1.5))
-                done = yield ("request", lambda i=item: i in committed, _charge_shard(shard, read=0.5))
-                if done:
-                    sim.totals.latencies_ms.append(sim.now - started)
+            free = yield ("request", lambda: head["lease"] is None or head["until"] < sim.now, _charge(segment_read=1))
+            yield ("request", lambda: None, _charge_shard(me % shards, read=1))  # the writer's state
+            yield ("request", lambda i=item, n=shard: _put(n, i),
+                   _charge_shard(shard, write=math.ceil((event_bytes + 100) / 1024)))
+            token = None
+            if free:
+                token = yield ("request", lambda i=item: _take(i), _charge(segment_write=2))
+            check_at, poll = sim.now + lease_ms / 5, poll_ms
+            while item not in offsets:
+                if token is not None:
+                    yield from lead(item, token)
+                    token = None
+                    if item in offsets:
+                        break
+                yield ("sleep", poll)
+                poll = min(poll * 1.5, poll_max_ms)
+                state = yield ("request", lambda i=item: (i in offsets, handed.pop(i, None)),
+                               _charge_shard(shard, read=0.5))
+                if state[0]:
                     break
+                if state[1] is not None:
+                    token = state[1]
+                elif sim.now >= check_at:
+                    check_at = sim.now + lease_ms / 5
+                    free = yield ("request", lambda: head["lease"] is None or head["until"] < sim.now,
+                                  _charge(segment_read=1))
+                    if free:
+                        token = yield ("request", lambda i=item: _take(i), _charge(segment_write=2))
+            yield ("request", lambda: None, _charge_shard(shard, write=1))  # its item deleted
+            sim.totals.latencies_ms.append(sim.now - started)
 
-    def batch(mine: tuple[int, int]) -> Iterator:
-        """The appender with the oldest pending item of its shard (its shard's query said so, off the
-        segment's partition) batches if its item is the oldest of all shards, or the oldest is older than
-        ``takeover_ms`` (its appender died or stalls); any appender whose own item waited that long
-        batches too. A transaction refused for items a concurrent batch took names them in its
-        cancellation reasons: sent once more without them."""
-        length, found = yield ("request", lambda: (head["length"], [i for n in pending for i in n]),
-                               _query_charge, 1.0, shards + 1)
-        if not found or mine in committed:
-            return
-        oldest = _oldest(found)
-        if oldest != mine and sim.now - put_at[oldest] < takeover_ms and sim.now - put_at[mine] < takeover_ms:
-            return
-        taken, writers = [], set()
-        for item in sorted(found, key=put_at.__getitem__):
-            if 2 + len(taken) + 1 + len(writers | {item[0]}) > MAX_TRANSACTION_ACTIONS:
-                break
-            taken.append(item)
-            writers.add(item[0])
-        for _ in range(2):
-            stale = yield ("request", lambda t=taken: _commit(length, t), _transaction_charge(taken),
-                           transaction_factor)
-            taken = [item for item in taken if item not in (stale or ())]
-            if not stale or not taken:
+    def lead(mine: tuple[int, int], token: object) -> Iterator:
+        for _ in range(8):
+            length, found, lease = yield ("request", lambda: (head["length"], sorted(pending, key=put_at.__getitem__),
+                                                               head["lease"]),
+                                          _query_charge, 1.0, shards + 1)
+            if lease is not token or mine not in found:
                 return
+            yield ("request", lambda: None, _charge(sublog_read=len({w for w, _ in found})))  # the writers' states
+            taken = found[:(MAX_TRANSACTION_ACTIONS - 3) // 2]  # an item and a state per one-block writer
+            rest = [i for i in found if i not in taken]
+            successor = (rest[0] if rest else None) if mine in taken else token
+            applied = yield ("request", lambda t=taken, s=successor, n=length: _commit(n, t, s),
+                             _transaction_charge(taken, successor), transaction_factor)
+            if applied and mine in taken:
+                return
+
+    def _take(item: tuple[int, int]) -> object | None:
+        if head["lease"] is not None and head["until"] >= sim.now:
+            return None
+        head["lease"], head["until"] = object(), sim.now + lease_ms
+        return head["lease"]
 
     def _charge_shard(shard: int, read: float = 0.0, write: float = 0.0) -> Callable[[Totals, object], None]:
         def charge(totals: Totals, result: object) -> None:
@@ -248,53 +262,55 @@ def sublog(sim: Simulation, appenders: int, shards: int = 32, poll_ms: float = 1
             totals.shard_write[shard] += write
         return charge
 
-    def _query_charge(totals: Totals, answer: tuple[int, list]) -> None:
-        """The head's consistent read and a consistent query of every shard's local index, sent at once."""
+    def _query_charge(totals: Totals, answer: tuple) -> None:
+        """The head's consistent read and a consistent query of every pending shard (its 1 KiB blocks)."""
         totals.segment_read += 1
-        totals.sublog_read += shards + len(answer[1]) * 150 / 4096
+        totals.sublog_read += shards + len(answer[1]) * (event_bytes + 100) / 4096
         totals.requests += shards
 
-    def _transaction_charge(taken: list[tuple[int, int]]) -> Callable[[Totals, set | None], None]:
-        """Twice each write's units, refused or not: the head (under 1 KB) and the batch entry (its list of
-        keys) on the segment's partition; per item, its update (the offset set, ``pending`` removed; its
-        1 KiB block kept: 2 units) in its shard's, and its leaving the local index (1 unit, not doubled);
-        per writer, its state item (1 unit) in the shard of its writer's states (a hash of the writer)."""
-        def charge(totals: Totals, stale: set | None) -> None:
-            totals.segment_write += 2 * (1 + math.ceil((200 + KEY_BYTES * len(taken)) / 1024))
+    def _transaction_charge(taken: list[tuple[int, int]], successor: object) -> Callable[[Totals, bool], None]:
+        """Twice each write's units: the head (about 1.5 KB: 2 units) and the batch entry (the blocks'
+        bytes) on the segment's partition; per block its item's update (charged on its old size, with
+        the block) in its shard; per writer its state (1 unit) in its writer's shard; a successor's mark."""
+        item_wu = 2 * math.ceil((event_bytes + 100) / 1024)
+
+        def charge(totals: Totals, applied: bool) -> None:
+            totals.segment_write += 2 * (2 + math.ceil(event_bytes * len(taken) / 1024))
             for item in taken:
-                totals.sublog_write += 5
-                totals.shard_write[shard_of[item]] += 5
-            for writer in {me for me, _ in taken}:
+                totals.sublog_write += item_wu + 2
+                totals.shard_write[shard_of[item]] += item_wu
+                totals.shard_write[item[0] % shards] += 2
+            if isinstance(successor, tuple):
                 totals.sublog_write += 2
-                totals.shard_write[writer % shards] += 2
-            totals.refused += stale != set()
+                totals.shard_write[shard_of[successor]] += 2
+            totals.refused += not applied
         return charge
 
     def _put(shard: int, item: tuple[int, int]) -> None:
-        pending[shard].add(item)
+        pending.add(item)
         put_at[item], shard_of[item] = sim.now, shard
 
-    def _oldest(items: object) -> tuple[int, int] | None:
-        return min(items, key=put_at.__getitem__, default=None)
-
-    def _commit(length: int, taken: list[tuple[int, int]]) -> set[tuple[int, int]] | None:
-        """All or nothing: the head's length as read, and each item still pending. The items no longer
-        pending (an empty set: committed), or None when the head moved."""
-        if head["length"] != length:
-            return None
-        stale = {item for item in taken if item in committed}
-        if stale:
-            return stale
-        head["length"] = length + 1
-        sim.totals.batches += 1
+    def _commit(length: int, taken: list[tuple[int, int]], successor: object) -> bool:
+        """All or nothing: the head's length as read, each block still pending (not the lease)."""
+        if head["length"] != length or any(i not in pending for i in taken):
+            return False
         for item in taken:
-            committed.add(item)
-            pending[shard_of[item]].discard(item)
-        return set()
+            offsets[item] = head["length"]
+            head["length"] += 1
+            pending.discard(item)
+        sim.totals.batches += 1
+        if successor is None:
+            head["lease"] = None
+        elif isinstance(successor, tuple):
+            head["lease"], head["until"] = object(), sim.now + lease_ms
+            handed[successor] = head["lease"]
+        else:
+            head["until"] = sim.now + lease_ms
+        return True
 
     for me in range(appenders):
         sim.start(appender(me))
-    return lambda: len(committed)
+    return lambda: head["length"]
 
 
 PROTOCOLS = {"chain": chain, "sublog": sublog}
@@ -321,7 +337,7 @@ def run(protocol: str = "chain", appenders: int = 16, rtt_ms: float = 10.0, seco
 
 
 def report(rows: list[dict]) -> str:
-    lines = ["model (not measured): one segment, appenders each sending one 1 KiB-event block at a time",
+    lines = ["model (not measured): one segment, appenders each sending one block at a time (the chain's of 1 KiB)",
              (f"  {'protocol':<8} {'rtt ms':>6} {'appenders':>9} {'appends/s':>9} {'req/append':>10} "
               f"{'seg RU/s':>8} {'seg WU/s':>8} {'of limit':>8} {'a shard':>7} {'per batch':>9} {'refused':>7} {'p50 ms':>7} {'p99 ms':>7}")]
     for r in rows:
@@ -339,9 +355,11 @@ def main() -> None:
     parser.add_argument("--appenders", type=int, nargs="+", default=[1, 4, 16, 64, 100])
     parser.add_argument("--rtt-ms", type=float, default=10.0, help="median request latency")
     parser.add_argument("--seconds", type=float, default=20.0, help="simulated seconds per row")
+    parser.add_argument("--event-bytes", type=int, default=1024, help="each sub-log block's size")
     args = parser.parse_args()
     protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
-    print(report([run(p, n, args.rtt_ms, args.seconds) for p in protocols for n in args.appenders]))
+    print(report([run(p, n, args.rtt_ms, args.seconds, **({"event_bytes": args.event_bytes} if p == "sublog" else {}))
+                  for p in protocols for n in args.appenders]))
 
 
 if __name__ == "__main__":

@@ -115,10 +115,11 @@ def _tickets(taken: bool) -> Iterator[None]:
 
 
 def report(result: dict) -> str:
+    mode = f", sub-logs of {result['sublogs']} shards" if result.get("sublogs") else ""
     lines = [(f"per committed append, concurrent appenders on one segment ({result['event_bytes']} B inline "
               f"blocks, SegmentStore in-process on moto, {result['request_ms']:g} ms added to every request"
               f"{'' if result['tickets'] else ', no tickets'}"
-              f"{', sub-logs of %d shards' % result['sublogs'] if result.get('sublogs') else ''})"),
+              f"{mode})"),
              (f"  {'appenders':>9} {'appends':>7} {'appends/s':>9} {'requests':>8} {'read units':>10} "
               f"{'write units':>11} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}")]
     for r in result["rows"]:

@@ -111,10 +111,12 @@ class StoreSettings:
     # Sub-log mode (dataplane/sublog_path.py) for the segments of streams created from now on: the shards
     # each one's appends spread over (0: the chain of claims, which costs a lone writer 3 requests an
     # append where sub-logs cost about 8 + shards, and takes tens of appends a second where sub-logs take
-    # a thousand). A batcher's lease: how long it holds the segment before an appender waiting that
-    # long takes over (well above a batch's round trips, or every waiting appender batches at once).
+    # a thousand). A batcher's lease: how long it holds the segment unless it hands it on, before an
+    # appender takes over. Far above a batch's round trips (tens of ms), or a slow round loses the lease
+    # to a waiting appender, whose round may be as slow: on moto, 200 ms let 16 appenders steal it from
+    # each other without end. Waiting appenders look again (head, writer state) every fifth of it.
     sublog_shards: int = 0
-    sublog_lease_ms: int = 200
+    sublog_lease_ms: int = 1000
     # How long a sub-log appender waits for a batch at most before it withdraws its block and answers
     # WriteConflict (retryable): below the append function's 30 s timeout.
     sublog_wait_ms: int = 10_000

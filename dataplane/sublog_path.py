@@ -19,9 +19,9 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
 4. Batch: query every pending shard (in parallel), read the writers' states (one BatchGetItem), choose
    the oldest blocks whose predecessors are committed or chosen, and commit them in one
    TransactWriteItems:
-   - the head record's advance past them all, conditioned on its length, on not being sealed, on the
-     incarnation and on the lease being this batcher's, which the same update renews, hands on to the
-     oldest block left (whose item it marks) or removes;
+   - the head record's advance past them all, conditioned on its length, on not being sealed and on
+     the incarnation; the same update renews the lease, hands it on to the oldest block left (whose
+     item it marks) or removes it;
    - their index entries: each run of inline blocks one entry (writer ``BATCH_KEY``), each S3 block
      one of its own, so reads, tiering and truncation treat them as any entry;
    - each block's item: its offset set and its bytes removed, conditioned on its still pending, so no
@@ -94,12 +94,12 @@ from rillet.errors import (
 _MAX_ACTIONS = 100  # DynamoDB's limit on a TransactWriteItems
 _ENTRY_MAX_BYTES = 300 * 1024  # the inline bytes of one batch entry (an item holds at most 400 KB)
 _PENDING_TTL_S = 3_600  # a dead appender's item goes after this (TTL); a live one waits sublog_wait_ms at most
-_MAX_POLL_S = 0.05
+_MAX_POLL_S = 0.02  # a poll is half a read unit in the block's shard; the next batcher learns its turn by one
 # What a request that tells nothing raises (throttled, 5xx, a reset, a timeout): a wait goes on after it.
 _TRANSIENT = (PynamoDBException, BotoCoreError, ClientError)
 _REFUSED_ROUNDS = 8  # refused transactions in a row before a batcher leaves the lease to run out
 # Queries of a segment's pending shards, in parallel: each is a round trip, and a batch waits for all.
-_SHARD_QUERIES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sublog-shards")
+_SHARD_QUERIES = ThreadPoolExecutor(max_workers=9, thread_name_prefix="sublog-shards")
 
 
 def _shard(key: str, shards: int) -> int:
@@ -259,14 +259,14 @@ class SublogAppends(SegmentJournal):
         """Wait until a batch commits the watched item, batching while this request holds the lease; the
         answer, or None when a twin's item was withdrawn (the caller puts its own again). A request that
         tells nothing (throttled, 5xx, reset) does not end the wait: only the deadline does."""
-        segment, lease_s = meta.pk, self.settings.sublog_lease_ms / 1000
+        segment, check_s = meta.pk, self.settings.sublog_lease_ms / 5000  # a look a fifth of a lease
         started = time.monotonic()
         try:
             token = self._take_lease(meta) if _lease_free(meta) else None
         except _TRANSIENT:
             token = None  # whether it was taken or not, the lease runs out
         handed_used = None
-        check_at, poll_s = started + lease_s, self.settings.order_poll_ms / 2000
+        check_at, poll_s = started + check_s, self.settings.order_poll_ms / 2000
         while True:
             try:
                 if token is not None:
@@ -293,7 +293,7 @@ class SublogAppends(SegmentJournal):
                     continue
                 now = time.monotonic()
                 if now >= check_at and now <= deadline:
-                    check_at = now + lease_s
+                    check_at = now + check_s
                     fresh = self._recheck(meta, block, watch, after, now - started)
                     if isinstance(fresh, AppendResult):
                         return fresh
@@ -458,13 +458,14 @@ class SublogAppends(SegmentJournal):
     def _batch_rounds(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         for _ in range(_REFUSED_ROUNDS):
+            head = _SHARD_QUERIES.submit(self._meta, segment)  # at once with the shards' queries: one round trip
+            pending = self._pending(segment, incarnation, shards)
             try:
-                meta = self._meta(segment)
+                meta = head.result()
             except SegmentNotFound:
                 return None
             if meta.sealed or int(meta.created_ms) != incarnation or meta.batcher != token:
                 return None
-            pending = self._pending(segment, incarnation, shards)
             if not any(watch.is_item(p) for p in pending):
                 self._release_lease(meta, token)
                 return None  # committed, refused or withdrawn: the wait reads which
@@ -585,8 +586,11 @@ class SublogAppends(SegmentJournal):
             actions += [SegmentMeta.batcher.remove(), SegmentMeta.batcher_until.remove()]
         else:
             actions += [SegmentMeta.batcher.set(handed), SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms)]
+        # Not conditioned on the lease: a batcher whose round outlasted its lease may still commit, if no
+        # other batch came first (the length), so two batchers at worst waste a transaction, and a slow
+        # round never loses to a thief as slow as itself without end. The lease only says who batches.
         condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) \
-            & (SegmentMeta.created_ms == meta.created_ms) & (SegmentMeta.batcher == token) \
+            & (SegmentMeta.created_ms == meta.created_ms) \
             & (SegmentMeta.content.does_not_exist() | (SegmentMeta.content == kind))
         first_of: dict[str, PendingBlock] = {}
         last_of: dict[str, tuple[PendingBlock, int]] = {}
