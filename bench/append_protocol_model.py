@@ -221,6 +221,8 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
                 state = yield ("request", lambda i=item: (i in offsets, handed.pop(i, None)),
                                _charge_shard(shard, read=0.5))
                 if state[0]:
+                    if state[1] is not None:  # a lease handed to it, unused: released
+                        yield ("request", lambda t=state[1]: _release(t), _charge(segment_write=2))
                     break
                 if state[1] is not None:
                     token = state[1]
@@ -230,6 +232,8 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
                                   _charge(segment_read=1))
                     if free:
                         token = yield ("request", lambda i=item: _take(i), _charge(segment_write=2))
+            if token is not None:  # taken after a batch had committed its block: released, as _batch_rounds does
+                yield ("request", lambda t=token: _release(t), _charge(segment_write=2))
             yield ("request", lambda: None, _charge_shard(shard, write=1))  # its item deleted
             sim.totals.latencies_ms.append(sim.now - started)
 
@@ -238,7 +242,10 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
             length, found, lease = yield ("request", lambda: (head["length"], sorted(pending, key=put_at.__getitem__),
                                                                head["lease"]),
                                           _query_charge, 1.0, shards + 1)
-            if lease is not token or mine not in found:
+            if lease is not token:
+                return
+            if mine not in found:
+                yield ("request", lambda: _release(token), _charge(segment_write=2))
                 return
             yield ("request", lambda: None, _charge(sublog_read=len({w for w, _ in found})))  # the writers' states
             taken = found[:(MAX_TRANSACTION_ACTIONS - 3) // 2]  # an item and a state per one-block writer
@@ -248,6 +255,11 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
                              _transaction_charge(taken, successor), transaction_factor)
             if applied and mine in taken:
                 return
+        yield ("request", lambda: _release(token), _charge(segment_write=2))  # as _batch_rounds gives up
+
+    def _release(token: object) -> None:
+        if head["lease"] is token:
+            head["lease"] = None
 
     def _take(item: tuple[int, int]) -> object | None:
         if head["lease"] is not None and head["until"] >= sim.now:

@@ -281,6 +281,8 @@ class SublogAppends(SegmentJournal):
                                             f"{segment} was removed while waiting; send it again")
                     return None
                 if item.offset is not None:
+                    if watch.mine and item.batcher is not None and item.batcher != handed_used:
+                        self._release_lease(meta, item.batcher)  # handed to us, unused: the next one takes it at once
                     return self._committed(watch, int(item.offset), int(item.first), block)
                 if item.refused_at is not None:
                     if not watch.mine:
