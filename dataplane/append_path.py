@@ -452,10 +452,8 @@ class AppendPath(SublogAppends):
         existing = _put_unless_taken(block.to_entry(segment, tail, incarnation))
         if existing is None:
             return block
-        if existing is _RELEASED or existing.writer == BATCH_KEY:
-            # Released meanwhile, or a sub-log batch, which commits with its advance (the head record moved
-            # past it): the next round reads the head record and claims again.
-            return None
+        if existing is _RELEASED:
+            return None  # the claim was released meanwhile; the next round claims again
         if (block.object_key is not None and existing.object_key == block.object_key) \
                 or (block.token is not None and existing.token == block.token):
             # Our own put, applied by an attempt whose answer was lost (botocore sent it again, and the
@@ -466,6 +464,10 @@ class AppendPath(SublogAppends):
         if not _same_incarnation(existing, incarnation):
             self._remove_other_incarnations(segment, [existing])
             return None  # the next round reads the head record again and claims again
+        if existing.writer == BATCH_KEY:
+            # A sub-log batch, which commits with its advance: the head record moved past it, and the next
+            # round reads it and claims again.
+            return None
         return _block_of(existing)
 
     def _advance(self, meta: SegmentMeta, tail: int, block: _Block, ticket: int | None = None) -> bool:

@@ -199,8 +199,10 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
             if incarnation is not None:
                 return  # created again between the read and the seal
             sealed = None  # an earlier attempt got as far as deleting the head record
-        if sealed is not None and sealed.sublog_shards:
-            # Sealed: no batch commits any more, so no pending block will.
+        if sealed is not None and sealed.sublog_shards and sealed.sealed \
+                and (incarnation is None or int(sealed.created_ms) == incarnation):
+            # Sealed: no batch commits any more, so no pending block will. (Not a head created again
+            # since the seal: an unsealed one is another incarnation's.)
             self._delete_sublogs(segment, int(sealed.created_ms), int(sealed.sublog_shards))
         items = self._index_items(segment, ENTRY_PREFIX) + self._index_items(segment, CHUNK_PREFIX)
         if incarnation is not None:

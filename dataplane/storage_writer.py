@@ -151,7 +151,9 @@ class StorageWriter(SegmentJournal):
                        else oldest + self.settings.tier_max_age_ms)
         if meta.orphans_after is not None:
             if meta.orphans_after <= now_ms():
-                self._remove_orphans(segment, epoch, int(meta.created_ms), int(meta.sublog_shards or 0))
+                # Sealed, no pending block can commit any more: their objects are orphans too.
+                pending_shards = 0 if meta.sealed else int(meta.sublog_shards or 0)
+                self._remove_orphans(segment, epoch, int(meta.created_ms), pending_shards)
                 actions.append(SegmentMeta.orphans_after.remove())
             else:
                 due.append(meta.orphans_after)

@@ -155,6 +155,9 @@ class SublogAppends(SegmentJournal):
                     self._check_not_expired(segment, state, block)
                     if after is not None and _last_event(state) < after:
                         state = self._await_predecessor(meta, block, after)
+                        done = self._sublog_duplicate(meta, state, block)  # a twin's copy may have come with it
+                        if done is not None:
+                            return done
                     if after is None or _last_event(state) >= after:
                         self._check_event_order(state, block)
                     if block.data is None and block.object_key is None:
@@ -301,7 +304,7 @@ class SublogAppends(SegmentJournal):
                         return fresh
                     meta = fresh
                     if not watch.mine and self._withdraw(watch):
-                        # A twin's block still pending a lease later: its request may be dead, and its block
+                        # A twin's block still pending at a look: its request may be dead, and its block
                         # may never be batchable (a predecessor withdrawn since). Withdrawn (only while
                         # pending), its key takes ours; a live twin answers WriteConflict, as nothing of it
                         # was appended.
@@ -312,10 +315,7 @@ class SublogAppends(SegmentJournal):
             except _TRANSIENT:
                 pass  # the wait goes on: the next round asks again
             if time.monotonic() > deadline:
-                if not watch.mine:
-                    raise WriteConflict(f"a twin request's copy of writer {block.writer}'s block was not committed "
-                                        f"to {segment} within {self.settings.sublog_wait_ms} ms; send it again")
-                done = self._withdraw_or_answer(watch, block)
+                done = self._withdraw_or_answer(watch, block)  # a twin's too: it must not commit after this answer
                 if done is not None:
                     return done
                 raise WriteConflict(f"writer {block.writer}'s block was not committed to {segment} within "
@@ -324,15 +324,17 @@ class SublogAppends(SegmentJournal):
             poll_s = min(poll_s * 1.5, _MAX_POLL_S)
 
     @staticmethod
-    def _read_watched(watch: _Watch) -> PendingBlock | None:
-        """The watched item, or None once it is gone (then read again consistently: an eventually
-        consistent read right after the put may not see it yet)."""
-        for consistent in (False, True):
+    def _read_watched(watch: _Watch, consistent: bool = False) -> PendingBlock | None:
+        """The watched item, or None once it is gone. Anything but the watched item, as found by an
+        eventually consistent read, is read again consistently before it counts: a lagging replica may
+        not have our put yet, or may still hold a twin's item that was replaced by ours."""
+        for read_consistent in ((True,) if consistent else (False, True)):
             try:
-                item = PendingBlock.get(watch.pk, watch.sk, consistent_read=consistent)
+                item = PendingBlock.get(watch.pk, watch.sk, consistent_read=read_consistent)
             except DoesNotExist:
                 continue
-            return item if int(item.token) == watch.token else None  # another request's: ours is gone
+            if int(item.token) == watch.token:
+                return item
         return None
 
     @staticmethod
@@ -361,10 +363,8 @@ class SublogAppends(SegmentJournal):
             fresh = None
         state = self._sublog_state(segment, incarnation, block.writer, shards)
         copy = self._sublog_duplicate(fresh or meta, state, block)
-        if copy is not None:  # a twin request's copy of the block committed (ours, under the same key, cannot)
-            if watch.mine:
-                return self._withdraw_or_answer(watch, block) or copy
-            return copy
+        if copy is not None:  # the block, or a twin request's copy of it, committed
+            return self._withdraw_or_answer(watch, block) or copy
         refusal = None
         if fresh is None or int(fresh.created_ms) != incarnation:
             refusal = SegmentNotFound(f"segment {segment} was deleted while this append was under way")
@@ -378,10 +378,10 @@ class SublogAppends(SegmentJournal):
                                      awaiting_event_number=after)
         if refusal is None:
             return fresh
-        if watch.mine:
-            done = self._withdraw_or_answer(watch, block)
-            if done is not None:
-                return done
+        # A twin's block too: its request may be dead, and its block must not commit after this answer.
+        done = self._withdraw_or_answer(watch, block)
+        if done is not None:
+            return done
         raise refusal
 
     @staticmethod
@@ -397,7 +397,7 @@ class SublogAppends(SegmentJournal):
         """Withdraw our pending block: None once withdrawn, or the answer if a batch committed it first."""
         if self._withdraw(watch):
             return None
-        item = self._read_watched(watch)
+        item = self._read_watched(watch, consistent=True)  # the refusal's reason, as it is now
         if item is not None and item.offset is not None:
             return self._committed(watch, int(item.offset), int(item.first), block)
         return None
@@ -473,8 +473,14 @@ class SublogAppends(SegmentJournal):
                 return None  # committed, refused or withdrawn: the wait reads which
             states = self._writer_states(segment, incarnation, shards, {p.writer for p in pending})
             chosen, refusals = self._choose(meta, pending, states)
+            # The head was read beside the shards: a block expecting more than it showed may have been put
+            # after a later length was read, so the length is read again before that one is refused.
+            length = int(meta.length)
+            if any(int(p.expected_offset) > length for p in refusals):
+                length = int(self._meta(segment).length)
             for item in refusals:
-                self._refuse(item, int(meta.length))
+                if int(item.expected_offset) != length:
+                    self._refuse(item, length)
             if not chosen:
                 if refusals:
                     continue
@@ -483,7 +489,14 @@ class SublogAppends(SegmentJournal):
             offsets = _offsets(int(meta.length), chosen)
             ours = next((i for i, p in enumerate(chosen) if watch.is_item(p)), None)
             chosen_keys = {(p.pk, p.sk) for p in chosen}
-            rest = [p for p in pending if (p.pk, p.sk) not in chosen_keys]
+            # The lease goes only to a block whose appender still waits (it gives up after sublog_wait_ms);
+            # a dead appender's block that no batch can take is withdrawn after twice that, or it would
+            # be read by every round until its TTL.
+            alive_since = now_ms() - self.settings.sublog_wait_ms
+            rest = [p for p in pending if (p.pk, p.sk) not in chosen_keys and int(p.since_ms) > alive_since]
+            for dead in pending:
+                if (dead.pk, dead.sk) not in chosen_keys and int(dead.since_ms) < alive_since - self.settings.sublog_wait_ms:
+                    self._withdraw(_Watch(dead.pk, dead.sk, int(dead.token), mine=False))
             applied = self._commit(meta, token, chosen, offsets, states, hand_to=None if ours is None else
                                    (rest[0] if rest else False))
             if applied is None:
@@ -628,7 +641,9 @@ class SublogAppends(SegmentJournal):
             reasons = e.cancellation_reasons
             if not reasons:
                 return None
-        for entry, reason in zip(entries, reasons[1:1 + len(entries)]):
+        # PynamoDB sends a transaction's puts before its updates, whatever the order they were added in:
+        # the entries come first.
+        for entry, reason in zip(entries, reasons[:len(entries)]):
             if reason is not None and reason.code == "ConditionalCheckFailed":
                 self._meet_claim(meta, int(entry.offset))
         return False

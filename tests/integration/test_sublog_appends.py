@@ -287,6 +287,19 @@ def test_a_merge_commits_between_batches(store, seg, unique):
     assert _tags(store, seg).count(b"txn") == 1
 
 
+def test_a_merge_that_died_after_its_claim_is_helped_through_by_the_batch_that_meets_it(store, seg, unique):
+    txn = f"{unique}/txn/0"
+    store.create(txn)
+    store.append(txn, "t", 0, 1, event_block("txn", 30))
+    store.append(seg, "w", 0, 1, event_block("before", 20))
+    with inject_crash(3), pytest.raises(SimulatedCrash):  # the source's seal, the claim, then its transaction
+        store.merge(seg, txn)
+    assert models.SegmentMeta.get(seg, "m", consistent_read=True).length == 20  # claimed at 20, not committed
+    assert store.append(seg, "w", 1, 1, event_block("after", 20), after=0).offset == 50
+    assert _tags(store, seg) == [b"before", b"txn", b"after"]
+    assert store.merge(seg, txn) == 20  # the finisher's retry finds it merged
+
+
 def test_tiering_packs_batch_entries_and_reads_stay_the_same(store, seg):
     for n in range(30):
         store.append(seg, f"w{n % 3}", n // 3, 1, event_block(f"t{n}", 30))
@@ -296,17 +309,20 @@ def test_tiering_packs_batch_entries_and_reads_stay_the_same(store, seg):
     assert read_all(store, seg) == before
 
 
-def test_the_orphan_sweep_keeps_a_pending_blocks_object_and_deleting_removes_every_sub_log_item(deployment, unique):
+def test_the_orphan_sweep_keeps_a_pending_blocks_object_until_the_seal_and_deleting_removes_every_sub_log_item(
+        deployment, unique):
     models.bind(deployment)
-    store = SegmentStore(deployment, replace(SETTINGS, orphan_grace_ms=0))
+    store = SegmentStore(deployment, replace(SETTINGS, orphan_grace_ms=0, orphan_sweep_ms=0))
     seg = f"{unique}/s/0"
     store.create(seg, sublogs=True)
-    store.append(seg, "w", 0, 1, event_block("one", 300))
+    store.append(seg, "w", 0, 1, event_block("one", 300))  # an S3 block: the sweep is due at once
     with inject_crash(3), pytest.raises(SimulatedCrash):  # dies after its item's put: pending, with its object
         store.append(seg, "dead", 0, 1, event_block("late", 300))
-    store.seal(seg)
-    store.tier(seg)  # sealing made the sweep due: the pending block's object is named by its item
+    store.tier(seg)  # open: a batch may still commit the pending block, whose item names its object
     assert len(object_keys(store, seg)) == 2
+    store.seal(seg)
+    store.tier(seg)  # sealed: nothing commits any more, so the pending block's object is an orphan
+    assert len(object_keys(store, seg)) == 1
     created = models.SegmentMeta.get(seg, "m").created_ms
     assert any(isinstance(i, WriterState) for i in _sublog_items(seg, created))
     store.delete(seg)
