@@ -303,11 +303,12 @@ class SublogAppends(SegmentJournal):
                     if isinstance(fresh, AppendResult):
                         return fresh
                     meta = fresh
-                    if not watch.mine and self._withdraw(watch):
-                        # A twin's block still pending at a look: its request may be dead, and its block
-                        # may never be batchable (a predecessor withdrawn since). Withdrawn (only while
-                        # pending), its key takes ours; a live twin answers WriteConflict, as nothing of it
-                        # was appended.
+                    if not watch.mine and now_ms() - int(item.since_ms) > self.settings.sublog_lease_ms \
+                            and self._withdraw(watch):
+                        # A twin's block still pending a lease after its put: its request is likely dead,
+                        # and its block may never be batchable (a predecessor withdrawn since). Withdrawn
+                        # (only while pending), its key takes ours; a live twin answers WriteConflict, as
+                        # nothing of it was appended.
                         return None
                     token = self._take_lease(meta) if _lease_free(meta) else None
                     if token is not None:

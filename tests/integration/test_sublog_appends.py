@@ -154,14 +154,17 @@ def test_twin_requests_of_one_block_append_it_once(store, seg):
 
         def send(b=block, k=n, acks=acks, barrier=barrier) -> None:
             barrier.wait()
-            acks.append(store.append(seg, "wd", k, 1, b))
+            try:
+                acks.append(store.append(seg, "wd", k, 1, b))
+            except BaseException as e:  # noqa: BLE001 - shown by the assertion below
+                acks.append(e)
 
         threads = [threading.Thread(target=send) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        assert len(acks) == 2 and acks[0].offset == acks[1].offset is not None
+        assert len(acks) == 2 and acks[0].offset == acks[1].offset is not None, acks
         assert sorted(a.duplicate for a in acks) == [False, True]
     assert _tags(store, seg) == [f"dup{n}".encode() for n in range(6)]
 
