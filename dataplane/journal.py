@@ -112,11 +112,12 @@ class StoreSettings:
     # each one's appends spread over (0: the chain of claims, which costs a lone writer 3 requests an
     # append where sub-logs cost about 8 + shards, and takes tens of appends a second where sub-logs take
     # a thousand). A batcher's lease: how long it holds the segment unless it hands it on, before an
-    # appender takes over. Far above a batch's round trips (tens of ms), or a slow round loses the lease
-    # to a waiting appender, whose round may be as slow: on moto, 200 ms let 16 appenders steal it from
-    # each other without end. Waiting appenders look again (head, writer state) every fifth of it.
+    # appender takes over: what a batcher's death (its function stopped) stalls the segment for. Well
+    # above a batch's round trips (tens of ms), or waiting appenders take it from slow batchers (harmless,
+    # as a batch is not conditioned on it, but every take is a write of the head record). Waiting
+    # appenders look again (head, writer state) every fifth of it.
     sublog_shards: int = 0
-    sublog_lease_ms: int = 1000
+    sublog_lease_ms: int = 500
     # How long a sub-log appender waits for a batch at most before it withdraws its block and answers
     # WriteConflict (retryable): below the append function's 30 s timeout.
     sublog_wait_ms: int = 10_000

@@ -97,7 +97,8 @@ _PENDING_TTL_S = 3_600  # a dead appender's item goes after this (TTL); a live o
 _MAX_POLL_S = 0.02  # a poll is half a read unit in the block's shard; the next batcher learns its turn by one
 # What a request that tells nothing raises (throttled, 5xx, a reset, a timeout): a wait goes on after it.
 _TRANSIENT = (PynamoDBException, BotoCoreError, ClientError)
-_REFUSED_ROUNDS = 8  # refused transactions in a row before a batcher leaves the lease to run out
+_ROUNDS = 8  # rounds that did not commit the batcher's own block before it gives the lease up
+_AGAIN = object()  # what a batch round answers when the next round should read everything again
 # Queries of a segment's pending shards, in parallel: each is a round trip, and a batch waits for all.
 _SHARD_QUERIES = ThreadPoolExecutor(max_workers=9, thread_name_prefix="sublog-shards")
 
@@ -443,69 +444,72 @@ class SublogAppends(SegmentJournal):
 
     @staticmethod
     def _release_lease(meta: SegmentMeta, token: str) -> None:
+        """Give the lease up, if still ours; a request that tells nothing leaves it to run out."""
         try:
             SegmentMeta(meta.pk, meta.sk).update(actions=[SegmentMeta.batcher.remove(), SegmentMeta.batcher_until.remove()],
                                                  condition=SegmentMeta.batcher == token)
-        except UpdateError as e:
-            if not _failed_condition(e):
-                raise
+        except _TRANSIENT:
+            pass
 
     def _batch(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
         """Batch while this request holds the lease, until its watched block commits: its answer, or
         None (the lease lost or left, or a transaction's answer lost: the caller's wait tells)."""
-        try:
-            return self._batch_rounds(meta, token, watch, block)
-        except _TRANSIENT:
-            return None  # a request that told nothing: the lease runs out, or this wait's next round batches
-
-    def _batch_rounds(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
-        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
-        for _ in range(_REFUSED_ROUNDS):
-            head = _SHARD_QUERIES.submit(self._meta, segment)  # at once with the shards' queries: one round trip
-            pending = self._pending(segment, incarnation, shards)
+        for _ in range(_ROUNDS):
             try:
-                meta = head.result()
-            except SegmentNotFound:
-                return None
-            if meta.sealed or int(meta.created_ms) != incarnation or meta.batcher != token:
-                return None
-            if not any(watch.is_item(p) for p in pending):
-                self._release_lease(meta, token)
-                return None  # committed, refused or withdrawn: the wait reads which
-            states = self._writer_states(segment, incarnation, shards, {p.writer for p in pending})
-            chosen, refusals = self._choose(meta, pending, states)
-            # The head was read beside the shards: a block expecting more than it showed may have been put
-            # after a later length was read, so the length is read again before that one is refused.
-            length = int(meta.length)
-            if any(int(p.expected_offset) > length for p in refusals):
-                length = int(self._meta(segment).length)
-            for item in refusals:
-                if int(item.expected_offset) != length:
-                    self._refuse(item, length)
-            if not chosen:
-                if refusals:
-                    continue
-                self._release_lease(meta, token)  # our block waits for its predecessor: the next batcher's
-                return None
-            offsets = _offsets(int(meta.length), chosen)
-            ours = next((i for i, p in enumerate(chosen) if watch.is_item(p)), None)
-            chosen_keys = {(p.pk, p.sk) for p in chosen}
-            # The lease goes only to a block whose appender still waits (it gives up after sublog_wait_ms);
-            # a dead appender's block that no batch can take is withdrawn after twice that, or it would
-            # be read by every round until its TTL.
-            alive_since = now_ms() - self.settings.sublog_wait_ms
-            rest = [p for p in pending if (p.pk, p.sk) not in chosen_keys and int(p.since_ms) > alive_since]
-            for dead in pending:
-                if (dead.pk, dead.sk) not in chosen_keys and int(dead.since_ms) < alive_since - self.settings.sublog_wait_ms:
-                    self._withdraw(_Watch(dead.pk, dead.sk, int(dead.token), mine=False))
-            applied = self._commit(meta, token, chosen, offsets, states, hand_to=None if ours is None else
-                                   (rest[0] if rest else False))
-            if applied is None:
-                return None  # its answer was lost: whether it applied, the item says
-            if applied and ours is not None:
-                return self._committed(watch, offsets[ours], int(chosen[ours].first), block)
+                done = self._batch_round(meta, token, watch, block)
+            except _TRANSIENT:
+                continue  # a request that told nothing (a lost transaction's answer too): the next round reads all
+            if done is not _AGAIN:
+                return done
         self._release_lease(meta, token)
         return None
+
+    def _batch_round(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None | object:
+        """One round: the answer (our block committed), None (stop: the lease lost or left, the segment
+        sealed or gone, our block no longer pending), or _AGAIN."""
+        segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
+        head = _SHARD_QUERIES.submit(self._meta, segment)  # at once with the shards' queries: one round trip
+        pending = self._pending(segment, incarnation, shards)
+        try:
+            meta = head.result()
+        except SegmentNotFound:
+            return None
+        if meta.sealed or int(meta.created_ms) != incarnation or meta.batcher != token:
+            return None
+        if not any(watch.is_item(p) for p in pending):
+            self._release_lease(meta, token)
+            return None  # committed, refused or withdrawn: the wait reads which
+        states = self._writer_states(segment, incarnation, shards, {p.writer for p in pending})
+        chosen, refusals = self._choose(meta, pending, states)
+        # The head was read beside the shards: a block expecting more than it showed may have been put
+        # after a later length was read, so the length is read again before that one is refused.
+        length = int(meta.length)
+        if any(int(p.expected_offset) > length for p in refusals):
+            length = int(self._meta(segment).length)
+        for item in refusals:
+            if int(item.expected_offset) != length:
+                self._refuse(item, length)
+        if not chosen:
+            if refusals:
+                return _AGAIN
+            self._release_lease(meta, token)  # our block waits for its predecessor: the next batcher's
+            return None
+        offsets = _offsets(int(meta.length), chosen)
+        ours = next((i for i, p in enumerate(chosen) if watch.is_item(p)), None)
+        chosen_keys = {(p.pk, p.sk) for p in chosen}
+        # The lease goes only to a block whose appender still waits (it gives up after sublog_wait_ms);
+        # a dead appender's block that no batch can take is withdrawn after twice that, or it would
+        # be read by every round until its TTL.
+        alive_since = now_ms() - self.settings.sublog_wait_ms
+        rest = [p for p in pending if (p.pk, p.sk) not in chosen_keys and int(p.since_ms) > alive_since]
+        for dead in pending:
+            if (dead.pk, dead.sk) not in chosen_keys and int(dead.since_ms) < alive_since - self.settings.sublog_wait_ms:
+                self._withdraw(_Watch(dead.pk, dead.sk, int(dead.token), mine=False))
+        applied = self._commit(meta, token, chosen, offsets, states, hand_to=None if ours is None else
+                               (rest[0] if rest else False))
+        if applied and ours is not None:
+            return self._committed(watch, offsets[ours], int(chosen[ours].first), block)
+        return _AGAIN  # refused, or its answer lost: the next round reads whether it applied
 
     def _pending(self, segment: str, incarnation: int, shards: int) -> list[PendingBlock]:
         """Every pending block of the segment, oldest first. Bounded by the appenders waiting (each waits
