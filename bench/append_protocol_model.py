@@ -178,7 +178,7 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
 
 
 def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.0, poll_max_ms: float = 20.0,
-           lease_ms: float = 1000.0, transaction_factor: float = 2.0, event_bytes: int = 1024) -> Callable[[], int]:
+           lease_ms: float = 500.0, transaction_factor: float = 2.0, event_bytes: int = 1024) -> Callable[[], int]:
     """dataplane/sublog_path.py as built; what it returns counts the committed blocks. An appender reads
     the head (consistent) and its writer's state (in the writer's shard), puts its block in a pending
     shard (by a hash of writer and event number: at random here), takes the segment's lease if the head
