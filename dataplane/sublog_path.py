@@ -157,8 +157,7 @@ class SublogAppends(SegmentJournal):
                     if after is not None and _last_event(state) < after:
                         state = self._await_predecessor(meta, block, after)
                         done = self._sublog_duplicate(meta, state, block)  # a twin's copy may have come with it
-                        if done is not None:
-                            return done
+                if done is None:
                     if after is None or _last_event(state) >= after:
                         self._check_event_order(state, block)
                     if block.data is None and block.object_key is None:
