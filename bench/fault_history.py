@@ -141,7 +141,7 @@ class _Run:
         self.retrying("create scope", lambda: self.manager.create_scope(self.scope))
         self.retrying("create stream", lambda: self.manager.create_stream(
             self.scope, STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2))))
-        groups = ReaderGroupManager(self.scope, self.url)
+        self.groups = groups = ReaderGroupManager(self.scope, self.url)
         self.retrying("create reader group", lambda: groups.create_reader_group(GROUP, group_config(
             [f"{self.scope}/{STREAM}"], automatic_checkpoint_interval_ms=0, group_refresh_time_ms=200)))
 
@@ -247,8 +247,17 @@ class _Run:
         self.leave(reader)
 
     def join(self, reader_id: str) -> rillet.EventStreamReader:
-        reader = self.retrying("join", lambda: self.factory.create_reader(reader_id, GROUP, SER),
-                               after_stop=True)
+        def attempt() -> rillet.EventStreamReader:
+            try:
+                return self.factory.create_reader(reader_id, GROUP, SER)
+            except rillet.AlreadyExists:
+                # An earlier attempt joined and its answer was lost (a function that crashed after the
+                # join, say): that instance, which nothing reads with, is taken offline, as an application
+                # does, before the next attempt (a new reader object carries another instance token).
+                self.groups.get_reader_group(GROUP).reader_offline(reader_id, None)
+                raise
+
+        reader = self.retrying("join", attempt, after_stop=True)
         self.membership.append(f"{reader_id} joined at {self.progress():.0%}")
         return reader
 
