@@ -107,12 +107,18 @@ def _shard(key: str, shards: int) -> int:
     return zlib.crc32(key.encode()) % shards  # stable across processes, unlike hash()
 
 
+def shard_pk(segment: str, incarnation: int, kind: str, n: int) -> str:
+    """The partition key of a segment's ``n``-th shard of pending blocks (``kind`` "p") or writer states
+    ("w"): every read and write of sub-log items builds its key here."""
+    return f"{segment}#{incarnation}#{kind}{n}"
+
+
 def pending_pk(segment: str, incarnation: int, writer: str, last: int, shards: int) -> str:
-    return f"{segment}#{incarnation}#p{_shard(f'{writer}#{last}', shards)}"
+    return shard_pk(segment, incarnation, "p", _shard(f"{writer}#{last}", shards))
 
 
 def writer_pk(segment: str, incarnation: int, writer: str, shards: int) -> str:
-    return f"{segment}#{incarnation}#w{_shard(writer, shards)}"
+    return shard_pk(segment, incarnation, "w", _shard(writer, shards))
 
 
 def pending_sk(writer: str, last: int) -> str:
@@ -419,11 +425,11 @@ class SublogAppends(SegmentJournal):
         """Delete a sealed segment's pending blocks (with the objects of those never committed) and its
         writers' states, each only if unchanged."""
         for n in range(shards):
-            for item in PendingBlock.query(f"{segment}#{incarnation}#p{n}", consistent_read=True):
+            for item in PendingBlock.query(shard_pk(segment, incarnation, "p", n), consistent_read=True):
                 if item.object_key is not None and item.offset is None:
                     self._delete_object(item.object_key)
                 _delete_if(item, PendingBlock.token == item.token)
-            for state in WriterState.query(f"{segment}#{incarnation}#w{n}", consistent_read=True):
+            for state in WriterState.query(shard_pk(segment, incarnation, "w", n), consistent_read=True):
                 _delete_if(state, WriterState.last == state.last)
 
     def _take_lease(self, meta: SegmentMeta) -> str | None:
@@ -515,7 +521,7 @@ class SublogAppends(SegmentJournal):
         ``sublog_wait_ms`` at most, with one block) and dead appenders' blocks (until their TTL)."""
 
         def shard(n: int) -> list[PendingBlock]:
-            return list(PendingBlock.query(f"{segment}#{incarnation}#p{n}", consistent_read=True,
+            return list(PendingBlock.query(shard_pk(segment, incarnation, "p", n), consistent_read=True,
                                            filter_condition=PendingBlock.offset.does_not_exist()
                                            & PendingBlock.refused_at.does_not_exist()))
 
@@ -675,7 +681,7 @@ def pending_object_keys(segment: str, incarnation: int, shards: int) -> set[str]
     sweep keeps them (dataplane/storage_writer.py)."""
 
     def shard(n: int) -> set[str]:
-        return {p.object_key for p in PendingBlock.query(f"{segment}#{incarnation}#p{n}", consistent_read=True,
+        return {p.object_key for p in PendingBlock.query(shard_pk(segment, incarnation, "p", n), consistent_read=True,
                                                          filter_condition=PendingBlock.object_key.exists())}
 
     return set().union(*_SHARD_QUERIES.map(shard, range(shards)))
