@@ -142,8 +142,14 @@ class _Run:
         self.retrying("create stream", lambda: self.manager.create_stream(
             self.scope, STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2))))
         self.groups = groups = ReaderGroupManager(self.scope, self.url)
+        # Every reader here leaves by reader_offline at its position, so the lease outlasts the run: a
+        # reader held past its lease by a loaded machine would be taken offline and the events it returned
+        # after its last sync read again by design (docs/sdk.md, "Leases"), which this history would count
+        # as duplicates. Leases are tested on their own (tests/integration/test_reader_group_leases.py).
+        lease_ms = int(self.settings.deadline_s * 1000) + 60_000
         self.retrying("create reader group", lambda: groups.create_reader_group(GROUP, group_config(
-            [f"{self.scope}/{STREAM}"], automatic_checkpoint_interval_ms=0, group_refresh_time_ms=200)))
+            [f"{self.scope}/{STREAM}"], automatic_checkpoint_interval_ms=0, group_refresh_time_ms=200,
+            reader_lease_ms=lease_ms)))
 
     def writer(self, w: int) -> None:
         s = self.settings

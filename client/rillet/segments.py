@@ -124,11 +124,13 @@ class SegmentClient:
 
     def append(self, scope: str, stream: str, segment: str | int, writer_id: str, first_event: int,
                event_count: int, block: bytes, expected_offset: int | None = None,
-               raw: bool = False, after: int | None = None, block_age_ms: int | None = None) -> api.AppendAck:
+               raw: bool = False, after: int | None = None, block_age_ms: int | None = None,
+               deadline: float | None = None) -> api.AppendAck:
         """Append a block; with ``after`` (the writer's last event number before this block, -1 for its
         first block) the server commits it only after that event, whatever order requests arrive in.
         ``block_age_ms`` (since the block was first sent) lets a server that forgot the writer id refuse
-        a resend that may already be stored (WriterExpired) rather than store it twice."""
+        a resend that may already be stored (WriterExpired) rather than store it twice. ``deadline``
+        (``time.monotonic()``): the transport's own retries stop there (see ``Transport.request``)."""
         headers = {api.WRITER_ID: writer_id, api.EVENT_NUMBER: str(first_event), api.EVENT_COUNT: str(event_count)}
         if after is not None:
             headers[api.AFTER_EVENT] = str(after)
@@ -138,7 +140,8 @@ class SegmentClient:
             headers[api.EXPECTED_OFFSET] = str(expected_offset)
         if raw:
             headers[api.RAW_BYTES] = "true"
-        data = self.append_transport.json("POST", _path(scope, stream, segment), body=block, headers=headers)
+        data = self.append_transport.json("POST", _path(scope, stream, segment), body=block, headers=headers,
+                                          deadline=deadline)
         return api.AppendAck.model_validate(data)
 
     def read(self, scope: str, stream: str, segment: str | int, offset: int,

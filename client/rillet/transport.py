@@ -36,6 +36,7 @@ from rillet.errors import InvalidArgument, ServiceUnavailable, from_wire
 
 _FUNCTION_URL = re.compile(r"^[a-z0-9]+\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
 _UNRESERVED = "-_.~"  # with letters and digits, what RFC 3986 (and so SigV4) leaves unescaped
+_MIN_ATTEMPT_S = 1.0  # an attempt started just before a deadline still gets this long to be answered
 MAX_RETRY_AFTER_S = 20.0  # a server asking for longer still gets retried after this; the caller's attempts bound the rest
 
 
@@ -73,8 +74,12 @@ class Transport:
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: bytes | None = None,
                 json_body: Any = None, headers: dict[str, str] | None = None,
-                timeout_s: float | None = None) -> HttpResponse:
-        """Send a request, retrying transient failures; raise the typed error of a failed answer."""
+                timeout_s: float | None = None, deadline: float | None = None) -> HttpResponse:
+        """Send a request, retrying transient failures; raise the typed error of a failed answer.
+
+        ``deadline`` (``time.monotonic()``) bounds every attempt's wait and when a new one may start: a
+        caller that retries on its own clock (the writer's ``retry_timeout_s``) is never held past it by
+        this loop; the last failure is raised then, as after the last attempt."""
         url = self.endpoint + quote(path, safe="/%")  # segments come encoded; anything left raw is encoded here
         query = canonical_query({k: v for k, v in (params or {}).items() if v is not None})
         if query:
@@ -92,19 +97,23 @@ class Transport:
         while True:
             attempt += 1
             backoff_s = random.uniform(0, min(5.0, 0.05 * 2 ** attempt))
+            wait_s = timeout_s or self.timeout_s
+            if deadline is not None:
+                wait_s = max(_MIN_ATTEMPT_S, min(wait_s, deadline - time.monotonic()))
             try:
-                response = self._send(method, url, body, headers, timeout_s or self.timeout_s)
+                response = self._send(method, url, body, headers, wait_s)
             except urllib3.exceptions.HTTPError as e:
-                if attempt >= self.max_attempts:
+                if attempt >= self.max_attempts or _past(deadline, backoff_s):
                     raise ServiceUnavailable(f"{method} {url} failed: {e}") from e
             else:
                 if response.status < 400:
                     return response
                 error = from_wire(response.status, _error_body(response))
-                if not (error.retryable or response.status >= 500) or attempt >= self.max_attempts:
-                    raise error
                 if response.status in (429, 503):
                     backoff_s = max(backoff_s, _retry_after_s(response))
+                if not (error.retryable or response.status >= 500) or attempt >= self.max_attempts \
+                        or _past(deadline, backoff_s):
+                    raise error
             time.sleep(backoff_s)
 
     def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
@@ -121,6 +130,11 @@ class Transport:
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
+
+
+def _past(deadline: float | None, backoff_s: float) -> bool:
+    """Whether the next attempt would start after ``deadline``."""
+    return deadline is not None and time.monotonic() + backoff_s >= deadline
 
 
 def canonical_query(params: dict[str, Any]) -> str:

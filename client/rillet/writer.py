@@ -471,7 +471,7 @@ class EventStreamWriter(Generic[T]):
                 ack = self.connection.segments.append(self.scope, self.stream, self._target(queue.segment),
                                                       block.writer_id, block.first, len(block.items), payload,
                                                       after=block.first - 1,
-                                                      block_age_ms=first_sent.elapsed_ms())
+                                                      block_age_ms=first_sent.elapsed_ms(), deadline=deadline)
             except SegmentSealed:
                 return self._refused(queue, block)
             except WriterExpired as e:  # never appended under this id now; an earlier attempt may have been

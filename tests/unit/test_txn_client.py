@@ -45,7 +45,7 @@ class FakeSegments:
         self.lock = threading.Lock()
 
     def append(self, scope, stream, segment, writer_id, first_event, event_count, block, expected_offset=None,
-               raw=False, after=None, block_age_ms=None):
+               raw=False, after=None, block_age_ms=None, deadline=None):
         if str(segment) in self.failing:
             raise InvalidArgument("rejected")
         with self.lock:

@@ -148,7 +148,7 @@ def test_the_segment_client_sends_the_block_age_as_a_header():
     sent: list[dict] = []
 
     class Transport:
-        def json(self, method, path, body=None, headers=None):
+        def json(self, method, path, body=None, headers=None, deadline=None):
             sent.append(headers)
             return {"offset": 0, "length": len(body)}
 

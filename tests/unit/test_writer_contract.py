@@ -58,7 +58,7 @@ class FakeSegments:
         self.fault: Callable[[dict, bool], None] = lambda call, applied: None
 
     def append(self, scope, stream, segment, writer_id, first_event, event_count, block, expected_offset=None,
-               raw=False, after=None, block_age_ms=None):
+               raw=False, after=None, block_age_ms=None, deadline=None):
         call = {"segment": segment, "writer": writer_id, "first": first_event, "count": event_count,
                 "events": [e.payload.decode() for e in unframe(block)[0]], "age_ms": block_age_ms}
         with self.lock:
