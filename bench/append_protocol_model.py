@@ -178,20 +178,24 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
 
 
 def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.0, poll_max_ms: float = 20.0,
-           lease_ms: float = 500.0, transaction_factor: float = 2.0, event_bytes: int = 1024) -> Callable[[], int]:
+           lease_ms: float = 500.0, transaction_factor: float = 2.0, event_bytes: int = 1024,
+           think_ms: float = 0.0) -> Callable[[], int]:
     """dataplane/sublog_path.py as built; what it returns counts the committed blocks. An appender reads
-    the head (consistent) and its writer's state (in the writer's shard), puts its block in a pending
-    shard (by a hash of writer and event number: at random here), takes the segment's lease if the head
-    showed it free, and polls its item (eventually consistent, every ``poll_ms`` growing by half up to
-    ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder batches: the head and
-    every pending shard read at once (consistent; answered when the slowest is), the writers' states
-    (one BatchGetItem), then one transaction (``transaction_factor`` times a request's latency, twice
-    each write's units, charged when refused too) of the head's advance, the batch entry, each block's
-    item and each writer's state, at most 49 one-block writers; the transaction that commits its own
-    block hands the lease to the oldest block left (marking its item), whose appender sees it on its
-    next poll. An appender whose block waited a lease long reads the head again and takes a lease that
-    ran out. Left out: seal, resends, conditional appends. ``event_bytes``: each block's size, which
-    the batch entry copies onto the segment's partition (twice its units: a transaction's write)."""
+    the head (consistent), then its writer's state and the segment's lease (one BatchGetItem: the lease
+    is an item of its own, off the segment's partition), puts its block in a pending shard (by a hash of
+    writer and event number: at random here), takes the lease (a conditional put, 1 unit) if it was
+    free, and polls its item (eventually consistent, every ``poll_ms`` growing by half up to
+    ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder batches: the head, the
+    lease and every pending shard read at once (consistent; answered when the slowest is), the writers'
+    states (one BatchGetItem), then one transaction (``transaction_factor`` times a request's latency,
+    twice each write's units, charged when refused too) of the head's advance, the batch entry, the
+    lease, each block's item and each writer's state, at most 48 one-block writers; the transaction
+    that commits its own block hands the lease to the oldest block left (marking its item), whose
+    appender sees it on its next poll. An appender whose block waited a fifth of a lease reads the head
+    again and takes a lease that ran out. Left out: seal, resends, conditional appends. ``event_bytes``:
+    each block's size, which the batch entry copies onto the segment's partition (twice its units: a
+    transaction's write). ``think_ms``: each appender's pause between two appends, to set the rate
+    offered rather than take all the segment commits."""
     head = {"length": 0, "lease": None, "until": 0.0}
     put_at: dict[tuple[int, int], float] = {}
     shard_of: dict[tuple[int, int], int] = {}
@@ -202,13 +206,14 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
     def appender(me: int) -> Iterator:
         for number in itertools.count():
             started, item, shard = sim.now, (me, number), sim.random.randrange(shards)
-            free = yield ("request", lambda: head["lease"] is None or head["until"] < sim.now, _charge(segment_read=1))
-            yield ("request", lambda: None, _charge_shard(me % shards, read=1))  # the writer's state
+            yield ("request", lambda: None, _charge(segment_read=1))  # the head
+            free = yield ("request", lambda: head["lease"] is None or head["until"] < sim.now,
+                          _charge_shard(me % shards, read=2))  # its writer's state and the lease: one BatchGetItem
             yield ("request", lambda i=item, n=shard: _put(n, i),
                    _charge_shard(shard, write=math.ceil((event_bytes + 100) / 1024)))
             token = None
             if free:
-                token = yield ("request", lambda i=item: _take(i), _charge(segment_write=2))
+                token = yield ("request", lambda i=item: _take(i), _charge_shard("lease", write=1))
             check_at, poll = sim.now + lease_ms / 5, poll_ms
             while item not in offsets:
                 if token is not None:
@@ -222,7 +227,7 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
                                _charge_shard(shard, read=0.5))
                 if state[0]:
                     if state[1] is not None:  # a lease handed to it, unused: released
-                        yield ("request", lambda t=state[1]: _release(t), _charge(segment_write=2))
+                        yield ("request", lambda t=state[1]: _release(t), _charge_shard("lease", write=1))
                     break
                 if state[1] is not None:
                     token = state[1]
@@ -231,11 +236,13 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
                     free = yield ("request", lambda: head["lease"] is None or head["until"] < sim.now,
                                   _charge(segment_read=1))
                     if free:
-                        token = yield ("request", lambda i=item: _take(i), _charge(segment_write=2))
+                        token = yield ("request", lambda i=item: _take(i), _charge_shard("lease", write=1))
             if token is not None:  # taken after a batch had committed its block: released, as _batch_rounds does
-                yield ("request", lambda t=token: _release(t), _charge(segment_write=2))
+                yield ("request", lambda t=token: _release(t), _charge_shard("lease", write=1))
             yield ("request", lambda: None, _charge_shard(shard, write=1))  # its item deleted
             sim.totals.latencies_ms.append(sim.now - started)
+            if think_ms:
+                yield ("sleep", think_ms)
 
     def lead(mine: tuple[int, int], token: object) -> Iterator:
         for _ in range(8):
@@ -245,17 +252,17 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
             if lease is not token:
                 return
             if mine not in found:
-                yield ("request", lambda: _release(token), _charge(segment_write=2))
+                yield ("request", lambda: _release(token), _charge_shard("lease", write=1))
                 return
             yield ("request", lambda: None, _charge(sublog_read=len({w for w, _ in found})))  # the writers' states
-            taken = found[:(MAX_TRANSACTION_ACTIONS - 3) // 2]  # an item and a state per one-block writer
+            taken = found[:(MAX_TRANSACTION_ACTIONS - 4) // 2]  # an item and a state per one-block writer
             rest = [i for i in found if i not in taken]
             successor = (rest[0] if rest else None) if mine in taken else token
             applied = yield ("request", lambda t=taken, s=successor, n=length: _commit(n, t, s),
                              _transaction_charge(taken, successor), transaction_factor)
             if applied and mine in taken:
                 return
-        yield ("request", lambda: _release(token), _charge(segment_write=2))  # as _batch_rounds gives up
+        yield ("request", lambda: _release(token), _charge_shard("lease", write=1))  # as _batch_rounds gives up
 
     def _release(token: object) -> None:
         if head["lease"] is token:
@@ -275,19 +282,22 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
         return charge
 
     def _query_charge(totals: Totals, answer: tuple) -> None:
-        """The head's consistent read and a consistent query of every pending shard (its 1 KiB blocks)."""
+        """The head's and the lease's consistent reads and a consistent query of every pending shard."""
         totals.segment_read += 1
-        totals.sublog_read += shards + len(answer[1]) * (event_bytes + 100) / 4096
-        totals.requests += shards
+        totals.sublog_read += 1 + shards + len(answer[1]) * (event_bytes + 100) / 4096
+        totals.requests += shards + 1
 
     def _transaction_charge(taken: list[tuple[int, int]], successor: object) -> Callable[[Totals, bool], None]:
         """Twice each write's units: the head (about 1.5 KB: 2 units) and the batch entry (the blocks'
-        bytes) on the segment's partition; per block its item's update (charged on its old size, with
-        the block) in its shard; per writer its state (1 unit) in its writer's shard; a successor's mark."""
+        bytes) on the segment's partition; the lease's put (1 unit) in its own; per block its item's
+        update (charged on its old size, with the block) in its shard; per writer its state (1 unit) in
+        its writer's shard; a successor's mark."""
         item_wu = 2 * math.ceil((event_bytes + 100) / 1024)
 
         def charge(totals: Totals, applied: bool) -> None:
             totals.segment_write += 2 * (2 + math.ceil(event_bytes * len(taken) / 1024))
+            totals.sublog_write += 2
+            totals.shard_write["lease"] += 2
             for item in taken:
                 totals.sublog_write += item_wu + 2
                 totals.shard_write[shard_of[item]] += item_wu
@@ -368,9 +378,12 @@ def main() -> None:
     parser.add_argument("--rtt-ms", type=float, default=10.0, help="median request latency")
     parser.add_argument("--seconds", type=float, default=20.0, help="simulated seconds per row")
     parser.add_argument("--event-bytes", type=int, default=1024, help="each sub-log block's size")
+    parser.add_argument("--think-ms", type=float, default=0.0,
+                        help="each sub-log appender's pause between appends (sets the rate offered)")
     args = parser.parse_args()
     protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
-    print(report([run(p, n, args.rtt_ms, args.seconds, **({"event_bytes": args.event_bytes} if p == "sublog" else {}))
+    sublog_options = {"event_bytes": args.event_bytes, "think_ms": args.think_ms}
+    print(report([run(p, n, args.rtt_ms, args.seconds, **(sublog_options if p == "sublog" else {}))
                   for p in protocols for n in args.appenders]))
 
 

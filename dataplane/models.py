@@ -162,11 +162,8 @@ class SegmentMeta(SegmentItem, discriminator="m"):
     tickets = NumberAttribute(null=True, attr_name="qt")
     served = NumberAttribute(null=True, attr_name="qs")
     # Sub-log mode (dataplane/sublog_path.py): the number of shards its appends spread over, fixed for
-    # the incarnation (absent: the chain of claims). While a batcher holds the segment's lease, its
-    # token and until when (epoch ms); renewed by every batch it commits, handed on or removed by its last.
+    # the incarnation (absent: the chain of claims). Who batches is a BatchLease item's, off this partition.
     sublog_shards = NumberAttribute(null=True, attr_name="sl")
-    batcher = UnicodeAttribute(null=True, attr_name="bl")
-    batcher_until = NumberAttribute(null=True, attr_name="bu")
     tiering = TieringIndex()
     scale_candidates = ScaleCandidateIndex()
 
@@ -253,7 +250,20 @@ class PendingBlock(SegmentItem, discriminator="p"):
         return self.offset is None and self.refused_at is None
 
 
+class BatchLease(SegmentItem, discriminator="l"):
+    """Who batches a sub-log segment's pending blocks (dataplane/sublog_path.py), in an item of its own:
+    ``pk = <segment>#<incarnation>#lease``. Its takes, hand-offs and releases -- a few hundred a second
+    on a busy segment, each refused take charged too -- cost a write unit each here rather than two
+    each on the head record, the partition the segment's batches, reads and index already share.
+    Replaced whole by every change (a put), so the discriminator is always there; no ``batcher`` (or an
+    ``until`` passed) is a free lease. DynamoDB's TTL removes the item of an idle or deleted segment."""
+
+    batcher = UnicodeAttribute(null=True, attr_name="bl")  # the holder's token
+    until = NumberAttribute(null=True, attr_name="bu")  # epoch ms: after this, anyone may take it
+    expires_at = NumberAttribute(attr_name=EXPIRES_AT)  # set anew by every put: also the item's version
+
+
 def bind(deployment: Deployment) -> None:
     """Point the models at a deployment's table and endpoint (call before first use)."""
-    point_models((SegmentItem, SegmentMeta, IndexEntry, WriterState, PendingBlock), deployment.segments_table,
+    point_models((SegmentItem, SegmentMeta, IndexEntry, WriterState, PendingBlock, BatchLease), deployment.segments_table,
                  deployment)

@@ -14,14 +14,15 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
    is taken: taken by this request's own put (its token), it is the put's lost answer; by a twin
    request of the same block, this one waits for that block and answers a duplicate.
 3. Wait: poll the item (eventually consistent, in its shard) until a batch sets its offset, then delete
-   it and answer. The batcher is whoever holds the segment's lease (``SegmentMeta.batcher``): an
-   appender that finds it free takes it, with one conditional update of the head record.
-4. Batch: query every pending shard (in parallel), read the writers' states (one BatchGetItem), choose
-   the oldest blocks whose predecessors are committed or chosen, and commit them in one
-   TransactWriteItems:
+   it and answer. The batcher is whoever holds the segment's lease (a ``BatchLease`` item of its own,
+   off the head record's partition, read with the writer's state): an appender that finds it free
+   takes it, with one conditional put.
+4. Batch: read the head, the lease and every pending shard (in parallel), then the writers' states
+   (one BatchGetItem), choose the oldest blocks whose predecessors are committed or chosen, and commit
+   them in one TransactWriteItems:
    - the head record's advance past them all, conditioned on its length, on not being sealed and on
-     the incarnation; the same update renews the lease, hands it on to the oldest block left (whose
-     item it marks) or removes it;
+     the incarnation;
+   - the lease: renewed, handed on to the oldest block left (whose item is marked) or made free;
    - their index entries: each run of inline blocks one entry (writer ``BATCH_KEY``), each S3 block
      one of its own, so reads, tiering and truncation treat them as any entry;
    - each block's item: its offset set and its bytes removed, conditioned on its still pending, so no
@@ -76,8 +77,10 @@ from dataplane.models import (
     BYTES,
     EVENTS,
     RECENT_BLOCKS,
+    BatchLease,
     IndexEntry,
     PendingBlock,
+    SegmentItem,
     SegmentMeta,
     WriterState,
     entry_key,
@@ -99,8 +102,10 @@ _MAX_POLL_S = 0.02  # a poll is half a read unit in the block's shard; the next 
 _TRANSIENT = (PynamoDBException, BotoCoreError, ClientError)
 _ROUNDS = 8  # rounds that did not commit the batcher's own block before it gives the lease up
 _AGAIN = object()  # what a batch round answers when the next round should read everything again
-# Queries of a segment's pending shards, in parallel: each is a round trip, and a batch waits for all.
-_SHARD_QUERIES = ThreadPoolExecutor(max_workers=9, thread_name_prefix="sublog-shards")
+_LEASE_KEY = "lease"  # the sort key of a segment's BatchLease item
+# A batch round's reads, in parallel: each is a round trip, and the round waits for all (the head, the
+# lease and, up to eight, the pending shards).
+_SHARD_QUERIES = ThreadPoolExecutor(max_workers=10, thread_name_prefix="sublog-shards")
 
 
 def _shard(key: str, shards: int) -> int:
@@ -119,6 +124,10 @@ def pending_pk(segment: str, incarnation: int, writer: str, last: int, shards: i
 
 def writer_pk(segment: str, incarnation: int, writer: str, shards: int) -> str:
     return shard_pk(segment, incarnation, "w", _shard(writer, shards))
+
+
+def lease_pk(segment: str, incarnation: int) -> str:
+    return f"{segment}#{incarnation}#lease"
 
 
 def pending_sk(writer: str, last: int) -> str:
@@ -155,7 +164,7 @@ class SublogAppends(SegmentJournal):
                     meta = self._meta(segment)
                     if int(meta.created_ms) != incarnation:
                         raise SegmentNotFound(f"segment {segment} was deleted while this append was under way")
-                state = self._sublog_state(segment, incarnation, block.writer, shards)
+                state, lease = self._state_and_lease(segment, incarnation, block.writer, shards)
                 done = self._sublog_duplicate(meta, state, block)
                 if done is None:
                     self._check_open(segment, meta, block)
@@ -172,7 +181,7 @@ class SublogAppends(SegmentJournal):
                     new_writer = state is None and (after is None or after < 0)
                     done = self._put_pending(meta, block, token, new_writer, expected_offset)
                     if not isinstance(done, AppendResult):
-                        done = self._await_batch(meta, block, done, after, deadline)
+                        done = self._await_batch(meta, lease, block, done, after, deadline)
                 if done is not None:
                     if done.duplicate and block.object_key is not None:
                         self._delete_object(block.object_key)  # another request's copy was committed
@@ -203,6 +212,19 @@ class SublogAppends(SegmentJournal):
                                  awaiting_event_number=after)
             time.sleep(poll_s)
             poll_s *= 1.5
+
+    @staticmethod
+    def _state_and_lease(segment: str, incarnation: int, writer: str, shards: int) -> tuple[dict | None,
+                                                                                           BatchLease | None]:
+        """The writer's state and the segment's lease, in one request (BatchGetItem, consistent)."""
+        state, lease = None, None
+        for item in SegmentItem.batch_get([(writer_pk(segment, incarnation, writer, shards), writer_key(writer)),
+                                           (lease_pk(segment, incarnation), _LEASE_KEY)], consistent_read=True):
+            if isinstance(item, WriterState) and int(item.incarnation) == incarnation:
+                state = item.as_state()
+            elif isinstance(item, BatchLease):
+                lease = item
+        return state, lease
 
     def _sublog_state(self, segment: str, incarnation: int, writer: str, shards: int) -> dict | None:
         try:
@@ -263,15 +285,15 @@ class SublogAppends(SegmentJournal):
             return AppendResult(offset, int(meta.length), duplicate=True)
         return _Watch(pk, sk, int(existing.token), mine=False)
 
-    def _await_batch(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None,
-                     deadline: float) -> AppendResult | None:
+    def _await_batch(self, meta: SegmentMeta, lease: BatchLease | None, block: _Block, watch: _Watch,
+                     after: int | None, deadline: float) -> AppendResult | None:
         """Wait until a batch commits the watched item, batching while this request holds the lease; the
         answer, or None when a twin's item was withdrawn (the caller puts its own again). A request that
         tells nothing (throttled, 5xx, reset) does not end the wait: only the deadline does."""
         segment, check_s = meta.pk, self.settings.sublog_lease_ms / 5000  # a look a fifth of a lease
         started = time.monotonic()
         try:
-            token = self._take_lease(meta) if _lease_free(meta) else None
+            token = self._take_lease(meta) if _lease_free(lease) else None
         except _TRANSIENT:
             token = None  # whether it was taken or not, the lease runs out
         handed_used = None
@@ -308,7 +330,7 @@ class SublogAppends(SegmentJournal):
                     fresh = self._recheck(meta, block, watch, after, now - started)
                     if isinstance(fresh, AppendResult):
                         return fresh
-                    meta = fresh
+                    meta, lease = fresh
                     if not watch.mine and now_ms() - int(item.since_ms) > self.settings.sublog_lease_ms \
                             and self._withdraw(watch):
                         # A twin's block still pending a lease after its put: its request is likely dead,
@@ -316,7 +338,7 @@ class SublogAppends(SegmentJournal):
                         # (only while pending), its key takes ours; a live twin answers WriteConflict, as
                         # nothing of it was appended.
                         return None
-                    token = self._take_lease(meta) if _lease_free(meta) else None
+                    token = self._take_lease(meta) if _lease_free(lease) else None
                     if token is not None:
                         continue
             except _TRANSIENT:
@@ -359,16 +381,16 @@ class SublogAppends(SegmentJournal):
         return AppendResult(offset, offset + block.size, duplicate=not watch.mine)
 
     def _recheck(self, meta: SegmentMeta, block: _Block, watch: _Watch, after: int | None,
-                 waited_s: float) -> SegmentMeta | AppendResult:
-        """What a block that waited a lease long finds out: the head record and the writer's state again
-        (consistent). Raises, after withdrawing the block, if it can no longer commit; the answer if it
-        or a twin's copy committed meanwhile; else the fresh head record."""
+                 waited_s: float) -> tuple[SegmentMeta, BatchLease | None] | AppendResult:
+        """What a block that waited a fifth of a lease finds out: the head record, then the writer's state
+        and the lease (consistent). Raises, after withdrawing the block, if it can no longer commit; the
+        answer if it or a twin's copy committed meanwhile; else the fresh head record and lease."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         try:
             fresh = self._meta(segment)
         except SegmentNotFound:
             fresh = None
-        state = self._sublog_state(segment, incarnation, block.writer, shards)
+        state, lease = self._state_and_lease(segment, incarnation, block.writer, shards)
         copy = self._sublog_duplicate(fresh or meta, state, block)
         if copy is not None:  # the block, or a twin request's copy of it, committed
             return self._withdraw_or_answer(watch, block) or copy
@@ -384,7 +406,7 @@ class SublogAppends(SegmentJournal):
                                      "send this block again once it is", last_event_number=last,
                                      awaiting_event_number=after)
         if refusal is None:
-            return fresh
+            return fresh, lease
         # A twin's block too: its request may be dead, and its block must not commit after this answer.
         done = self._withdraw_or_answer(watch, block)
         if done is not None:
@@ -431,28 +453,41 @@ class SublogAppends(SegmentJournal):
                 _delete_if(item, PendingBlock.token == item.token)
             for state in WriterState.query(shard_pk(segment, incarnation, "w", n), consistent_read=True):
                 _delete_if(state, WriterState.last == state.last)
+        lease = self._lease(segment, incarnation)
+        if lease is not None:
+            _delete_if(lease, BatchLease.expires_at == lease.expires_at)
+
+    @staticmethod
+    def _lease(segment: str, incarnation: int) -> BatchLease | None:
+        try:
+            return BatchLease.get(lease_pk(segment, incarnation), _LEASE_KEY, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    def _lease_item(self, meta: SegmentMeta, token: str | None, now: int) -> BatchLease:
+        """The segment's lease as ``token`` holds it from ``now`` (None: free)."""
+        return BatchLease(lease_pk(meta.pk, int(meta.created_ms)), _LEASE_KEY, batcher=token,
+                          until=None if token is None else now + self.settings.sublog_lease_ms,
+                          expires_at=now // 1000 + _PENDING_TTL_S)
 
     def _take_lease(self, meta: SegmentMeta) -> str | None:
+        """The lease, if free or run out (a put conditioned on it), or None. A sealed segment's is taken
+        in vain: the round that reads the head gives it up."""
         token, now = secrets.token_hex(8), now_ms()
         try:
-            SegmentMeta(meta.pk, meta.sk).update(
-                actions=[SegmentMeta.batcher.set(token), SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms)],
+            self._lease_item(meta, token, now).save(
                 # Ours already: botocore's resend of a take whose answer was lost.
-                condition=(SegmentMeta.batcher.does_not_exist() | (SegmentMeta.batcher_until < now)
-                           | (SegmentMeta.batcher == token))
-                & (SegmentMeta.created_ms == meta.created_ms) & (SegmentMeta.sealed == False))
+                condition=BatchLease.batcher.does_not_exist() | (BatchLease.until < now) | (BatchLease.batcher == token))
             return token
-        except UpdateError as e:
+        except PutError as e:
             if not _failed_condition(e):
                 raise
             return None
 
-    @staticmethod
-    def _release_lease(meta: SegmentMeta, token: str) -> None:
+    def _release_lease(self, meta: SegmentMeta, token: str) -> None:
         """Give the lease up, if still ours; a request that tells nothing leaves it to run out."""
         try:
-            SegmentMeta(meta.pk, meta.sk).update(actions=[SegmentMeta.batcher.remove(), SegmentMeta.batcher_until.remove()],
-                                                 condition=SegmentMeta.batcher == token)
+            self._lease_item(meta, None, now_ms()).save(condition=BatchLease.batcher == token)
         except _TRANSIENT:
             pass
 
@@ -474,12 +509,14 @@ class SublogAppends(SegmentJournal):
         sealed or gone, our block no longer pending), or _AGAIN."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         head = _SHARD_QUERIES.submit(self._meta, segment)  # at once with the shards' queries: one round trip
+        lease = _SHARD_QUERIES.submit(self._lease, segment, incarnation)
         pending = self._pending(segment, incarnation, shards)
         try:
             meta = head.result()
         except SegmentNotFound:
             return None
-        if meta.sealed or int(meta.created_ms) != incarnation or meta.batcher != token:
+        held = lease.result()
+        if meta.sealed or int(meta.created_ms) != incarnation or held is None or held.batcher != token:
             return None
         if not any(watch.is_item(p) for p in pending):
             self._release_lease(meta, token)
@@ -571,8 +608,8 @@ class SublogAppends(SegmentJournal):
                     return [p], refusals  # alone, at its offset
                 run.append(p)
                 expect = int(p.last) + 1
-            # The head record's update, a successor's mark, and a state per writer besides the blocks'.
-            while run and 2 + writers + 1 + _actions(chosen + run) > _MAX_ACTIONS:
+            # The head record's update, the lease, a successor's mark, and a state per writer besides the blocks'.
+            while run and 3 + writers + 1 + _actions(chosen + run) > _MAX_ACTIONS:
                 run.pop()
             if run:
                 chosen += run
@@ -605,15 +642,11 @@ class SublogAppends(SegmentJournal):
                                        s3=any(p.object_key for p in chosen), appends=len(chosen), content=kind)
         actions.append(SegmentMeta.length.set(end))
         handed = secrets.token_hex(8)
-        if hand_to is None:
-            actions.append(SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms))
-        elif hand_to is False:
-            actions += [SegmentMeta.batcher.remove(), SegmentMeta.batcher_until.remove()]
-        else:
-            actions += [SegmentMeta.batcher.set(handed), SegmentMeta.batcher_until.set(now + self.settings.sublog_lease_ms)]
+        lease = self._lease_item(meta, token if hand_to is None else None if hand_to is False else handed, now)
         # Not conditioned on the lease: a batcher whose round outlasted its lease may still commit, if no
         # other batch came first (the length), so two batchers at worst waste a transaction, and a slow
-        # round never loses to a thief as slow as itself without end. The lease only says who batches.
+        # round never loses to a thief as slow as itself without end. The lease only says who batches
+        # (this batch's put of it leaves one holder: a thief's next round finds another token).
         condition = (SegmentMeta.length == tail) & (SegmentMeta.sealed == False) \
             & (SegmentMeta.created_ms == meta.created_ms) \
             & (SegmentMeta.content.does_not_exist() | (SegmentMeta.content == kind))
@@ -643,6 +676,7 @@ class SublogAppends(SegmentJournal):
                     previous = WriterState.last.does_not_exist() if writer not in states \
                         else WriterState.last == int(first_of[writer].first) - 1
                     transaction.save(state, condition=previous)
+                transaction.save(lease)  # a put, after the entries: see the cancellation reasons below
                 if isinstance(hand_to, PendingBlock):
                     transaction.update(PendingBlock(hand_to.pk, hand_to.sk), actions=[PendingBlock.batcher.set(handed)],
                                        condition=PendingBlock.offset.does_not_exist() & (PendingBlock.token == hand_to.token))
@@ -699,8 +733,8 @@ def _last_event(state: dict | None) -> int:
     return -1 if state is None else int(state["l"])
 
 
-def _lease_free(meta: SegmentMeta) -> bool:
-    return meta.batcher is None or int(meta.batcher_until or 0) < now_ms()
+def _lease_free(lease: BatchLease | None) -> bool:
+    return lease is None or lease.batcher is None or int(lease.until or 0) < now_ms()
 
 
 def _offsets(tail: int, chosen: list[PendingBlock]) -> list[int]:

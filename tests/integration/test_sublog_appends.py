@@ -26,8 +26,9 @@ from dataplane_model import (
 
 from dataplane import models
 from dataplane.journal import BATCH_KEY
-from dataplane.models import PendingBlock, SegmentItem, WriterState
+from dataplane.models import BatchLease, PendingBlock, SegmentItem, WriterState
 from dataplane.segment_store import SegmentStore, StoreSettings, now_ms
+from dataplane.sublog_path import lease_pk
 from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed
 
 SHARDS = 4
@@ -49,8 +50,13 @@ def seg(store, unique) -> str:
 
 
 def _sublog_items(seg: str, created_ms: int) -> list[SegmentItem]:
-    return [item for kind in ("p", "w") for n in range(SHARDS)
-            for item in SegmentItem.query(f"{seg}#{created_ms}#{kind}{n}", consistent_read=True)]
+    partitions = [f"{seg}#{created_ms}#{kind}{n}" for kind in ("p", "w") for n in range(SHARDS)]
+    return [item for pk in [*partitions, lease_pk(seg, created_ms)]
+            for item in SegmentItem.query(pk, consistent_read=True)]
+
+
+def _lease(seg: str) -> BatchLease:
+    return BatchLease.get(lease_pk(seg, models.SegmentMeta.get(seg, "m").created_ms), "lease", consistent_read=True)
 
 
 def _tags(store: SegmentStore, seg: str) -> list[bytes]:
@@ -82,7 +88,7 @@ def test_appends_read_back_in_batch_entries_and_resends_are_duplicates(store, se
     # Committed blocks leave no pending item behind: their appenders delete them.
     meta = models.SegmentMeta.get(seg, "m", consistent_read=True)
     assert [i for i in _sublog_items(seg, meta.created_ms) if isinstance(i, PendingBlock)] == []
-    assert meta.batcher is None  # the last batcher, with nothing left, removed its lease
+    assert _lease(seg).batcher is None  # the last batcher, with nothing left, freed its lease
 
 
 def test_many_writers_at_once_commit_in_batches_each_writer_in_order(store, seg):
@@ -199,7 +205,7 @@ def test_a_crash_before_each_write_of_an_append_never_blocks_others_and_the_rese
         # A crash between the S3 put and the item's leaves an orphan, which the sweep removes later.
         named = {e.object_key for e in index_entries(seg) if e.object_key is not None}
         assert named <= object_keys(store, seg) and len(object_keys(store, seg) - named) <= 1
-    expected = ["PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"]
+    expected = ["PutItem", "PutItem", "TransactWriteItems", "DeleteItem"]  # its block, the lease, the batch, its block
     assert seen == (expected if size == 20 else ["PutObject", *expected])
 
 
@@ -217,7 +223,7 @@ def test_a_lost_answer_at_each_write_of_an_append_still_appends_once(store, uniq
         if len(seen) < k:
             break
         lost.append(seen[k - 1])
-    assert lost[-4:] == ["PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"]
+    assert lost[-4:] == ["PutItem", "PutItem", "TransactWriteItems", "DeleteItem"]
 
 
 def test_a_batcher_that_dies_holding_the_lease_is_taken_over(store, seg):
@@ -227,10 +233,10 @@ def test_a_batcher_that_dies_holding_the_lease_is_taken_over(store, seg):
 
     with inject_crash(None, hook=die_before_the_batch), pytest.raises(SimulatedCrash):
         store.append(seg, "wa", 0, 1, event_block("a", 20))
-    dead = models.SegmentMeta.get(seg, "m", consistent_read=True)
+    dead = _lease(seg)
     assert dead.batcher is not None
     done = store.append(seg, "wb", 0, 1, event_block("b", 20))  # waits out the lease, then batches both
-    assert now_ms() >= dead.batcher_until
+    assert now_ms() >= dead.until
     assert done.offset in (0, 20) and sorted(_tags(store, seg)) == [b"a", b"b"]
     assert store.append(seg, "wa", 0, 1, event_block("a", 20)).duplicate
 
