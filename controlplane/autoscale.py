@@ -7,8 +7,9 @@ whose scaling policy is by event rate or by byte rate (KB/s) with target ``T``:
 * a segment is **hot** when its 2-window rate exceeds 5 T, its 5-window rate 2 T, or its 10-window
   rate T (each only once the segment is older than that window): it splits into
   ``min(scale factor, max(2, rate / T))`` equal pieces. It is hot too when its append requests over
-  one of those windows near what one segment commits (``APPEND_REQUEST_SPLIT`` a second,
-  dataplane/scale_signals.py and docs/limits.md), whatever its events and bytes;
+  one of those windows near what one segment commits (``APPEND_REQUEST_SPLIT`` a second on the chain,
+  ``SUBLOG_APPEND_REQUEST_SPLIT`` in sub-log mode: dataplane/scale_signals.py and docs/limits.md),
+  whatever its events and bytes;
 * a segment is **cold** when all four rates are below T (the 20-window one below T / 2), its append
   requests below half the request threshold, and it is older than the 20-minute window: two adjacent
   cold segments merge, never below the policy's minimum number of segments.
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from controlplane.models import StreamRecord
@@ -36,7 +37,6 @@ from controlplane.parallel import in_parallel
 from controlplane.streams import AUTOSCALED, MAX_CURRENT_SEGMENTS, StreamTasks, scale_thresholds
 from dataplane.rates import WINDOWS_S, Rates
 from dataplane.scale_signals import (
-    APPEND_REQUEST_SPLIT,
     COLD_FACTORS,
     HOT_FACTORS,
     clear_mark,
@@ -124,12 +124,12 @@ def segment_heat(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: A
         rate, factor, window = rules[0]
         return (max(rates[:len(HOT_FACTORS)]) / target,
                 f"{rate:.1f} {rate_unit(policy)} over {human_duration(window)} > {factor:g}x the target {target:g}")
-    appends = [(a, w) for a, w in zip(info.append_rates, windows[:len(HOT_FACTORS)]) if a > APPEND_REQUEST_SPLIT and age > w]
+    split = info.append_split
+    appends = [(a, w) for a, w in zip(info.append_rates, windows[:len(HOT_FACTORS)]) if a > split and age > w]
     if appends:
         rate, window = appends[0]
-        why = (f"{rate:.1f} append requests/s over {human_duration(window)} > {APPEND_REQUEST_SPLIT:g}, "
-               f"near what one segment commits")
-        return max(info.append_rates[:len(HOT_FACTORS)]) / APPEND_REQUEST_SPLIT, why
+        why = f"{rate:.1f} append requests/s over {human_duration(window)} > {split:g}, near what one segment commits"
+        return max(info.append_rates[:len(HOT_FACTORS)]) / split, why
     return None
 
 
@@ -137,7 +137,7 @@ def segment_cold(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: A
     target = float(policy.target_rate)
     return age > settings.cooldown_ms and age > settings.windows_ms[-1] \
         and all(r < f * target for r, f in zip(policy_rates(policy, info), COLD_FACTORS)) \
-        and all(a < APPEND_REQUEST_SPLIT / 2 for a in info.append_rates)
+        and all(a < info.append_split / 2 for a in info.append_rates)
 
 
 def decide(policy: ScalingPolicy, segments: list[tuple[SegmentRange, SegmentInfo]], now_ms: int,
@@ -182,7 +182,7 @@ def next_check(policy: ScalingPolicy, info: SegmentInfo, now_ms: int, last_scale
     segment back, or once its rates have decayed under the merge thresholds. None when it is cold
     already: it waits for a neighbour to cool (whose own mark brings the stream back) or for a policy
     change (which marks every segment)."""
-    thresholds = scale_thresholds(policy)
+    thresholds = replace(scale_thresholds(policy), append_split=info.append_split)
     rates = Rates(now_ms, info.event_rates, info.byte_rates, info.append_rates)
     unmuted = last_scale_ms + settings.mute_ms
     mature = info.created_ms + settings.cooldown_ms + 1

@@ -158,7 +158,9 @@ def stream_rates(autoscaler: AutoScaler, scope: str, stream: str, now_ms: int) -
         scope=scope, stream=stream, state=StreamState(record.state), scaling_policy=policy, auto_scaled=auto,
         unit=rate_unit(policy) if auto else None, cooldown_ms=settings.cooldown_ms, mute_ms=settings.mute_ms,
         mute_left_ms=max(0, settings.mute_ms - (now_ms - last_scale)) if auto else 0,
-        append_request_split=APPEND_REQUEST_SPLIT, epoch=int(record.current_epoch),
+        # by the segments' append mode (dataplane.scale_signals.append_request_split): the lowest
+        append_request_split=min((i.append_split for i in infos), default=APPEND_REQUEST_SPLIT),
+        epoch=int(record.current_epoch),
         epoch_created_ms=int(epoch.created_ms), now_ms=now_ms, segments=views,
         decision_now=_decision_now(policy, record.state, pairs, statuses, now_ms, last_scale, autoscaler),
         last_decision=AutoScaleDecision.model_validate(recorded) if recorded else None)

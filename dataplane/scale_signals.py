@@ -10,7 +10,8 @@ target, copied at creation and when the policy changes) and, while it is a candi
 * A segment is created marked, due once its longest rate window has passed (none is cold before).
 * An append whose rates cross a split threshold (hot after it, not before) makes it due now. Besides
   the policy's rules, a segment is hot when its append requests near what one segment commits a
-  second (``APPEND_REQUEST_SPLIT``, docs/limits.md), whatever its events and bytes.
+  second (``APPEND_REQUEST_SPLIT`` on the chain, ``SUBLOG_APPEND_REQUEST_SPLIT`` in sub-log mode;
+  docs/limits.md), whatever its events and bytes.
 * An append to an unmarked segment that is not cold marks it, due when its rates would fall under the
   merge thresholds if no more appends came: an idle segment's rates only decay, so that time is known
   now, and a segment that goes quiet is looked at without any append.
@@ -44,6 +45,16 @@ COLD_FACTORS = (1.0, 1.0, 1.0, 0.5)
 # segment's commits"). Over the 2-, 5- or 10-minute window, with the policy's cooldowns; a segment is
 # cold only under half of it on every window, so that a merge of two never makes a hot one.
 APPEND_REQUEST_SPLIT = 40.0
+# The same for a segment in sub-log mode (dataplane/sublog_path.py), which commits its appends in
+# batches: a third of the 1,500 a second the model gives 100 writers at 5 ms a request, 60% of its 836 at
+# 10 ms (docs/limits.md, "Sub-logs"). Splitting such a segment at the chain's 40 would multiply segments
+# without relieving anything: each writer writes every segment its routing keys reach.
+SUBLOG_APPEND_REQUEST_SPLIT = 500.0
+
+
+def append_request_split(sublog_shards: int | None) -> float:
+    """The append requests a second at which a segment is hot (see above), by its append mode."""
+    return SUBLOG_APPEND_REQUEST_SPLIT if sublog_shards else APPEND_REQUEST_SPLIT
 
 
 def scale_shard(segment: str) -> str:
@@ -59,14 +70,16 @@ def first_check_ms(created_ms: int) -> int:
 @dataclass(frozen=True)
 class ScaleThresholds:
     """A stream's policy as the append path needs it: the unit of its rate and the target (events a
-    second, or KB a second). Two small attributes on the head record."""
+    second, or KB a second), two small attributes on the head record; and the segment's append request
+    split (:func:`append_request_split`, from its mode)."""
 
     by_bytes: bool
     target: float
+    append_split: float = APPEND_REQUEST_SPLIT
 
     @classmethod
-    def from_item(cls, item: dict) -> ScaleThresholds:
-        return cls(item["u"] == "b", float(item["t"]))
+    def from_item(cls, item: dict, append_split: float = APPEND_REQUEST_SPLIT) -> ScaleThresholds:
+        return cls(item["u"] == "b", float(item["t"]), append_split)
 
     def to_item(self) -> dict:
         return {"u": "b" if self.by_bytes else "e", "t": self.target}
@@ -78,12 +91,12 @@ class ScaleThresholds:
         """Above a split threshold (the cooldowns and window ages are the auto-scaler's to check)."""
         policy = self.policy_rates(rates)
         return any(r > f * self.target for r, f in zip(policy, HOT_FACTORS)) \
-            or any(a > APPEND_REQUEST_SPLIT for a in rates.appends[:len(HOT_FACTORS)])
+            or any(a > self.append_split for a in rates.appends[:len(HOT_FACTORS)])
 
     def _cold_levels(self, rates: Rates) -> list[tuple[float, float, float]]:
         """(rate, the level it must fall under, its window in seconds) of every rule of coldness."""
         policy = [(r, f * self.target, w) for r, f, w in zip(self.policy_rates(rates), COLD_FACTORS, rate_windows.WINDOWS_S)]
-        return policy + [(a, APPEND_REQUEST_SPLIT / 2, w) for a, w in zip(rates.appends, rate_windows.WINDOWS_S)]
+        return policy + [(a, self.append_split / 2, w) for a, w in zip(rates.appends, rate_windows.WINDOWS_S)]
 
     def cold(self, rates: Rates) -> bool:
         return all(r < level for r, level, _ in self._cold_levels(rates))
@@ -100,7 +113,7 @@ def append_actions(meta: SegmentMeta, before: Rates, after: Rates, now_ms: int) 
     two index keys. ``before`` and ``after`` are the rates at ``now_ms`` without and with the append."""
     if meta.scaling is None:
         return []  # not auto-scaled
-    thresholds = ScaleThresholds.from_item(meta.scaling.as_dict())
+    thresholds = ScaleThresholds.from_item(meta.scaling.as_dict(), append_request_split(meta.sublog_shards))
     hot = thresholds.hot(after)
     if hot and not thresholds.hot(before) and (meta.scale_at is None or meta.scale_at > now_ms):
         return mark_actions(meta.pk, now_ms)

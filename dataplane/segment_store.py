@@ -43,7 +43,14 @@ from dataplane.read_index import (
     ReadResult,
     SegmentTail,
 )
-from dataplane.scale_signals import ScaleThresholds, first_check_ms, scale_shard, unmark_actions
+from dataplane.scale_signals import (
+    APPEND_REQUEST_SPLIT,
+    ScaleThresholds,
+    append_request_split,
+    first_check_ms,
+    scale_shard,
+    unmark_actions,
+)
 from dataplane.storage_writer import StorageWriter
 from rillet.errors import (
     InvalidArgument,
@@ -68,6 +75,7 @@ class SegmentInfo:
     stream_incarnation: int | None = None  # the created_ms of the stream record it was created for (None: not recorded)
     append_rates: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)  # append requests a second, as the other rates
     scale_at: int | None = None  # when auto-scaling is due to look at it (None: not a candidate)
+    append_split: float = APPEND_REQUEST_SPLIT  # append requests a second that make it hot, by its mode
 
 
 class SegmentStore(AppendPath, ReadIndex, StorageWriter):
@@ -116,7 +124,8 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         rates = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now_ms()).decayed(now_ms())
         return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms, rates.events, rates.bytes,
                            None if meta.stream_incarnation is None else int(meta.stream_incarnation),
-                           rates.appends, None if meta.scale_at is None else int(meta.scale_at))
+                           rates.appends, None if meta.scale_at is None else int(meta.scale_at),
+                           append_request_split(meta.sublog_shards))
 
     def seal(self, segment: str, incarnation: int | None = None, stream_incarnation: int | None = None) -> int:
         """Seal the segment and return its final length (idempotent). With ``incarnation`` (the head

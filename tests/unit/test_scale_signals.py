@@ -13,7 +13,12 @@ import math
 from controlplane.autoscale import AutoScaleSettings, decide
 from dataplane.models import META_KEY, SegmentMeta
 from dataplane.rates import WINDOWS_S, Rates
-from dataplane.scale_signals import APPEND_REQUEST_SPLIT, ScaleThresholds, append_actions
+from dataplane.scale_signals import (
+    APPEND_REQUEST_SPLIT,
+    SUBLOG_APPEND_REQUEST_SPLIT,
+    ScaleThresholds,
+    append_actions,
+)
 from dataplane.segment_store import SegmentInfo
 from rillet.models import ScalingPolicy, SegmentRange
 
@@ -23,9 +28,10 @@ THRESHOLDS = ScaleThresholds(by_bytes=False, target=T)
 QUIET = (0.0, 0.0, 0.0, 0.0)
 
 
-def _head(scale_at: int | None, scaling: ScaleThresholds | None = THRESHOLDS) -> SegmentMeta:
+def _head(scale_at: int | None, scaling: ScaleThresholds | None = THRESHOLDS,
+          sublog_shards: int | None = None) -> SegmentMeta:
     return SegmentMeta("sc/st/0", META_KEY, created_ms=0, scaling=scaling.to_item() if scaling else None,
-                       scale_at=scale_at)
+                       scale_at=scale_at, sublog_shards=sublog_shards)
 
 
 def _rates(events=QUIET, appends=QUIET) -> Rates:
@@ -74,3 +80,23 @@ def test_append_requests_near_what_a_segment_commits_make_it_hot_whatever_its_ev
     decision = decide(ScalingPolicy.by_event_rate(int(T), 4, 1), segments, NOW, 0, settings)
     assert decision.seal == [0] and len(decision.new_ranges) == 2  # max(2, int(2.5))
     assert "append requests/s" in decision.reason, decision.reason
+
+
+def test_a_sub_log_segment_is_hot_only_near_what_its_batches_commit():
+    """A sub-log segment commits hundreds of appends a second: at the chain's 40 it is not hot (a split
+    would only multiply the segments every writer writes), at SUBLOG_APPEND_REQUEST_SPLIT it is."""
+    busy_chain = _rates(appends=(4 * APPEND_REQUEST_SPLIT, 0, 0, 0))
+    busy_sublog = _rates(appends=(SUBLOG_APPEND_REQUEST_SPLIT + 5, 0, 0, 0))
+    assert _marked_at(append_actions(_head(NOW + 600_000), QUIET_RATES, busy_chain, NOW)) == NOW
+    assert append_actions(_head(NOW + 600_000, sublog_shards=8), QUIET_RATES, busy_chain, NOW) == []
+    assert _marked_at(append_actions(_head(NOW + 600_000, sublog_shards=8), busy_chain, busy_sublog, NOW)) == NOW
+    settings = AutoScaleSettings(windows_ms=(2_000, 5_000, 10_000, 20_000), cooldown_ms=1_000, mute_ms=30_000)
+    policy, old = ScalingPolicy.by_event_rate(int(T), 4, 1), NOW - 60_000
+
+    def decided(appends: float, split: float):
+        info = SegmentInfo("sc/st/0", 0, 100, False, old, (1.0, 1.0, 1.0, 1.0), QUIET, None, (appends, 0.0, 0.0, 0.0),
+                           append_split=split)
+        return decide(policy, [(SegmentRange(segment_id=0, low=0.0, high=1.0), info)], NOW, 0, settings)
+
+    assert decided(4 * APPEND_REQUEST_SPLIT, SUBLOG_APPEND_REQUEST_SPLIT) is None
+    assert decided(2.5 * SUBLOG_APPEND_REQUEST_SPLIT, SUBLOG_APPEND_REQUEST_SPLIT).seal == [0]
