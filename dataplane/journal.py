@@ -114,8 +114,8 @@ class StoreSettings:
     # a thousand). A batcher's lease: how long it holds the segment unless it hands it on, before an
     # appender takes over: what a batcher's death (its function stopped) stalls the segment for. Well
     # above a batch's round trips (tens of ms), or waiting appenders take it from slow batchers (harmless,
-    # as a batch is not conditioned on it, but every take is a write of the head record). Waiting
-    # appenders look again (head, writer state) every fifth of it.
+    # as a batch is not conditioned on it, but every take is a write, of the lease's own item). Waiting
+    # appenders look again (head, writer state and lease) every fifth of it.
     sublog_shards: int = 0
     sublog_lease_ms: int = 500
     # How long a sub-log appender waits for a batch at most before it withdraws its block and answers

@@ -21,7 +21,8 @@ Items of a segment's partition (hash key ``pk`` = the segment's name):
 A segment in sub-log mode (``SegmentMeta.sublog_shards``: dataplane/sublog_path.py) also has items
 under partition keys of their own, so that its appends spread over partitions: ``<segment>#<incarnation>#p<n>``
 holds :class:`PendingBlock` items waiting for a batch, ``<segment>#<incarnation>#w<n>`` its writers'
-:class:`WriterState` items. A segment name has no ``#``, so no such key is ever another segment's.
+:class:`WriterState` items, ``<segment>#<incarnation>#lease`` its :class:`BatchLease`. A segment name
+has no ``#``, so no such key is ever another segment's.
 
 Every item but the head record carries the head record's ``created_ms``, the segment's incarnation:
 a name deleted and created again never adopts an item of its earlier life (docs/dataplane.md,
@@ -260,7 +261,7 @@ class BatchLease(SegmentItem, discriminator="l"):
 
     batcher = UnicodeAttribute(null=True, attr_name="bl")  # the holder's token
     until = NumberAttribute(null=True, attr_name="bu")  # epoch ms: after this, anyone may take it
-    expires_at = NumberAttribute(attr_name=EXPIRES_AT)  # set anew by every put: also the item's version
+    expires_at = NumberAttribute(attr_name=EXPIRES_AT)  # set anew by every put (an hour on)
 
 
 def bind(deployment: Deployment) -> None:

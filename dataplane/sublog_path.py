@@ -33,8 +33,9 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
    out and the rest is sent again. After a lost answer the batcher waits on its item like any appender:
    the item says whether the batch applied.
 
-A batcher goes on batching until its own block commits. An appender whose block waited longer than
-the lease reads the head record again: it takes over a lease that ran out (its batcher died), answers
+A batcher goes on batching until its own block commits. An appender whose block waited a fifth of a
+lease reads the head record, its writer's state and the lease again: it takes over a lease that ran
+out (its batcher died), answers
 SegmentSealed (withdrawing its block) if the segment was sealed, and OutOfOrder if its predecessor
 never came. Every withdrawal is a delete conditioned on the block still pending, so it never removes a
 committed block. Merges (transaction commits) keep the chain's claim and advance: both condition on
@@ -455,7 +456,8 @@ class SublogAppends(SegmentJournal):
                 _delete_if(state, WriterState.last == state.last)
         lease = self._lease(segment, incarnation)
         if lease is not None:
-            _delete_if(lease, BatchLease.expires_at == lease.expires_at)
+            _delete_if(lease, (BatchLease.expires_at == lease.expires_at)
+                       & (BatchLease.until.does_not_exist() if lease.until is None else BatchLease.until == lease.until))
 
     @staticmethod
     def _lease(segment: str, incarnation: int) -> BatchLease | None:
@@ -721,7 +723,7 @@ def pending_object_keys(segment: str, incarnation: int, shards: int) -> set[str]
     return set().union(*_SHARD_QUERIES.map(shard, range(shards)))
 
 
-def _delete_if(item: PendingBlock | WriterState, condition) -> None:
+def _delete_if(item: PendingBlock | WriterState | BatchLease, condition) -> None:
     try:
         item.delete(condition=condition)
     except DeleteError as e:

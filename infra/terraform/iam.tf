@@ -142,8 +142,9 @@ data "aws_iam_policy_document" "controller_api" {
 # conditional delete; a block above the inline size is first put to S3, and that object is deleted
 # again when the block is refused (a sealed segment, a conflict) or another request placed it first.
 data "aws_iam_policy_document" "append" {
-  # BatchGetItem: a sub-log batcher reads its writers' states at once (dataplane/sublog_path.py); its
-  # TransactWriteItems is authorized as the PutItem and UpdateItem actions it holds.
+  # BatchGetItem: a sub-log appender reads its writer's state and the segment's lease at once, a batcher
+  # its writers' states (dataplane/sublog_path.py); its TransactWriteItems is authorized as the PutItem
+  # and UpdateItem actions it holds.
   statement {
     sid = "SegmentsTable"
     actions = [
