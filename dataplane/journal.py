@@ -110,7 +110,7 @@ class StoreSettings:
     writer_expiry_ms: int = 7 * 24 * 3_600_000
     # Sub-log mode (dataplane/sublog_path.py) for the segments of streams created from now on: the shards
     # each one's appends spread over (0: the chain of claims, which costs a lone writer 3 requests an
-    # append where sub-logs cost about 8 + shards, and takes tens of appends a second where sub-logs take
+    # append where sub-logs cost about 9 + shards, and takes tens of appends a second where sub-logs take
     # a thousand). A batcher's lease: how long it holds the segment unless it hands it on, before an
     # appender takes over: what a batcher's death (its function stopped) stalls the segment for. Well
     # above a batch's round trips (tens of ms), or waiting appenders take it from slow batchers (harmless,

@@ -41,7 +41,7 @@ never came. Every withdrawal is a delete conditioned on the block still pending,
 committed block. Merges (transaction commits) keep the chain's claim and advance: both condition on
 the head's length, so they serialize with batches.
 
-Cost: a lone writer pays about eight requests plus one query per shard an append, against the chain's
+Cost: a lone writer pays about nine requests plus one query per shard an append, against the chain's
 three, so sub-logs are for segments many writers share (docs/dataplane.md, "Sub-logs").
 """
 
