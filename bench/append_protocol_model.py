@@ -17,8 +17,8 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   it paused for that is still there (the help that keeps a dead owner from stalling the segment).
 * ``sublog`` is dataplane/sublog_path.py as built (docs/dataplane.md, "Sub-logs"): an appender reads the
   head and its writer's state, puts its block in one of ``shards`` pending partitions and polls it; the
-  holder of the segment's lease reads the head and every pending shard at once, the writers' states,
-  and commits up to 48 one-block writers in one transaction, whose batch entry copies the blocks'
+  holder of the segment's lease reads the head with the lease and every pending shard at once, takes
+  the writers' states from the blocks' copies, and commits up to 48 one-block writers in one transaction, whose batch entry copies the blocks'
   bytes onto the segment's partition (``event_bytes`` each, twice the units: a transaction's write).
   See ``sublog`` for what it charges and leaves out.
 
@@ -182,12 +182,13 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
            think_ms: float = 0.0) -> Callable[[], int]:
     """dataplane/sublog_path.py as built; what it returns counts the committed blocks. An appender reads
     the head (consistent), then its writer's state and the segment's lease (one BatchGetItem: the lease
-    is an item of its own, off the segment's partition), puts its block in a pending shard (by a hash of
-    writer and event number: at random here), takes the lease (a conditional put, 1 unit) if it was
+    is an item of its own, off the segment's partition), puts its block with a copy of that state (about
+    100 B more) in a pending shard (by a hash of writer and event number: at random here), takes the lease (a conditional put, 1 unit) if it was
     free, and polls its item (eventually consistent, every ``poll_ms`` growing by half up to
-    ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder batches: the head, the
-    lease and every pending shard read at once (consistent; answered when the slowest is), the writers'
-    states (one BatchGetItem), then one transaction (``transaction_factor`` times a request's latency,
+    ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder batches: the head with
+    the lease (one BatchGetItem) and every pending shard read at once (consistent; answered when the
+    slowest is), then, on the writers' states copied in their blocks (each appender's previous block is
+    committed before it reads, so a copy always holds here and no state is read), one transaction (``transaction_factor`` times a request's latency,
     twice each write's units, charged when refused too) of the head's advance, the batch entry, the
     lease, each block's item and each writer's state, at most 48 one-block writers; the transaction
     that commits its own block hands the lease to the oldest block left (marking its item), whose
@@ -210,7 +211,7 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
             free = yield ("request", lambda: head["lease"] is None or head["until"] < sim.now,
                           _charge_shard(me % shards, read=2))  # its writer's state and the lease: one BatchGetItem
             yield ("request", lambda i=item, n=shard: _put(n, i),
-                   _charge_shard(shard, write=math.ceil((event_bytes + 100) / 1024)))
+                   _charge_shard(shard, write=math.ceil((event_bytes + 200) / 1024)))
             token = None
             if free:
                 token = yield ("request", lambda i=item: _take(i), _charge_shard("lease", write=1))
@@ -248,13 +249,12 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
         for _ in range(8):
             length, found, lease = yield ("request", lambda: (head["length"], sorted(pending, key=put_at.__getitem__),
                                                                head["lease"]),
-                                          _query_charge, 1.0, shards + 1)
+                                          _query_charge, 1.0, shards + 1)  # the head and lease, the shards
             if lease is not token:
                 return
             if mine not in found:
                 yield ("request", lambda: _release(token), _charge_shard("lease", write=1))
                 return
-            yield ("request", lambda: None, _charge(sublog_read=len({w for w, _ in found})))  # the writers' states
             taken = found[:(MAX_TRANSACTION_ACTIONS - 4) // 2]  # an item and a state per one-block writer
             rest = [i for i in found if i not in taken]
             successor = (rest[0] if rest else None) if mine in taken else token
@@ -284,15 +284,15 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
     def _query_charge(totals: Totals, answer: tuple) -> None:
         """The head's and the lease's consistent reads and a consistent query of every pending shard."""
         totals.segment_read += 1
-        totals.sublog_read += 1 + shards + len(answer[1]) * (event_bytes + 100) / 4096
-        totals.requests += shards + 1
+        totals.sublog_read += 1 + shards + len(answer[1]) * (event_bytes + 200) / 4096
+        totals.requests += shards
 
     def _transaction_charge(taken: list[tuple[int, int]], successor: object) -> Callable[[Totals, bool], None]:
         """Twice each write's units: the head (about 1.5 KB: 2 units) and the batch entry (the blocks'
         bytes) on the segment's partition; the lease's put (1 unit) in its own; per block its item's
         update (charged on its old size, with the block) in its shard; per writer its state (1 unit) in
         its writer's shard; a successor's mark."""
-        item_wu = 2 * math.ceil((event_bytes + 100) / 1024)
+        item_wu = 2 * math.ceil((event_bytes + 200) / 1024)
 
         def charge(totals: Totals, applied: bool) -> None:
             totals.segment_write += 2 * (2 + math.ceil(event_bytes * len(taken) / 1024))
@@ -301,7 +301,7 @@ def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.
             for item in taken:
                 totals.sublog_write += item_wu + 2
                 totals.shard_write[shard_of[item]] += item_wu
-                totals.shard_write[item[0] % shards] += 2
+                totals.shard_write[("w", item[0] % shards)] += 2  # its writer's shard, a partition of its own
             if isinstance(successor, tuple):
                 totals.sublog_write += 2
                 totals.shard_write[shard_of[successor]] += 2

@@ -240,6 +240,11 @@ class PendingBlock(SegmentItem, discriminator="p"):
     token = NumberAttribute(attr_name="t")  # the putting request's own random number (its resend is recognised)
     since_ms = NumberAttribute(attr_name="ps")  # when it was put: batches take the oldest first
     new_writer = BooleanAttribute(null=True, attr_name="nw")  # its appender found no state of the writer
+    # The writer's state as its appender read it (WriterState.as_state: about 60 B, and [first, last,
+    # offset] for each of at most RECENT_BLOCKS recent blocks). A batch commits the block on this copy
+    # rather than reading the state again; its put of the new state is conditioned on the state's last
+    # event number being this copy's, which no other state of the writer has (each batch raises it).
+    seen = MapAttribute(null=True, attr_name="sv")
     expected_offset = NumberAttribute(null=True, attr_name="xo")  # a conditional append: only at this offset
     offset = NumberAttribute(null=True, attr_name="o")  # set by the batch that commits it
     refused_at = NumberAttribute(null=True, attr_name="rf")  # a conditional append refused: the length then

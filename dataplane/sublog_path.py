@@ -10,16 +10,17 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
    ``<segment>#<incarnation>#w<n>``): de-duplicate, check expiry and event order as the chain does.
    A block larger than ``inline_max`` is put to S3 first, under a key of the request's own.
 2. Put the block as a ``PendingBlock`` in shard ``<segment>#<incarnation>#p<n>`` (n: a hash of the
-   writer and the block's last event number, so one busy writer's blocks spread too), unless its key
-   is taken: taken by this request's own put (its token), it is the put's lost answer; by a twin
+   writer and the block's last event number, so one busy writer's blocks spread too), with a copy of
+   the writer's state as read, unless its key is taken: taken by this request's own put (its token), it is the put's lost answer; by a twin
    request of the same block, this one waits for that block and answers a duplicate.
 3. Wait: poll the item (eventually consistent, in its shard) until a batch sets its offset, then delete
    it and answer. The batcher is whoever holds the segment's lease (a ``BatchLease`` item of its own,
    off the head record's partition, read with the writer's state): an appender that finds it free
    takes it, with one conditional put.
-4. Batch: read the head, the lease and every pending shard (in parallel), then the writers' states
-   (one BatchGetItem), choose the oldest blocks whose predecessors are committed or chosen, and commit
-   them in one TransactWriteItems:
+4. Batch: read the head and the lease (one BatchGetItem) and every pending shard, in parallel. Take
+   each writer's state from its blocks' copies (the freshest, if a waiting block follows it); only
+   writers with no such copy have their states read (one BatchGetItem). Choose the oldest blocks whose
+   predecessors are committed or chosen, and commit them in one TransactWriteItems:
    - the head record's advance past them all, conditioned on its length, on not being sealed and on
      the incarnation;
    - the lease: renewed, handed on to the oldest block left (whose item is marked) or made free;
@@ -27,7 +28,9 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
      one of its own, so reads, tiering and truncation treat them as any entry;
    - each block's item: its offset set and its bytes removed, conditioned on its still pending, so no
      block commits twice;
-   - each writer's state, conditioned on its last event number being the predecessor's.
+   - each writer's state, conditioned on its last event number being the predecessor's (a state's last
+     event number names it: each batch raises it, so a copy that no longer holds refuses the batch,
+     and the next round reads the states).
    A transaction is all or nothing, and botocore's resend of it carries the same client token, so it
    applies once. One refused names the actions that failed: the blocks and writers concerned are left
    out and the rest is sent again. After a lost answer the batcher waits on its item like any appender:
@@ -41,7 +44,7 @@ never came. Every withdrawal is a delete conditioned on the block still pending,
 committed block. Merges (transaction commits) keep the chain's claim and advance: both condition on
 the head's length, so they serialize with batches.
 
-Cost: a lone writer pays about nine requests plus one query per shard an append, against the chain's
+Cost: a lone writer pays about seven requests plus one query per shard an append, against the chain's
 three, so sub-logs are for segments many writers share (docs/dataplane.md, "Sub-logs").
 """
 
@@ -77,6 +80,7 @@ from dataplane.journal import (
 from dataplane.models import (
     BYTES,
     EVENTS,
+    META_KEY,
     RECENT_BLOCKS,
     BatchLease,
     IndexEntry,
@@ -104,8 +108,8 @@ _TRANSIENT = (PynamoDBException, BotoCoreError, ClientError)
 _ROUNDS = 8  # rounds that did not commit the batcher's own block before it gives the lease up
 _AGAIN = object()  # what a batch round answers when the next round should read everything again
 _LEASE_KEY = "lease"  # the sort key of a segment's BatchLease item
-# A batch round's reads, in parallel: each is a round trip, and the round waits for all (the head, the
-# lease and, up to eight, the pending shards).
+# A batch round's reads, in parallel: each is a round trip, and the round waits for all (the head with
+# the lease, and the pending shards).
 _SHARD_QUERIES = ThreadPoolExecutor(max_workers=10, thread_name_prefix="sublog-shards")
 
 
@@ -180,7 +184,7 @@ class SublogAppends(SegmentJournal):
                         block = upload(block)
                     # A block that names a predecessor never starts its writer, whatever state was read.
                     new_writer = state is None and (after is None or after < 0)
-                    done = self._put_pending(meta, block, token, new_writer, expected_offset)
+                    done = self._put_pending(meta, block, token, new_writer, expected_offset, state)
                     if not isinstance(done, AppendResult):
                         done = self._await_batch(meta, lease, block, done, after, deadline)
                 if done is not None:
@@ -256,15 +260,15 @@ class SublogAppends(SegmentJournal):
         return AppendResult(None if offset is None else int(offset), int(meta.length), duplicate=True)
 
     def _put_pending(self, meta: SegmentMeta, block: _Block, token: int, new_writer: bool,
-                     expected_offset: int | None) -> _Watch | AppendResult:
-        """Put the block's item unless its key is taken: the item to wait on, or the answer when a twin
-        request's copy is committed there already."""
+                     expected_offset: int | None, seen: dict | None) -> _Watch | AppendResult:
+        """Put the block's item, with the writer's state as read (``seen``), unless its key is taken: the
+        item to wait on, or the answer when a twin request's copy is committed there already."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         pk, sk = pending_pk(segment, incarnation, block.writer, block.last, shards), pending_sk(block.writer, block.last)
         item = PendingBlock(pk, sk, writer=block.writer, first=block.first, last=block.last, size=block.size,
                             data=block.data, object_key=block.object_key, raw=block.raw or None, token=token,
                             since_ms=now_ms(), new_writer=new_writer or None, expected_offset=expected_offset,
-                            expires_at=now_ms() // 1000 + _PENDING_TTL_S)
+                            seen=seen, expires_at=now_ms() // 1000 + _PENDING_TTL_S)
         table = PendingBlock._get_connection()
         try:  # through botocore, as append_path._put_unless_taken: PynamoDB's save drops the refused item
             table.connection.client.put_item(
@@ -496,9 +500,9 @@ class SublogAppends(SegmentJournal):
     def _batch(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None:
         """Batch while this request holds the lease, until its watched block commits: its answer, or
         None (the lease lost or left, or a transaction's answer lost: the caller's wait tells)."""
-        for _ in range(_ROUNDS):
+        for n in range(_ROUNDS):
             try:
-                done = self._batch_round(meta, token, watch, block)
+                done = self._batch_round(meta, token, watch, block, copies=n == 0)
             except _TRANSIENT:
                 continue  # a request that told nothing (a lost transaction's answer too): the next round reads all
             if done is not _AGAIN:
@@ -506,24 +510,23 @@ class SublogAppends(SegmentJournal):
         self._release_lease(meta, token)
         return None
 
-    def _batch_round(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block) -> AppendResult | None | object:
+    def _batch_round(self, meta: SegmentMeta, token: str, watch: _Watch, block: _Block,
+                     copies: bool) -> AppendResult | None | object:
         """One round: the answer (our block committed), None (stop: the lease lost or left, the segment
-        sealed or gone, our block no longer pending), or _AGAIN."""
+        sealed or gone, our block no longer pending), or _AGAIN. With ``copies``, the writers' states
+        are taken from the blocks' copies where those explain them (a round after one that did not
+        commit reads them all, so a copy that was no longer true costs one refused transaction)."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
-        head = _SHARD_QUERIES.submit(self._meta, segment)  # at once with the shards' queries: one round trip
-        lease = _SHARD_QUERIES.submit(self._lease, segment, incarnation)
+        head = _SHARD_QUERIES.submit(self._head_and_lease, segment, incarnation)  # with the shards': one round trip
         pending = self._pending(segment, incarnation, shards)
-        try:
-            meta = head.result()
-        except SegmentNotFound:
-            return None
-        held = lease.result()
-        if meta.sealed or int(meta.created_ms) != incarnation or held is None or held.batcher != token:
+        meta, held = head.result()
+        if meta is None or meta.sealed or int(meta.created_ms) != incarnation or held is None or held.batcher != token:
             return None
         if not any(watch.is_item(p) for p in pending):
             self._release_lease(meta, token)
             return None  # committed, refused or withdrawn: the wait reads which
-        states = self._writer_states(segment, incarnation, shards, {p.writer for p in pending})
+        states, unknown = _copied_states(pending) if copies else ({}, {p.writer for p in pending})
+        states.update(self._writer_states(segment, incarnation, shards, unknown))
         chosen, refusals = self._choose(meta, pending, states)
         # The head was read beside the shards: a block expecting more than it showed may have been put
         # after a later length was read, so the length is read again before that one is refused.
@@ -568,13 +571,26 @@ class SublogAppends(SegmentJournal):
         return sorted(found, key=lambda p: (int(p.since_ms), p.pk, p.sk))
 
     @staticmethod
-    def _writer_states(segment: str, incarnation: int, shards: int, writers: set[str]) -> dict[str, WriterState]:
+    def _head_and_lease(segment: str, incarnation: int) -> tuple[SegmentMeta | None, BatchLease | None]:
+        """The head record (None: the segment is gone) and the segment's lease, in one BatchGetItem."""
+        meta, lease = None, None
+        for item in SegmentItem.batch_get([(segment, META_KEY), (lease_pk(segment, incarnation), _LEASE_KEY)],
+                                          consistent_read=True):
+            if isinstance(item, SegmentMeta):
+                meta = item
+            elif isinstance(item, BatchLease):
+                lease = item
+        return meta, lease
+
+    @staticmethod
+    def _writer_states(segment: str, incarnation: int, shards: int, writers: set[str]) -> dict[str, dict]:
+        """The writers' states (``WriterState.as_state``) as stored, read consistently in one request."""
         keys = [(writer_pk(segment, incarnation, w, shards), writer_key(w)) for w in sorted(writers)]
         found = WriterState.batch_get(keys, consistent_read=True) if keys else []
-        return {s.sk[len(writer_key("")):]: s for s in found if int(s.incarnation) == incarnation}
+        return {s.sk[len(writer_key("")):]: s.as_state() for s in found if int(s.incarnation) == incarnation}
 
     def _choose(self, meta: SegmentMeta, pending: list[PendingBlock],
-                states: dict[str, WriterState]) -> tuple[list[PendingBlock], list[PendingBlock]]:
+                states: dict[str, dict]) -> tuple[list[PendingBlock], list[PendingBlock]]:
         """The blocks of the next batch, in offset order, and the conditional blocks to refuse.
 
         A writer's blocks go in event order, each after its predecessor (committed, in the writer's
@@ -592,7 +608,7 @@ class SublogAppends(SegmentJournal):
         writers = 0
         for writer, items in by_writer.items():
             state = states.get(writer)
-            expect = None if state is None else int(state.last) + 1
+            expect = None if state is None else int(state["l"]) + 1
             run: list[PendingBlock] = []
             for p in sorted(items, key=lambda p: int(p.first)):
                 if expect is None and not p.new_writer:
@@ -629,7 +645,7 @@ class SublogAppends(SegmentJournal):
                 raise
 
     def _commit(self, meta: SegmentMeta, token: str, chosen: list[PendingBlock], offsets: list[int],
-                states: dict[str, WriterState], hand_to: PendingBlock | bool | None) -> bool | None:
+                states: dict[str, dict], hand_to: PendingBlock | bool | None) -> bool | None:
         """One transaction committing ``chosen`` at ``offsets`` (from the head's length): True if applied,
         False if refused (the caller reads everything again), None if its answer was lost. ``hand_to``:
         None keeps the lease (the batcher's own block is not in it), False removes it, a pending block
@@ -654,7 +670,7 @@ class SublogAppends(SegmentJournal):
             & (SegmentMeta.content.does_not_exist() | (SegmentMeta.content == kind))
         first_of: dict[str, PendingBlock] = {}
         last_of: dict[str, tuple[PendingBlock, int]] = {}
-        recent: dict[str, list[list[int]]] = {w: list(s.recent or []) for w, s in states.items()}
+        recent: dict[str, list[list[int]]] = {w: list(s.get("r", [])) for w, s in states.items()}
         for p, offset in zip(chosen, offsets):
             first_of.setdefault(p.writer, p)
             last_of[p.writer] = (p, offset)
@@ -675,6 +691,7 @@ class SublogAppends(SegmentJournal):
                                         incarnation=incarnation, first=int(p.first), last=int(p.last), offset=offset,
                                         time_ms=now, recent=[[int(x) for x in b] for b in recent[writer][-RECENT_BLOCKS:]],
                                         expires_at=(now + self.settings.writer_expiry_ms + _EXPIRY_MARGIN_MS) // 1000)
+                    # On the state read, or the block's copy of it: a state's last event number names it.
                     previous = WriterState.last.does_not_exist() if writer not in states \
                         else WriterState.last == int(first_of[writer].first) - 1
                     transaction.save(state, condition=previous)
@@ -733,6 +750,36 @@ def _delete_if(item: PendingBlock | WriterState | BatchLease, condition) -> None
 
 def _last_event(state: dict | None) -> int:
     return -1 if state is None else int(state["l"])
+
+
+def _copied_states(pending: list[PendingBlock]) -> tuple[dict[str, dict], set[str]]:
+    """The states of the writers whose waiting blocks follow what their appenders read (the freshest
+    copy of a writer's state among its blocks, or none found by a block that starts its writer), and the
+    writers whose states must be read instead: no copy (an item put before copies), or none they follow
+    (a pipelined writer whose copies are all older than its oldest waiting block's predecessor)."""
+    by_writer: dict[str, list[PendingBlock]] = {}
+    for p in pending:
+        by_writer.setdefault(p.writer, []).append(p)
+    copied: dict[str, dict] = {}
+    unknown: set[str] = set()
+    for writer, items in by_writer.items():
+        seen = [_as_state(p.seen.as_dict()) for p in items if p.seen is not None]
+        freshest = max(seen, key=lambda state: state["l"], default=None)
+        if freshest is not None and any(int(p.first) == freshest["l"] + 1 for p in items):
+            copied[writer] = freshest
+        elif freshest is None and any(p.new_writer for p in items):
+            continue  # no state: the block that starts its writer goes first, if there is still none
+        else:
+            unknown.add(writer)
+    return copied, unknown
+
+
+def _as_state(seen: dict) -> dict:
+    """A block's copy of its writer's state, as ``WriterState.as_state`` gives it (DynamoDB's numbers as int)."""
+    state = {key: int(seen[key]) for key in ("f", "l", "o", "t")}
+    if seen.get("r"):
+        state["r"] = [[int(x) for x in block] for block in seen["r"]]
+    return state
 
 
 def _lease_free(lease: BatchLease | None) -> bool:

@@ -7,6 +7,7 @@ both the inline path and the S3-object path.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import replace
@@ -14,6 +15,7 @@ from dataclasses import replace
 import pytest
 from dataplane_model import (
     SimulatedCrash,
+    _api_calls_through,
     event_block,
     index_entries,
     inject_crash,
@@ -26,9 +28,9 @@ from dataplane_model import (
 
 from dataplane import models
 from dataplane.journal import BATCH_KEY
-from dataplane.models import BatchLease, PendingBlock, SegmentItem, WriterState
+from dataplane.models import BatchLease, PendingBlock, SegmentItem, WriterState, writer_key
 from dataplane.segment_store import SegmentStore, StoreSettings, now_ms
-from dataplane.sublog_path import lease_pk
+from dataplane.sublog_path import _shard, lease_pk, pending_pk, pending_sk
 from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed
 
 SHARDS = 4
@@ -57,6 +59,14 @@ def _sublog_items(seg: str, created_ms: int) -> list[SegmentItem]:
 
 def _lease(seg: str) -> BatchLease:
     return BatchLease.get(lease_pk(seg, models.SegmentMeta.get(seg, "m").created_ms), "lease", consistent_read=True)
+
+
+def _created(seg: str) -> int:
+    return int(models.SegmentMeta.get(seg, "m").created_ms)
+
+
+def _writer_shard(writer: str) -> int:
+    return _shard(writer, SHARDS)
 
 
 def _tags(store: SegmentStore, seg: str) -> list[bytes]:
@@ -141,6 +151,45 @@ def test_pipelined_blocks_arriving_out_of_order_commit_in_order(store, seg):
         t.join()
     assert _tags(store, seg) == [b"p0", b"p1", b"p2", b"p3"], results
     assert [results[n].offset for n in range(4)] == [0, 12, 25, 39]
+
+
+def test_a_batch_takes_each_writers_state_from_its_blocks_copy_not_a_read(store, seg):
+    """An appender reads its writer's state and puts a copy in its block's item; the batch commits on the
+    copy (its put of the new state is conditioned on the copy's last event number), so a lone append
+    reads writer states once, with the lease, not again in the batch round."""
+    store.append(seg, "wc", 0, 1, event_block("c0", 20))
+    state_reads: list[list[str]] = []
+
+    def record(original, client, operation, params):
+        if operation == "BatchGetItem":
+            keys = [k["pk"]["S"] for table in params["RequestItems"].values() for k in table["Keys"]]
+            state_reads.append([k for k in keys if re.fullmatch(rf"{re.escape(seg)}#\d+#w\d+", k)])
+        return original(client, operation, params)
+
+    with _api_calls_through(record):
+        done = store.append(seg, "wc", 1, 1, event_block("c1", 20), after=0)
+    assert (done.offset, done.duplicate) == (20, False)
+    assert [keys for keys in state_reads if keys] == [[f"{seg}#{_created(seg)}#w{_writer_shard('wc')}"]]
+    state = WriterState.get(f"{seg}#{_created(seg)}#w{_writer_shard('wc')}", writer_key("wc"), consistent_read=True)
+    assert (state.first, state.last, state.offset) == (1, 1, 20) and state.recent == [[0, 0, 0], [1, 1, 20]]
+
+
+def test_a_copy_that_no_longer_holds_commits_nothing_out_of_order(store, seg):
+    """A block whose copy of its writer's state is not the state stored (here a forged one) makes the
+    batch's transaction refuse; the next round reads the states, leaves that block waiting for its
+    predecessor, and commits the rest."""
+    store.append(seg, "wx", 0, 1, event_block("x0", 20))
+    created = _created(seg)
+    forged = PendingBlock(pending_pk(seg, created, "wx", 5, SHARDS), pending_sk("wx", 5), writer="wx", first=5, last=5,
+                          size=20, data=event_block("x5", 20), token=7, since_ms=now_ms(),
+                          seen={"f": 4, "l": 4, "o": 0, "t": now_ms()}, expires_at=now_ms() // 1000 + 600)
+    forged.save()
+    with inject_crash(None) as calls:
+        done = store.append(seg, "wy", 0, 1, event_block("y0", 20))
+    assert (done.offset, done.duplicate) == (20, False)
+    assert calls.all_calls.count("TransactWriteItems") == 2  # the forged copy's batch refused, then without it
+    assert _tags(store, seg) == [b"x0", b"y0"]
+    assert PendingBlock.get(forged.pk, forged.sk, consistent_read=True).pending
 
 
 def test_a_block_whose_predecessor_never_comes_is_out_of_order_and_leaves_nothing(store, seg):
