@@ -38,6 +38,7 @@ from controlplane.kvt_records import (
 from controlplane.models import SCOPES_PK, ScopeRecord, workflow_shard
 from controlplane.store import MetadataStore, failed_condition
 from controlplane.streams import now_ms
+from dataplane.deployment import batch_get
 from rillet.errors import (
     BadKeyLength,
     BadKeyVersion,
@@ -329,7 +330,7 @@ class KeyValueTables:
             _check_key(record, key)
             wanted[key] = (entries_pk(record, partition_of(key.primary, record.partition_count)),
                            entry_sk(key.primary, key.secondary))
-        found = {(e.pk, e.sk): e for e in EntryRecord.batch_get(set(wanted.values()), consistent_read=True)}
+        found = {(e.pk, e.sk): e for e in batch_get(EntryRecord, set(wanted.values()), consistent_read=True)}
         entries: list[WireEntry | None] = []
         for key in keys:
             item = found.get(wanted[key])

@@ -34,7 +34,7 @@ from controlplane.models import (
     stream_pk,
     workflow_shard,
 )
-from dataplane.deployment import Deployment
+from dataplane.deployment import Deployment, batch_get
 from dataplane.shards import query_every_shard
 from rillet.errors import (
     AlreadyExists,
@@ -367,7 +367,7 @@ class MetadataStore:
         earlier) is replaced. With ``fence``, only while the stream is that record's incarnation."""
         pk = stream_pk(scope, stream)
         existing = {r.segment_id: r.created_ms
-                    for r in SegmentRecord.batch_get([(pk, segment_sk(r.segment_id)) for r in records])}
+                    for r in batch_get(SegmentRecord, [(pk, segment_sk(r.segment_id)) for r in records])}
         for record in records:
             if existing.get(record.segment_id, -1) >= record.created_ms:
                 continue
@@ -419,8 +419,8 @@ class MetadataStore:
         if not segment_ids:
             return []
         pk = stream_pk(scope, stream)
-        found = {r.segment_id: r for r in SegmentRecord.batch_get([(pk, segment_sk(s)) for s in segment_ids],
-                                                                  consistent_read=True)}
+        found = {r.segment_id: r for r in batch_get(SegmentRecord, [(pk, segment_sk(s)) for s in segment_ids],
+                                                                    consistent_read=True)}
         missing = [s for s in segment_ids if s not in found]
         if missing:
             raise StreamNotFound(f"stream {scope}/{stream} has no segment(s) {missing}")
@@ -471,6 +471,6 @@ class MetadataStore:
             key, MetadataItem.pending_since <= older_than_ms), MetadataItem)
         found.sort(key=lambda item: item.pending_since)
         current = {(record.pk, record.sk): record
-                   for record in MetadataItem.batch_get([(item.pk, item.sk) for item in found], consistent_read=True)}
+                   for record in batch_get(MetadataItem, [(item.pk, item.sk) for item in found], consistent_read=True)}
         return [current[key] for key in ((item.pk, item.sk) for item in found)
                 if key in current and current[key].pending is not None]

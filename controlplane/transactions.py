@@ -63,6 +63,7 @@ from controlplane.store import (
     versioned_update,
 )
 from controlplane.streams import StreamTasks, _range, scale_thresholds
+from dataplane.deployment import batch_get
 from dataplane.fanout import fan_out, per_second
 from dataplane.shards import query_every_shard, shard_key
 from rillet.errors import (
@@ -563,8 +564,8 @@ class TransactionTasks:
                                               consistent_read=True))
         if not markers:
             return []
-        found = {t.txn_id: t for t in TxnRecord.batch_get([(stream_pk(scope, stream), txn_sk(m.txn_id))
-                                                          for m in markers], consistent_read=True)}
+        found = {t.txn_id: t for t in batch_get(TxnRecord, [(stream_pk(scope, stream), txn_sk(m.txn_id))
+                                                            for m in markers], consistent_read=True)}
         committing = []
         for marker in markers:
             txn = found.get(marker.txn_id)

@@ -1,4 +1,5 @@
-"""Where a deployment's tables and bucket are, read once from the environment.
+"""Where a deployment's tables and bucket are, read once from the environment, and what every
+PynamoDB model of them shares (``point_models``, ``batch_get``).
 
 The same code runs on AWS and in standalone; only these values differ. On AWS the endpoint is unset
 and credentials come from the Lambda role; in standalone they point at the in-process moto server.
@@ -7,11 +8,22 @@ and credentials come from the Lambda role; in standalone they point at the in-pr
 from __future__ import annotations
 
 import os
+import random
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import boto3
 from botocore.config import Config
+from pynamodb.exceptions import GetError
+from pynamodb.models import Model
+
+M = TypeVar("M", bound=Model)
+BATCH_GET_KEYS = 100  # DynamoDB's limit on the keys of one BatchGetItem
+BATCH_GET_ATTEMPTS = 6  # requests for one page's keys before the keys still unprocessed raise
+_BATCH_GET_BACKOFF_S = 0.025  # the first pause's ceiling; it doubles with each attempt (about 0.8 s at the last)
 
 
 @dataclass(frozen=True)
@@ -68,3 +80,33 @@ def point_models(models, table: str, deployment: Deployment) -> None:
         if connection is not None and (connection.table_name, connection.connection.region,
                                        connection.connection.host) != target:
             model._connection = None
+
+
+def batch_get(model: type[M], keys: Iterable[tuple[str, str]], consistent_read: bool = False,
+              attributes_to_get: Sequence | None = None) -> list[M]:
+    """The items of ``keys`` ((hash key, range key) pairs; missing ones are left out), as
+    ``model.batch_get`` gives them (subclasses by their discriminator), in BatchGetItem requests of up
+    to 100 keys. The keys a request leaves unprocessed (a throttled partition's share of the batch)
+    are asked for again after a random pause whose ceiling doubles, as DynamoDB's guidance says, and
+    after BATCH_GET_ATTEMPTS requests raise GetError, as a throttled read does: PynamoDB's own
+    batch_get asks for them again at once, and for as long as the partition is throttled."""
+    hash_name, range_name = model._hash_key_attribute().attr_name, model._range_key_attribute().attr_name
+    serialized = []
+    for hash_key, range_key in dict.fromkeys(keys):
+        hash_value, range_value = model._serialize_keys(hash_key, range_key)
+        serialized.append({hash_name: hash_value, range_name: range_value})
+    found: list[M] = []
+    for start in range(0, len(serialized), BATCH_GET_KEYS):
+        wanted = serialized[start:start + BATCH_GET_KEYS]
+        for attempt in range(BATCH_GET_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, _BATCH_GET_BACKOFF_S * 2 ** (attempt - 1)))
+            page, wanted = model._batch_get_page(wanted, consistent_read=consistent_read,
+                                                 attributes_to_get=attributes_to_get)
+            found += [model.from_raw_data(item) for item in page or []]
+            if not wanted:
+                break
+        else:
+            raise GetError(f"{len(wanted)} keys of {model.Meta.table_name} still unprocessed after "
+                           f"{BATCH_GET_ATTEMPTS} BatchGetItem requests (the partition is throttled)")
+    return found

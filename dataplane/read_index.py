@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from botocore.exceptions import ClientError
 
+from dataplane.deployment import batch_get
 from dataplane.journal import (
     BATCH_KEY,
     SegmentJournal,
@@ -165,11 +166,10 @@ class ReadIndex(SegmentJournal):
         for name in segments:
             validate_segment_name(name)
         wanted = list(dict.fromkeys(segments))
-        seen = {meta.pk: meta for meta in SegmentMeta.batch_get(
-            [(name, META_KEY) for name in wanted], consistent_read=False,
+        seen = {meta.pk: meta for meta in batch_get(
+            SegmentMeta, [(name, META_KEY) for name in wanted], consistent_read=False,
             attributes_to_get=[SegmentMeta.pk, SegmentMeta.sk, SegmentMeta.kind, SegmentMeta.length,
-                               SegmentMeta.start, SegmentMeta.sealed, SegmentMeta.stream_incarnation])} \
-            if wanted else {}
+                               SegmentMeta.start, SegmentMeta.sealed, SegmentMeta.stream_incarnation])}
         for name, meta in seen.items():
             self._check_incarnation(name, meta, incarnation)
         return [SegmentTail(name, True, int(seen[name].start), int(seen[name].length), bool(seen[name].sealed))

@@ -28,9 +28,11 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
      one of its own, so reads, tiering and truncation treat them as any entry;
    - each block's item: its offset set and its bytes removed, conditioned on its still pending, so no
      block commits twice;
-   - each writer's state, conditioned on its last event number being the predecessor's (a state's last
-     event number names it: each batch raises it, so a copy that no longer holds refuses the batch,
-     and the next round reads the states).
+   - each writer's state, conditioned on its last event number being the predecessor's and on its
+     offset being the one read (the two name a state: each batch raises the first, and no offset is
+     used twice), so a copy that no longer holds refuses the batch, and the next round reads the
+     states. A round on copies acts only on a clean choice: a refusal of a conditional block, or a
+     choice of nothing, waits for a round that read the states.
    A transaction is all or nothing, and botocore's resend of it carries the same client token, so it
    applies once. One refused names the actions that failed: the blocks and writers concerned are left
    out and the rest is sent again. After a lost answer the batcher waits on its item like any appender:
@@ -67,6 +69,7 @@ from pynamodb.exceptions import (
 )
 from pynamodb.transactions import TransactWrite
 
+from dataplane.deployment import batch_get
 from dataplane.journal import (
     _CONDITION_FAILED,
     _EXPIRY_MARGIN_MS,
@@ -223,7 +226,7 @@ class SublogAppends(SegmentJournal):
                                                                                            BatchLease | None]:
         """The writer's state and the segment's lease, in one request (BatchGetItem, consistent)."""
         state, lease = None, None
-        for item in SegmentItem.batch_get([(writer_pk(segment, incarnation, writer, shards), writer_key(writer)),
+        for item in batch_get(SegmentItem, [(writer_pk(segment, incarnation, writer, shards), writer_key(writer)),
                                            (lease_pk(segment, incarnation), _LEASE_KEY)], consistent_read=True):
             if isinstance(item, WriterState) and int(item.incarnation) == incarnation:
                 state = item.as_state()
@@ -514,8 +517,9 @@ class SublogAppends(SegmentJournal):
                      copies: bool) -> AppendResult | None | object:
         """One round: the answer (our block committed), None (stop: the lease lost or left, the segment
         sealed or gone, our block no longer pending), or _AGAIN. With ``copies``, the writers' states
-        are taken from the blocks' copies where those explain them (a round after one that did not
-        commit reads them all, so a copy that was no longer true costs one refused transaction)."""
+        are taken from the blocks' copies where those explain them, and only a clean choice is acted on:
+        a round after one that did not commit reads them all, so a copy that was no longer true costs a
+        round, at most a refused transaction, and never refuses or holds back a block by itself."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         head = _SHARD_QUERIES.submit(self._head_and_lease, segment, incarnation)  # with the shards': one round trip
         pending = self._pending(segment, incarnation, shards)
@@ -528,6 +532,10 @@ class SublogAppends(SegmentJournal):
         states, unknown = _copied_states(pending) if copies else ({}, {p.writer for p in pending})
         states.update(self._writer_states(segment, incarnation, shards, unknown))
         chosen, refusals = self._choose(meta, pending, states)
+        if copies and (refusals or not chosen):
+            # Told by the copies alone: a twin's late copy of a committed block would be refused, or a
+            # block would wait for a predecessor that a copy does not show. The next round reads the states.
+            return _AGAIN
         # The head was read beside the shards: a block expecting more than it showed may have been put
         # after a later length was read, so the length is read again before that one is refused.
         length = int(meta.length)
@@ -574,7 +582,7 @@ class SublogAppends(SegmentJournal):
     def _head_and_lease(segment: str, incarnation: int) -> tuple[SegmentMeta | None, BatchLease | None]:
         """The head record (None: the segment is gone) and the segment's lease, in one BatchGetItem."""
         meta, lease = None, None
-        for item in SegmentItem.batch_get([(segment, META_KEY), (lease_pk(segment, incarnation), _LEASE_KEY)],
+        for item in batch_get(SegmentItem, [(segment, META_KEY), (lease_pk(segment, incarnation), _LEASE_KEY)],
                                           consistent_read=True):
             if isinstance(item, SegmentMeta):
                 meta = item
@@ -586,7 +594,7 @@ class SublogAppends(SegmentJournal):
     def _writer_states(segment: str, incarnation: int, shards: int, writers: set[str]) -> dict[str, dict]:
         """The writers' states (``WriterState.as_state``) as stored, read consistently in one request."""
         keys = [(writer_pk(segment, incarnation, w, shards), writer_key(w)) for w in sorted(writers)]
-        found = WriterState.batch_get(keys, consistent_read=True) if keys else []
+        found = batch_get(WriterState, keys, consistent_read=True)
         return {s.sk[len(writer_key("")):]: s.as_state() for s in found if int(s.incarnation) == incarnation}
 
     def _choose(self, meta: SegmentMeta, pending: list[PendingBlock],
@@ -691,9 +699,12 @@ class SublogAppends(SegmentJournal):
                                         incarnation=incarnation, first=int(p.first), last=int(p.last), offset=offset,
                                         time_ms=now, recent=[[int(x) for x in b] for b in recent[writer][-RECENT_BLOCKS:]],
                                         expires_at=(now + self.settings.writer_expiry_ms + _EXPIRY_MARGIN_MS) // 1000)
-                    # On the state read, or the block's copy of it: a state's last event number names it.
+                    # On the state read, or a block's copy of it: its last event number and offset name it
+                    # (each batch raises the first, and no offset is a block's twice in an incarnation, so
+                    # a state made again after its TTL is told apart too).
                     previous = WriterState.last.does_not_exist() if writer not in states \
-                        else WriterState.last == int(first_of[writer].first) - 1
+                        else (WriterState.last == int(first_of[writer].first) - 1) \
+                        & (WriterState.offset == int(states[writer]["o"]))
                     transaction.save(state, condition=previous)
                 transaction.save(lease)  # a put, after the entries: see the cancellation reasons below
                 if isinstance(hand_to, PendingBlock):

@@ -7,6 +7,7 @@ both the inline path and the S3-object path.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -30,7 +31,7 @@ from dataplane import models
 from dataplane.journal import BATCH_KEY
 from dataplane.models import BatchLease, PendingBlock, SegmentItem, WriterState, writer_key
 from dataplane.segment_store import SegmentStore, StoreSettings, now_ms
-from dataplane.sublog_path import _shard, lease_pk, pending_pk, pending_sk
+from dataplane.sublog_path import _shard, lease_pk, pending_pk, pending_sk, writer_pk
 from rillet.errors import OffsetMismatch, OutOfOrder, SegmentSealed
 
 SHARDS = 4
@@ -158,18 +159,20 @@ def test_a_batch_takes_each_writers_state_from_its_blocks_copy_not_a_read(store,
     copy (its put of the new state is conditioned on the copy's last event number), so a lone append
     reads writer states once, with the lease, not again in the batch round."""
     store.append(seg, "wc", 0, 1, event_block("c0", 20))
-    state_reads: list[list[str]] = []
+    state_reads: list[tuple[str, list[str]]] = []  # each read naming a writer-state partition
+    state_partition = re.compile(rf"{re.escape(seg)}#\d+#w\d+")
 
     def record(original, client, operation, params):
-        if operation == "BatchGetItem":
-            keys = [k["pk"]["S"] for table in params["RequestItems"].values() for k in table["Keys"]]
-            state_reads.append([k for k in keys if re.fullmatch(rf"{re.escape(seg)}#\d+#w\d+", k)])
+        if operation in ("GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"):
+            named = sorted(set(state_partition.findall(json.dumps(params))))
+            if named:
+                state_reads.append((operation, named))
         return original(client, operation, params)
 
     with _api_calls_through(record):
         done = store.append(seg, "wc", 1, 1, event_block("c1", 20), after=0)
     assert (done.offset, done.duplicate) == (20, False)
-    assert [keys for keys in state_reads if keys] == [[f"{seg}#{_created(seg)}#w{_writer_shard('wc')}"]]
+    assert state_reads == [("BatchGetItem", [f"{seg}#{_created(seg)}#w{_writer_shard('wc')}"])]
     state = WriterState.get(f"{seg}#{_created(seg)}#w{_writer_shard('wc')}", writer_key("wc"), consistent_read=True)
     assert (state.first, state.last, state.offset) == (1, 1, 20) and state.recent == [[0, 0, 0], [1, 1, 20]]
 
@@ -190,6 +193,26 @@ def test_a_copy_that_no_longer_holds_commits_nothing_out_of_order(store, seg):
     assert calls.all_calls.count("TransactWriteItems") == 2  # the forged copy's batch refused, then without it
     assert _tags(store, seg) == [b"x0", b"y0"]
     assert PendingBlock.get(forged.pk, forged.sk, consistent_read=True).pending
+
+
+def test_a_twins_late_copy_of_a_committed_conditional_block_is_not_refused(store, seg):
+    """A twin request of a conditional block read its writer's state before the block committed, and
+    puts the block again after, with that older copy. On the copy alone its offset is taken, so a batch
+    would refuse it and its appender answer OffsetMismatch for bytes that are in; the batch reads the
+    states first, which show the block committed, and leaves it to its appender (a duplicate)."""
+    store.append(seg, "wt", 0, 1, payload("a", 10), raw=True)
+    created = _created(seg)
+    read_by_the_twin = WriterState.get(writer_pk(seg, created, "wt", SHARDS), writer_key("wt"),
+                                       consistent_read=True).as_state()
+    assert store.append(seg, "wt", 1, 1, payload("b", 5), expected_offset=10, raw=True).offset == 10
+    twin = PendingBlock(pending_pk(seg, created, "wt", 1, SHARDS), pending_sk("wt", 1), writer="wt", first=1, last=1,
+                        size=5, data=payload("b", 5), raw=True, token=7, since_ms=now_ms(), expected_offset=10,
+                        seen=read_by_the_twin, expires_at=now_ms() // 1000 + 600)
+    twin.save()
+    assert store.append(seg, "wo", 0, 1, payload("c", 5), raw=True).offset == 15
+    left = PendingBlock.get(twin.pk, twin.sk, consistent_read=True)
+    assert left.refused_at is None and left.offset is None
+    assert read_all(store, seg) == payload("a", 10) + payload("b", 5) + payload("c", 5)
 
 
 def test_a_block_whose_predecessor_never_comes_is_out_of_order_and_leaves_nothing(store, seg):
