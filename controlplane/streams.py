@@ -213,7 +213,8 @@ class StreamTasks:
                 for sid, low, high in epoch0], fence=record)
             for sid, _, _ in epoch0:
                 self.segments.create(segment_name(record.scope, record.stream, sid), int(record.created_ms),
-                                     scale_thresholds(config.scaling_policy), sublogs=True)
+                                     scale_thresholds(config.scaling_policy), sublogs=True,
+                                     sublog_shards=config.sublog_shards)
         except (StreamRecreated, StreamNotFound):
             return  # the name is gone, or holds another incarnation: nothing more is this finisher's
         self._finish(record, StreamState.ACTIVE)
@@ -514,10 +515,11 @@ class StreamTasks:
                 SegmentRecord(segment_id=n.segment_id, low=n.low, high=n.high, created_ms=created,
                               predecessors=[o for o in wf["seal"] if sealed[o].low < n.high and n.low < sealed[o].high])
                 for n in new], fence=record)
+            config = _config(record)
             for segment in new:
                 self.segments.create(segment_name(record.scope, record.stream, segment.segment_id),
-                                     int(record.created_ms), scale_thresholds(_config(record).scaling_policy),
-                                     sublogs=True)
+                                     int(record.created_ms), scale_thresholds(config.scaling_policy),
+                                     sublogs=True, sublog_shards=config.sublog_shards)
             for old in sealed.values():
                 self.store.set_successors(old, [n.segment_id for n in new if old.low < n.high and n.low < old.high],
                                           fence=record)

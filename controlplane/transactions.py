@@ -591,10 +591,11 @@ class TransactionTasks:
         duplicates = [SegmentRange(segment_id=segment_id(epoch, first + len(rolled) + i), low=s.low, high=s.high)
                       for i, s in enumerate(previous)]
         # The duplicates become current: they signal auto-scaling as any segment of the stream does.
-        scaling = scale_thresholds(StreamConfiguration.model_validate(record.configuration).scaling_policy)
+        config = StreamConfiguration.model_validate(record.configuration)
+        scaling = scale_thresholds(config.scaling_policy)
         for segment in rolled + duplicates:
             self.segments.create(segment_name(scope, stream, segment.segment_id), int(record.created_ms), scaling,
-                                 sublogs=True)
+                                 sublogs=True, sublog_shards=config.sublog_shards)
         rolled_ranges = [[s.segment_id, s.low, s.high] for s in rolled]
         for txn in members:
             for source, target in _same_ranges(txn.segments, rolled_ranges):

@@ -82,12 +82,14 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
     """A segment's lifecycle, and every path of it (one object per function instance)."""
 
     def create(self, segment: str, stream_incarnation: int | None = None,
-               scaling: ScaleThresholds | None = None, sublogs: bool = False) -> bool:
+               scaling: ScaleThresholds | None = None, sublogs: bool = False,
+               sublog_shards: int | None = None) -> bool:
         """Create an empty segment of the stream incarnation ``stream_incarnation`` (its record's
         ``created_ms``); returns False if it already existed (creation is idempotent). A segment of an
         auto-scaled stream gets the stream's ``scaling`` thresholds and its first scale mark
         (dataplane/scale_signals.py). With ``sublogs`` (a stream's segment, not a transaction's), the
-        segment is in sub-log mode if the settings say so (``StoreSettings.sublog_shards``), for its life.
+        segment is in sub-log mode for its life if its stream's ``sublog_shards`` says so, or, where the
+        stream leaves it (None), the deployment's (``StoreSettings.sublog_shards``).
 
         A head left under the name by an older incarnation (a finisher that stalled across a delete and
         create again of the stream: nothing refers to it, and nothing of it can be read) is deleted and
@@ -101,8 +103,9 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
                 if scaling is not None:
                     head.scaling, head.scale_shard = scaling.to_item(), scale_shard(segment)
                     head.scale_at = first_check_ms(created)
-                if sublogs and self.settings.sublog_shards:
-                    head.sublog_shards = self.settings.sublog_shards
+                shards = self.settings.sublog_shards if sublog_shards is None else sublog_shards
+                if sublogs and shards:
+                    head.sublog_shards = shards
                 head.save(condition=SegmentMeta.pk.does_not_exist())
                 return True
             except PutError as e:

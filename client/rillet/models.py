@@ -10,12 +10,17 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from rillet.keyspace import KeyRange, segment_epoch, segment_number
 
 MAX_TAG_COUNT = 128
 MAX_TAG_LENGTH = 256
+MAX_SUBLOG_SHARDS = 64  # as Terraform's sublog_shards
+SUBLOG_SHARDS_HELP = ("Sub-log mode for the stream's segments created from now on (docs/dataplane.md, "
+                      "\"Sub-logs\"): a segment's many writers commit in batches, for about five times a lone "
+                      "writer's requests. The number of pending shards (8 to start with), 0 for the chain, "
+                      "or null for the deployment's choice (Terraform sublog_shards).")
 
 
 class _Model(BaseModel):
@@ -125,6 +130,16 @@ class StreamConfiguration(_Model):
         0, ge=0, description="A writer that stops noting time is dropped from watermarks after this long.")
     tags: frozenset[str] = frozenset()
     rollover_size_bytes: int = Field(0, ge=0)
+    sublog_shards: int | None = Field(None, ge=0, le=MAX_SUBLOG_SHARDS, description=SUBLOG_SHARDS_HELP)
+
+    @model_serializer(mode="wrap")
+    def _deployment_choice_unnamed(self, handler):
+        """A configuration that leaves the mode to the deployment does not name it, so that an SDK from
+        before the option (whose models refuse a field they do not know) still reads it."""
+        data = handler(self)
+        if self.sublog_shards is None:
+            data.pop("sublog_shards", None)
+        return data
 
     @field_validator("tags")
     @classmethod
@@ -149,6 +164,9 @@ class StreamConfigurationChange(BaseModel):
         None, description="The new retention policy; null removes it (data kept forever); absent keeps it.")
     timestamp_aggregation_timeout_ms: int | None = Field(None, ge=0)
     rollover_size_bytes: int | None = Field(None, ge=0)
+    sublog_shards: int | None = Field(None, ge=0, le=MAX_SUBLOG_SHARDS, description=(
+        "The stream's sub-log mode for the segments created from now on; null returns it to the "
+        "deployment's choice; absent keeps it."))
     tags: frozenset[str] | None = Field(None, description="Replaces the tags.")
     # bounded as the tags are (StreamConfiguration validates the result: at most 127 tags)
     add_tags: frozenset[str] = Field(frozenset(), max_length=127)
@@ -160,8 +178,9 @@ class StreamConfigurationChange(BaseModel):
         for name in ("scaling_policy", "timestamp_aggregation_timeout_ms", "rollover_size_bytes", "tags"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
-        if "retention_policy" in given:
-            fields["retention_policy"] = self.retention_policy
+        for name in ("retention_policy", "sublog_shards"):
+            if name in given:
+                fields[name] = getattr(self, name)
         fields["tags"] = (frozenset(fields["tags"]) | self.add_tags) - self.remove_tags
         return StreamConfiguration.model_validate(fields)
 

@@ -143,8 +143,8 @@ data "aws_iam_policy_document" "controller_api" {
 # again when the block is refused (a sealed segment, a conflict) or another request placed it first.
 data "aws_iam_policy_document" "append" {
   # BatchGetItem: a sub-log appender reads its writer's state and the segment's lease at once, a batcher
-  # its writers' states (dataplane/sublog_path.py); its TransactWriteItems is authorized as the PutItem
-  # and UpdateItem actions it holds.
+  # the head with the lease, and the writers' states its blocks carry no copy of (dataplane/sublog_path.py);
+  # its TransactWriteItems is authorized as the PutItem and UpdateItem actions it holds.
   statement {
     sid = "SegmentsTable"
     actions = [

@@ -105,7 +105,7 @@ variable "writer_expiry_hours" {
 }
 
 variable "sublog_shards" {
-  description = "Sub-log mode for the segments of streams created from now on (docs/dataplane.md, \"Sub-logs\"): the shards each segment's appends spread over, so that a hundred writers at once commit a thousand appends a second to one segment, in batches. 0 keeps the chain, which costs a lone writer 3 requests an append where sub-logs cost about 8 plus the shards. The controller and the Dagster jobs create segments, so both get it."
+  description = "Sub-log mode for the segments of streams created from now on that do not choose their own (StreamConfiguration.sublog_shards; docs/dataplane.md, \"Sub-logs\"): the shards each segment's appends spread over, so that a hundred writers at once commit a thousand appends a second to one segment, in batches. 0 keeps the chain, which costs a lone writer 3 requests an append where sub-logs cost about 7 plus the shards. The controller and the Dagster jobs create segments, so both get it."
   type        = number
   default     = 0
 

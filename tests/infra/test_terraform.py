@@ -118,7 +118,8 @@ EXPECTED_GRANTS = {
         "any": XRAY,
     },
     APPEND: {
-        # BatchGetItem: a sub-log batch reads its writers' states (dataplane/sublog_path.py).
+        # BatchGetItem: a sub-log appender reads its writer's state with the lease, a batch the head with
+        # it (dataplane/sublog_path.py).
         "segments": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem",
                      "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
         # Blocks above the inline size; a refused or duplicate block's own object is deleted again.

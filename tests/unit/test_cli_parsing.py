@@ -8,7 +8,13 @@ import pytest
 
 from rillet.cli import main
 from rillet.cli.parser import build_parser
-from rillet.cli.streams import parse_duration_ms, parse_scaling, parse_size
+from rillet.cli.streams import (
+    _configuration_change,
+    parse_duration_ms,
+    parse_scaling,
+    parse_size,
+    parse_sublog_shards,
+)
 from rillet.models import ScaleType, ScalingPolicy
 
 
@@ -52,6 +58,27 @@ def test_scaling_policies():
 def test_bad_scaling_policies(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_scaling(text)
+
+
+@pytest.mark.parametrize(("text", "shards"), [("8", 8), ("0", 0), ("64", 64), ("default", None)])
+def test_sublog_shards(text, shards):
+    assert parse_sublog_shards(text) == shards
+
+
+@pytest.mark.parametrize("text", ["", "-1", "65", "eight", "1.5", "chain"])
+def test_bad_sublog_shards(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_sublog_shards(text)
+
+
+def test_an_update_names_sub_logs_only_when_asked():
+    """Absent, the stream keeps its choice; ``default`` hands it back to the deployment (null)."""
+    def change(*options: str) -> dict:
+        return _configuration_change(build_parser().parse_args(["stream", "update", "s/t", *options]))
+
+    assert "sublog_shards" not in change("--add-tag", "x")
+    assert change("--sublog-shards", "8") == {"sublog_shards": 8}
+    assert change("--sublog-shards", "default") == {"sublog_shards": None}
 
 
 def test_bad_option_values_exit_with_a_usage_error(capsys):

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from rillet.models import (
+    MAX_SUBLOG_SHARDS,
     MAX_TAG_COUNT,
     MAX_TAG_LENGTH,
     RetentionPolicy,
@@ -16,6 +17,7 @@ from rillet.models import (
     ScalingPolicy,
     SegmentRange,
     StreamConfiguration,
+    StreamConfigurationChange,
 )
 
 # -- scaling ----------------------------------------------------------------------------------------
@@ -150,3 +152,30 @@ def test_segment_range_exposes_epoch_number_and_key_range():
     s = SegmentRange(segment_id=(2 << 32) | 5, low=0.25, high=0.5)
     assert (s.epoch, s.number) == (2, 5)
     assert s.key_range.contains(0.3) and not s.key_range.contains(0.5)
+
+
+# -- sub-log mode -----------------------------------------------------------------------------------
+
+
+def test_a_configuration_that_leaves_sub_logs_to_the_deployment_does_not_name_them():
+    """So that an SDK from before the option, whose models refuse a field they do not know, still reads
+    every stream that does not use it."""
+    assert "sublog_shards" not in StreamConfiguration().model_dump(mode="json")
+    assert StreamConfiguration(sublog_shards=0).model_dump(mode="json")["sublog_shards"] == 0
+    assert StreamConfiguration.model_validate(StreamConfiguration(sublog_shards=8).model_dump()).sublog_shards == 8
+    assert StreamConfiguration.model_validate(StreamConfiguration().model_dump()).sublog_shards is None
+
+
+@pytest.mark.parametrize("shards", [-1, MAX_SUBLOG_SHARDS + 1])
+def test_sublog_shards_bounds(shards):
+    with pytest.raises(ValidationError):
+        StreamConfiguration(sublog_shards=shards)
+    with pytest.raises(ValidationError):
+        StreamConfigurationChange(sublog_shards=shards)
+
+
+def test_a_change_keeps_sub_logs_when_absent_and_hands_them_back_when_null():
+    chosen = StreamConfiguration(sublog_shards=8)
+    assert StreamConfigurationChange.model_validate({"tags": ["t"]}).applied_to(chosen).sublog_shards == 8
+    assert StreamConfigurationChange.model_validate({"sublog_shards": 2}).applied_to(chosen).sublog_shards == 2
+    assert StreamConfigurationChange.model_validate({"sublog_shards": None}).applied_to(chosen).sublog_shards is None

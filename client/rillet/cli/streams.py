@@ -59,6 +59,26 @@ def parse_scaling(text: str) -> ScalingPolicy:
     raise argparse.ArgumentTypeError(f"bad scaling policy {text!r} (fixed:N, events:T,F,MIN or kbytes:T,F,MIN)")
 
 
+_DEPLOYMENT_CHOICE = "default"
+_KEEP = object()  # on update, an option not given
+
+
+def parse_sublog_shards(text: str) -> int | None:
+    """``8`` (sub-log mode with 8 pending shards), ``0`` (the chain) or ``default`` (the deployment's
+    choice: None)."""
+    if text.strip() == _DEPLOYMENT_CHOICE:
+        return None
+    if not text.strip().isdigit() or not 0 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"not a number of sub-log shards: {text!r} (0 to 64, or default)")
+    return int(text)
+
+
+def describe_sublog_shards(shards: int | None) -> str:
+    if shards is None:
+        return "the deployment's"
+    return "0 (the chain)" if shards == 0 else f"{shards} shards"
+
+
 class UsageError(InvalidArgument):
     """Options that parse but cannot go together: refused before any request, exit 2 as argparse's errors."""
 
@@ -110,7 +130,7 @@ def _configuration(args: argparse.Namespace) -> StreamConfiguration:
     from rillet.models import ScalingPolicy, StreamConfiguration
 
     return StreamConfiguration(scaling_policy=args.scaling or ScalingPolicy.fixed(1), retention_policy=_retention(args),
-                               tags=frozenset(args.tag))
+                               tags=frozenset(args.tag), sublog_shards=args.sublog_shards)
 
 
 def _configuration_change(args: argparse.Namespace) -> dict[str, Any]:
@@ -134,9 +154,11 @@ def _configuration_change(args: argparse.Namespace) -> dict[str, Any]:
         change["add_tags"] = sorted(set(args.add_tag))
     if args.remove_tag:
         change["remove_tags"] = sorted(set(args.remove_tag))
+    if args.sublog_shards is not _KEEP:
+        change["sublog_shards"] = args.sublog_shards
     if not change:
         raise UsageError("nothing to update: name what changes (--scaling, --retention-time, --retention-size, "
-                              "--no-retention, --tag, --add-tag, --remove-tag)")
+                              "--no-retention, --tag, --add-tag, --remove-tag, --sublog-shards)")
     return change
 
 
@@ -145,7 +167,8 @@ def _configuration_lines(config: StreamConfiguration) -> dict[str, str]:
             "retention": describe_retention(config.retention_policy),
             "tags": ", ".join(sorted(config.tags)) or "-",
             "timestamp aggregation timeout": human_duration(config.timestamp_aggregation_timeout_ms),
-            "rollover size": human_size(config.rollover_size_bytes)}
+            "rollover size": human_size(config.rollover_size_bytes),
+            "sub-logs": describe_sublog_shards(config.sublog_shards)}
 
 
 def configuration_differences(existing: StreamConfiguration, asked: StreamConfiguration) -> list[str]:
@@ -213,7 +236,8 @@ def _stream_update(args: argparse.Namespace) -> None:
     lines = _configuration_lines(info.configuration)
     _emit(args, {"stream": args.stream, "state": info.state.value, "configuration": info.configuration.model_dump(mode="json")},
           f"stream {args.stream} updated ({info.state.value})\n"
-          + "\n".join(f"  {name:<10} {lines[name]}" for name in ("scaling", "retention", "tags")))
+          + "\n".join(f"  {name:<10} {lines[name]}" for name in ("scaling", "retention", "tags")
+                      + (("sub-logs",) if "sublog_shards" in change.model_fields_set else ())))
 
 
 def _stream_seal(args: argparse.Namespace) -> None:
@@ -243,6 +267,7 @@ def _stream_info(args: argparse.Namespace) -> None:
         f"scaling     {describe_scaling(policy)}",
         f"retention   {describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
+        f"sub-logs    {describe_sublog_shards(info.configuration.sublog_shards)}",
         f"epoch       {info.current_epoch}",
         f"segments    {counted(len(info.tail), 'segment')}",
     ]
@@ -280,6 +305,11 @@ def _add_configuration_options(parser: argparse.ArgumentParser, *, update: bool)
         parser.add_argument("--remove-tag", action="append", default=[], help="remove a tag (repeatable)")
     else:
         parser.add_argument("--tag", action="append", default=[], help="a stream tag (repeatable)")
+    parser.add_argument("--sublog-shards", type=parse_sublog_shards, default=_KEEP if update else None,
+                        metavar="N|default",
+                        help="sub-log mode for the segments created from now on, for many writers a segment: "
+                             "N pending shards (8 to start with), 0 for the chain, default for the deployment's "
+                             f"choice{keep or ' (the default)'}")
 
 
 def add_scope_commands(commands: argparse._SubParsersAction) -> None:
