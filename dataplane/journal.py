@@ -108,9 +108,9 @@ class StoreSettings:
     # block first sent longer ago than this, from a writer id the segment does not know, is refused with
     # WriterExpired rather than appended a second time. Kafka expires idle producer ids the same way.
     writer_expiry_ms: int = 7 * 24 * 3_600_000
-    # Sub-log mode (dataplane/sublog_path.py) for the segments of streams created from now on: the shards
-    # each one's appends spread over (0: the chain of claims, which costs a lone writer 3 requests an
-    # append where sub-logs cost about 9 + shards, and takes tens of appends a second where sub-logs take
+    # Sub-log mode (dataplane/sublog_path.py) for the segments created from now on of streams that do not
+    # choose their own (StreamConfiguration.sublog_shards): the shards each one's appends spread over (0:
+    # the chain of claims, which costs a lone writer 3 requests an append where sub-logs cost about 7 + shards, and takes tens of appends a second where sub-logs take
     # a thousand). A batcher's lease: how long it holds the segment unless it hands it on, before an
     # appender takes over: what a batcher's death (its function stopped) stalls the segment for. Well
     # above a batch's round trips (tens of ms), or waiting appenders take it from slow batchers (harmless,
@@ -125,7 +125,8 @@ class StoreSettings:
     @classmethod
     def from_env(cls) -> StoreSettings:
         """The settings of a deployed function: ``RILLET_WRITER_EXPIRY_HOURS`` (at least 1) sets the
-        writer expiry window, ``RILLET_SUBLOG_SHARDS`` (0 to 64) the sub-log mode of new streams."""
+        writer expiry window, ``RILLET_SUBLOG_SHARDS`` (0 to 64) the sub-log mode of the segments created
+        from now on of streams that do not choose their own."""
         changes = {}
         hours = os.environ.get("RILLET_WRITER_EXPIRY_HOURS")
         if hours is not None:

@@ -3,7 +3,8 @@
 On the chain (dataplane/append_path.py) every append claims the tail and advances the head record, so
 a segment commits one block per three round trips whatever the number of writers, and every loser of
 a round pays for it. In sub-log mode (``SegmentMeta.sublog_shards``, fixed when the segment is created:
-``StoreSettings.sublog_shards``) each appender writes its block where it meets no other, and one
+its stream's ``StreamConfiguration.sublog_shards``, or ``StoreSettings.sublog_shards`` for a stream
+that leaves it to the deployment) each appender writes its block where it meets no other, and one
 appender at a time, the *batcher*, commits every waiting block in one transaction:
 
 1. Read the head record and the writer's state (a ``WriterState`` in the writer's own shard

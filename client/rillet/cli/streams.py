@@ -66,10 +66,13 @@ _KEEP = object()  # on update, an option not given
 def parse_sublog_shards(text: str) -> int | None:
     """``8`` (sub-log mode with 8 pending shards), ``0`` (the chain) or ``default`` (the deployment's
     choice: None)."""
+    from rillet.models import MAX_SUBLOG_SHARDS
+
     if text.strip() == _DEPLOYMENT_CHOICE:
         return None
-    if not text.strip().isdigit() or not 0 <= int(text) <= 64:
-        raise argparse.ArgumentTypeError(f"not a number of sub-log shards: {text!r} (0 to 64, or default)")
+    if not text.strip().isdigit() or not 0 <= int(text) <= MAX_SUBLOG_SHARDS:
+        raise argparse.ArgumentTypeError(f"not a number of sub-log shards: {text!r} "
+                                         f"(0 to {MAX_SUBLOG_SHARDS}, or default)")
     return int(text)
 
 
@@ -267,7 +270,7 @@ def _stream_info(args: argparse.Namespace) -> None:
         f"scaling     {describe_scaling(policy)}",
         f"retention   {describe_retention(info.configuration.retention_policy)}",
         f"tags        {', '.join(sorted(info.configuration.tags)) or '-'}",
-        f"sub-logs    {describe_sublog_shards(info.configuration.sublog_shards)}",
+        f"sub-logs    {describe_sublog_shards(info.configuration.sublog_shards)} (new segments)",
         f"epoch       {info.current_epoch}",
         f"segments    {counted(len(info.tail), 'segment')}",
     ]
