@@ -17,10 +17,10 @@ compared with DynamoDB's per-partition limits (3,000 read and 1,000 write units 
   it paused for that is still there (the help that keeps a dead owner from stalling the segment).
 * ``sublog`` is dataplane/sublog_path.py as built (docs/dataplane.md, "Sub-logs"): an appender reads the
   head and its writer's state, puts its block in one of ``shards`` pending partitions and polls it; the
-  holder of the segment's lease reads the head with the lease and every pending shard at once, takes
-  the writers' states from the blocks' copies, and commits up to 48 one-block writers in one transaction, whose batch entry copies the blocks'
-  bytes onto the segment's partition (``event_bytes`` each, twice the units: a transaction's write).
-  See ``sublog`` for what it charges and leaves out.
+  holder of the segment's lease reads the head with the lease and every pending shard at once, takes the
+  writers' states from the blocks' copies, and commits up to 48 one-block writers in one transaction,
+  whose batch entry copies the blocks' bytes onto the segment's partition (``event_bytes`` each, twice the
+  units: a transaction's write). See ``sublog`` for what it charges and leaves out.
 
 Run it: ``python -m bench.append_protocol_model`` (both protocols, 1 to 100 appenders, 10 ms);
 ``--rtt-ms 15 --protocol chain`` compares with bench.segment_contention --request-ms 10, whose requests
@@ -180,23 +180,23 @@ def chain(sim: Simulation, appenders: int, pause_ms: float = 5.0, pause_max_ms: 
 def sublog(sim: Simulation, appenders: int, shards: int = 8, poll_ms: float = 5.0, poll_max_ms: float = 20.0,
            lease_ms: float = 500.0, transaction_factor: float = 2.0, event_bytes: int = 1024,
            think_ms: float = 0.0) -> Callable[[], int]:
-    """dataplane/sublog_path.py as built; what it returns counts the committed blocks. An appender reads
-    the head (consistent), then its writer's state and the segment's lease (one BatchGetItem: the lease
-    is an item of its own, off the segment's partition), puts its block with a copy of that state (about
-    100 B more) in a pending shard (by a hash of writer and event number: at random here), takes the lease (a conditional put, 1 unit) if it was
-    free, and polls its item (eventually consistent, every ``poll_ms`` growing by half up to
-    ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder batches: the head with
-    the lease (one BatchGetItem) and every pending shard read at once (consistent; answered when the
-    slowest is), then, on the writers' states copied in their blocks (each appender's previous block is
-    committed before it reads, so a copy always holds here and no state is read), one transaction (``transaction_factor`` times a request's latency,
-    twice each write's units, charged when refused too) of the head's advance, the batch entry, the
-    lease, each block's item and each writer's state, at most 48 one-block writers; the transaction
-    that commits its own block hands the lease to the oldest block left (marking its item), whose
-    appender sees it on its next poll. An appender whose block waited a fifth of a lease reads the head
-    again and takes a lease that ran out. Left out: seal, resends, conditional appends. ``event_bytes``:
-    each block's size, which the batch entry copies onto the segment's partition (twice its units: a
-    transaction's write). ``think_ms``: each appender's pause between two appends, to set the rate
-    offered rather than take all the segment commits."""
+    """dataplane/sublog_path.py as built; what it returns counts the committed blocks. An appender reads the
+    head (consistent), then its writer's state and the segment's lease (one BatchGetItem: the lease is an
+    item of its own, off the segment's partition), puts its block with a copy of that state (about 100 B
+    more) in a pending shard (by a hash of writer and event number: at random here), takes the lease (a
+    conditional put, 1 unit) if it was free, and polls its item (eventually consistent, every ``poll_ms``
+    growing by half up to ``poll_max_ms``) until a batch commits it, then deletes it. The lease holder
+    batches: the head with the lease (one BatchGetItem) and every pending shard read at once (consistent;
+    answered when the slowest is), then, on the writers' states copied in their blocks (each appender's
+    previous block is committed before it reads, so a copy always holds here and no state is read), one
+    transaction (``transaction_factor`` times a request's latency, twice each write's units, charged when
+    refused too) of the head's advance, the batch entry, the lease, each block's item and each writer's
+    state, at most 48 one-block writers; the transaction that commits its own block hands the lease to the
+    oldest block left (marking its item), whose appender sees it on its next poll. An appender whose block
+    waited a fifth of a lease reads the head again and takes a lease that ran out. Left out: seal,
+    resends, conditional appends. ``event_bytes``: each block's size, which the batch entry copies onto
+    the segment's partition (twice its units: a transaction's write). ``think_ms``: each appender's pause
+    between two appends, to set the rate offered rather than take all the segment commits."""
     head = {"length": 0, "lease": None, "until": 0.0}
     put_at: dict[tuple[int, int], float] = {}
     shard_of: dict[tuple[int, int], int] = {}

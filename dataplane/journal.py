@@ -110,12 +110,13 @@ class StoreSettings:
     writer_expiry_ms: int = 7 * 24 * 3_600_000
     # Sub-log mode (dataplane/sublog_path.py) for the segments created from now on of streams that do not
     # choose their own (StreamConfiguration.sublog_shards): the shards each one's appends spread over (0:
-    # the chain of claims, which costs a lone writer 3 requests an append where sub-logs cost about 7 + shards, and takes tens of appends a second where sub-logs take
-    # a thousand). A batcher's lease: how long it holds the segment unless it hands it on, before an
-    # appender takes over: what a batcher's death (its function stopped) stalls the segment for. Well
-    # above a batch's round trips (tens of ms), or waiting appenders take it from slow batchers (harmless,
-    # as a batch is not conditioned on it, but every take is a write, of the lease's own item). Waiting
-    # appenders look again (head, writer state and lease) every fifth of it.
+    # the chain of claims, which costs a lone writer 3 requests an append where sub-logs cost about 7 +
+    # shards, and takes tens of appends a second where sub-logs take a thousand). A batcher's lease: how
+    # long it holds the segment unless it hands it on, before an appender takes over: what a batcher's
+    # death (its function stopped) stalls the segment for. Well above a batch's round trips (tens of ms),
+    # or waiting appenders take it from slow batchers (harmless, as a batch is not conditioned on it, but
+    # every take is a write, of the lease's own item). Waiting appenders look again (head, writer state
+    # and lease) every fifth of it.
     sublog_shards: int = 0
     sublog_lease_ms: int = 500
     # How long a sub-log appender waits for a batch at most before it withdraws its block and answers

@@ -12,8 +12,9 @@ appender at a time, the *batcher*, commits every waiting block in one transactio
    A block larger than ``inline_max`` is put to S3 first, under a key of the request's own.
 2. Put the block as a ``PendingBlock`` in shard ``<segment>#<incarnation>#p<n>`` (n: a hash of the
    writer and the block's last event number, so one busy writer's blocks spread too), with a copy of
-   the writer's state as read, unless its key is taken: taken by this request's own put (its token), it is the put's lost answer; by a twin
-   request of the same block, this one waits for that block and answers a duplicate.
+   the writer's state as read, unless its key is taken: taken by this request's own put (its token),
+   it is the put's lost answer; by a twin request of the same block, this one waits for that block and
+   answers a duplicate.
 3. Wait: poll the item (eventually consistent, in its shard) until a batch sets its offset, then delete
    it and answer. The batcher is whoever holds the segment's lease (a ``BatchLease`` item of its own,
    off the head record's partition, read with the writer's state): an appender that finds it free
@@ -228,7 +229,7 @@ class SublogAppends(SegmentJournal):
         """The writer's state and the segment's lease, in one request (BatchGetItem, consistent)."""
         state, lease = None, None
         for item in batch_get(SegmentItem, [(writer_pk(segment, incarnation, writer, shards), writer_key(writer)),
-                                           (lease_pk(segment, incarnation), _LEASE_KEY)], consistent_read=True):
+                                            (lease_pk(segment, incarnation), _LEASE_KEY)], consistent_read=True):
             if isinstance(item, WriterState) and int(item.incarnation) == incarnation:
                 state = item.as_state()
             elif isinstance(item, BatchLease):

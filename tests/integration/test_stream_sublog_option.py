@@ -52,7 +52,8 @@ def test_a_change_applies_to_the_segments_created_after_it(deployment, unique):
     split = [segment_id(1, 1), segment_id(1, 2)]
     assert _modes(unique, "s", [first, *split]) == [4, 2, 2]
     # Absent, it stays; null hands it back to the deployment (here the chain).
-    controller.streams.change_stream_configuration(unique, "s", StreamConfigurationChange.model_validate({"tags": ["t"]}))
+    controller.streams.change_stream_configuration(unique, "s",
+                                                   StreamConfigurationChange.model_validate({"tags": ["t"]}))
     assert controller.streams.stream_info(unique, "s").configuration.sublog_shards == 2
     controller.streams.change_stream_configuration(unique, "s",
                                                    StreamConfigurationChange.model_validate({"sublog_shards": None}))
