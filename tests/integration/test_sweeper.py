@@ -37,11 +37,11 @@ def _interrupt_segment_creation_after(controller, monkeypatch, n: int) -> None:
     created = []
     original = controller.segments.create
 
-    def create(name, stream_incarnation=None, scaling=None, sublogs=False):
+    def create(name, *args, **kwargs):
         if len(created) == n:
             raise Interrupted(name)
         created.append(name)
-        return original(name, stream_incarnation, scaling, sublogs)
+        return original(name, *args, **kwargs)
 
     monkeypatch.setattr(controller.segments, "create", create)
 
