@@ -39,9 +39,11 @@ $(EMR_SPARK)/.installed: $(BIN)/uv Makefile
 	touch $@
 
 # Two pytest workers, a file per worker at a time: each has its own moto server, so both cores work
-# (one moto answers one request at a time, in the test process). Then the Spark tests on EMR's Spark.
+# (one moto answers one request at a time, in the test process). A worker that dies ends the run at
+# once, naming its test: pytest-xdist 3.8's replacement of a dead worker under loadfile can wait for
+# ever. Then the Spark tests on EMR's Spark.
 test: $(STAMP) $(CHECKOV) $(EMR_SPARK)/.installed
-	RILLET_CHECKOV=$(CHECKOV) $(BIN)/pytest -n 2 --dist loadfile
+	RILLET_CHECKOV=$(CHECKOV) $(BIN)/pytest -n 2 --dist loadfile --max-worker-restart 0
 	PYTHONPATH=$(CURDIR)/$(EMR_SPARK) RILLET_SPARK_VERSION=4.0. $(BIN)/pytest tests/spark -p no:cacheprovider
 
 bench: $(STAMP)

@@ -26,6 +26,7 @@ from dagster import DagsterInstance
 from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
 from dagster._core.test_utils import create_run_for_test
 from test_dagster_emr import TEMPLATE
+from this_thread import patch_in_this_thread
 
 from dagster_project import postgres_storage
 
@@ -143,6 +144,6 @@ def test_a_password_fixed_at_start_fails_after_a_rotation(user, tmp_path, monkey
     instance = _instance(tmp_path, user, {"postgres": {"postgres_db": {"password": "first"}}})
     _tick(instance)
     user["rotate"]("second")
-    monkeypatch.setattr(time, "sleep", lambda _s: None)  # dagster-postgres's connection retries
+    patch_in_this_thread(monkeypatch, time, "sleep", lambda _s: None)  # dagster-postgres's connection retries
     with pytest.raises(Exception, match="too many retries|password authentication failed"):
         _tick(instance)

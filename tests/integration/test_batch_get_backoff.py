@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from dataplane_model import _api_calls_through
 from pynamodb.exceptions import GetError
+from this_thread import patch_in_this_thread
 
 from dataplane import deployment as deployment_module
 from dataplane.deployment import BATCH_GET_ATTEMPTS, batch_get
@@ -56,8 +57,8 @@ def _throttling(answers_left_short: int | None):
 
 def test_unprocessed_keys_are_asked_for_again_after_growing_pauses(items, monkeypatch):
     pauses: list[float] = []
-    monkeypatch.setattr(deployment_module.time, "sleep", pauses.append)
-    monkeypatch.setattr(deployment_module.random, "uniform", lambda low, high: high)  # the ceiling
+    patch_in_this_thread(monkeypatch, deployment_module.time, "sleep", pauses.append)
+    patch_in_this_thread(monkeypatch, deployment_module.random, "uniform", lambda low, high: high)  # the ceiling
     requests, patched = _throttling(answers_left_short=3)
     with _api_calls_through(patched):
         found = batch_get(SegmentItem, reversed(items), consistent_read=True)
@@ -70,7 +71,7 @@ def test_unprocessed_keys_are_asked_for_again_after_growing_pauses(items, monkey
 
 
 def test_keys_still_unprocessed_after_the_last_attempt_raise_rather_than_spin(items, monkeypatch):
-    monkeypatch.setattr(deployment_module.time, "sleep", lambda _s: None)
+    patch_in_this_thread(monkeypatch, deployment_module.time, "sleep", lambda _s: None)
     requests, patched = _throttling(answers_left_short=None)
     with _api_calls_through(patched), pytest.raises(GetError, match="still unprocessed"):
         batch_get(SegmentItem, items[:8], consistent_read=True)

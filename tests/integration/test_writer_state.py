@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 from dataplane_model import inject_crash, payload
 from interleave import Actor, explore
+from this_thread import patch_in_this_thread
 
 from dataplane import models, segment_store
 from dataplane.models import META_KEY, SegmentMeta, WriterState, writer_key
@@ -188,12 +188,10 @@ def test_a_block_waiting_for_its_predecessor_sees_it_after_other_writers_moved_t
     (the segment grew) and is appended, rather than refused OutOfOrder."""
     segment = f"{unique}/s/0"
     store.create(segment)
-    real_sleep, others_done, test_thread = segment_store.time.sleep, [], threading.get_ident()
+    real_sleep, others_done = segment_store.time.sleep, []
 
     def predecessor_and_others_commit(seconds: float) -> None:
-        # time.sleep is patched process-wide: only the waiting append's own sleep (in this thread) acts,
-        # not a sleep of some other thread of the worker, whose commits would race the wait's budget.
-        if not others_done and threading.get_ident() == test_thread:
+        if not others_done:
             others_done.append(True)
             store.append(segment, "a", 0, 1, frame(b"a0"), after=-1)
             for writer in ("c", "d"):  # the head record lists 2
@@ -201,7 +199,7 @@ def test_a_block_waiting_for_its_predecessor_sees_it_after_other_writers_moved_t
             assert "a" not in SegmentMeta.get(segment, META_KEY, consistent_read=True).writers.as_dict()
         real_sleep(seconds)
 
-    monkeypatch.setattr(segment_store.time, "sleep", predecessor_and_others_commit)
+    patch_in_this_thread(monkeypatch, segment_store.time, "sleep", predecessor_and_others_commit)
     result = store.append(segment, "a", 1, 1, frame(b"a1"), after=0)
     assert others_done and not result.duplicate
     assert store.read(segment, result.offset).data == frame(b"a1")

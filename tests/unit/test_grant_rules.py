@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from this_thread import patch_in_this_thread
 
 from controlplane import grants as grants_module
 from controlplane.grants import Authorizer, Need, allows, is_admin_grant, matches
@@ -153,7 +154,7 @@ def test_no_grants_allows_everyone():
 
 def test_cache_holds_for_its_period_and_forget_drops_it(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(grants_module.time, "monotonic", lambda: now[0])
+    patch_in_this_thread(monkeypatch, grants_module.time, "monotonic", lambda: now[0])
     store = CountingStore([Grant(principal=ALICE, resource="prn::*", permission="READ")])
     authorizer = Authorizer(store, ttl_s=30)
     authorizer.check(ALICE, [Need("prn::/scope:s", READ)])

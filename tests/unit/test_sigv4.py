@@ -8,7 +8,6 @@ literal plus, ``%20`` a space), re-encoded canonically and signed with botocore'
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urlsplit
 
@@ -16,6 +15,7 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from this_thread import patch_in_this_thread
 
 import rillet.transport as transport_module
 from rillet.errors import InvalidArgument, Throttled
@@ -124,18 +124,9 @@ def test_a_function_url_names_its_region(credentials):
 
 @pytest.fixture
 def sleeps(monkeypatch) -> list[float]:
-    """The transport's backoff sleeps, recorded instead of slept. ``time.sleep`` is the process's one
-    function: other threads (left running by earlier tests in this worker) sleep for real, unrecorded."""
+    """The transport's backoff sleeps, recorded instead of slept (this thread's only)."""
     slept: list[float] = []
-    real_sleep, test_thread = time.sleep, threading.current_thread()
-
-    def sleep(seconds: float) -> None:
-        if threading.current_thread() is test_thread:
-            slept.append(seconds)
-        else:
-            real_sleep(seconds)
-
-    monkeypatch.setattr(transport_module.time, "sleep", sleep)
+    patch_in_this_thread(monkeypatch, transport_module.time, "sleep", slept.append)
     return slept
 
 
