@@ -6,7 +6,8 @@ named here.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from contextvars import ContextVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -60,11 +61,27 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
+        try:  # BaseModel.__init__'s own call, which takes no ``extra``: parse_answer's must reach here
+            self.__pydantic_validator__.validate_python(data, self_instance=self, extra=_ANSWER_EXTRA.get())
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5])
             raise InvalidArgument(f"invalid {type(self).__name__}: {problems}") from None
+
+
+Answer = TypeVar("Answer", bound=BaseModel)
+# "ignore" while parse_answer validates: a body's own __init__ (above) validates its fields anew.
+_ANSWER_EXTRA: ContextVar[Literal["ignore"] | None] = ContextVar("answer_extra", default=None)
+
+
+def parse_answer(model: type[Answer], data: Any) -> Answer:
+    """The server's answer as ``model``, without the fields this SDK does not know: a later release of
+    the server may add fields to an answer, and an SDK deployed before it keeps reading it (as the AWS
+    SDKs do). Requests stay strict: the server refuses a field it does not know (400)."""
+    token = _ANSWER_EXTRA.set("ignore")
+    try:
+        return model.model_validate(data, extra="ignore")
+    finally:
+        _ANSWER_EXTRA.reset(token)
 
 
 class CreateScopeRequest(_Body):

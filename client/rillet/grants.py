@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from pydantic import Field, field_validator
 
-from rillet.api import Created, Deleted, _Body
+from rillet.api import Created, Deleted, _Body, parse_answer
 from rillet.transport import Transport
 
 ROOT = "prn::/"
@@ -105,24 +105,24 @@ class GrantsClient:
     def add(self, principal: str, resource: str, permission: Permission | str) -> bool:
         """Add a grant; False when it already existed."""
         body = Grant(principal=principal, resource=resource, permission=permission).model_dump(mode="json")
-        return Created.model_validate(self.transport.json("POST", "/v1/grants", json_body=body)).created
+        return parse_answer(Created, self.transport.json("POST", "/v1/grants", json_body=body)).created
 
     def remove(self, principal: str, resource: str, permission: Permission | str) -> bool:
         """Remove a grant; False when there was none."""
         grant = Grant(principal=principal, resource=resource, permission=permission)
-        return Deleted.model_validate(self.transport.json("DELETE", "/v1/grants", params=grant.model_dump(
+        return parse_answer(Deleted, self.transport.json("DELETE", "/v1/grants", params=grant.model_dump(
             mode="json"))).deleted
 
     def of(self, principal: str) -> list[Grant]:
         """The grants of one principal (an assumed-role session ARN means its role)."""
         page = self.transport.json("GET", "/v1/grants", params={"principal": principal})
-        return GrantList.model_validate(page).grants
+        return parse_answer(GrantList, page).grants
 
     def principals(self) -> Iterator[PrincipalGrants]:
         """Every principal with grants, and how many each has."""
         token = None
         while True:
-            page = PrincipalList.model_validate(self.transport.json("GET", "/v1/grants/principals",
+            page = parse_answer(PrincipalList, self.transport.json("GET", "/v1/grants/principals",
                                                                       params={"token": token}))
             yield from page.principals
             if not page.next_token:

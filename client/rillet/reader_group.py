@@ -162,7 +162,7 @@ class ReaderGroup:
         return self.connection.controller.transport
 
     def info(self) -> api.ReaderGroupInfo:
-        return api.ReaderGroupInfo.model_validate(self._transport.json("GET", self._path))
+        return api.parse_answer(api.ReaderGroupInfo, self._transport.json("GET", self._path))
 
     @property
     def config(self) -> ReaderGroupConfig:
@@ -183,20 +183,20 @@ class ReaderGroup:
     def initiate_checkpoint(self, name: str, timeout_s: float = 60.0, silent: bool = False) -> Checkpoint:
         """Start a checkpoint and wait until every reader has passed it; returns its stream cuts."""
         body = api.CheckpointRequest(name=name, silent=silent).model_dump()
-        info = api.CheckpointInfo.model_validate(self._transport.json("POST", f"{self._path}/checkpoints",
+        info = api.parse_answer(api.CheckpointInfo, self._transport.json("POST", f"{self._path}/checkpoints",
                                                                       json_body=body))
         deadline = time.monotonic() + timeout_s
         while not info.complete:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"checkpoint {name} did not complete within {timeout_s} s")
             time.sleep(0.2)
-            info = api.CheckpointInfo.model_validate(
+            info = api.parse_answer(api.CheckpointInfo, 
                 self._transport.json("GET", f"{self._path}/checkpoints/{quote(name, safe='')}"))
         return Checkpoint(name, {f"{c.scope}/{c.stream}": _cut(c) for c in info.cuts})
 
     def get_stream_cuts(self) -> dict[str, StreamCut]:
         """The group's position per stream, as of the readers' last reports."""
-        data = api.StreamCutList.model_validate(self._transport.json("GET", f"{self._path}/stream-cuts"))
+        data = api.parse_answer(api.StreamCutList, self._transport.json("GET", f"{self._path}/stream-cuts"))
         return {f"{c.scope}/{c.stream}": _cut(c) for c in data.cuts}
 
     def generate_stream_cuts(self, timeout_s: float = 60.0) -> dict[str, StreamCut]:
@@ -206,7 +206,7 @@ class ReaderGroup:
 
     def reset_reader_group(self, config: ReaderGroupConfig) -> ReaderGroupConfig:
         data = self._transport.json("PUT", f"{self._path}/config", json_body=config.model_dump(mode="json"))
-        return ReaderGroupConfig.model_validate(data)
+        return api.parse_answer(ReaderGroupConfig, data)
 
     def update_retention_stream_cut(self, cut: StreamCut) -> StreamCut:
         """Acknowledge consumption up to ``cut`` (groups with MANUAL_RELEASE_AT_USER_STREAMCUT retention).
@@ -217,10 +217,10 @@ class ReaderGroup:
         body = api.StreamCutBody(scope=cut.scope, stream=cut.stream, positions=list(cut.positions),
                                  incarnation=cut.incarnation)
         data = self._transport.json("POST", f"{self._path}/truncation-cut", json_body=body.model_dump(mode="json"))
-        return _cut(api.StreamCutBody.model_validate(data))
+        return _cut(api.parse_answer(api.StreamCutBody, data))
 
     def unread_bytes(self) -> int:
-        return api.UnreadBytes.model_validate(self._transport.json("GET", f"{self._path}/unread-bytes")).unread_bytes
+        return api.parse_answer(api.UnreadBytes, self._transport.json("GET", f"{self._path}/unread-bytes")).unread_bytes
 
 
 class ReaderGroupManager:
@@ -234,7 +234,7 @@ class ReaderGroupManager:
         body = api.CreateReaderGroupRequest(group=validate_reader_group_name(name), config=config)
         data = self.connection.controller.transport.json(
             "POST", f"/v1/scopes/{quote(self.scope, safe='')}/reader-groups", json_body=body.model_dump(mode="json"))
-        return api.Created.model_validate(data).created
+        return api.parse_answer(api.Created, data).created
 
     def get_reader_group(self, name: str) -> ReaderGroup:
         group = ReaderGroup(self.connection, self.scope, name)
@@ -243,7 +243,7 @@ class ReaderGroupManager:
 
     def delete_reader_group(self, name: str) -> bool:
         path = f"/v1/scopes/{quote(self.scope, safe='')}/reader-groups/{quote(name, safe='')}"
-        return api.Deleted.model_validate(self.connection.controller.transport.json("DELETE", path)).deleted
+        return api.parse_answer(api.Deleted, self.connection.controller.transport.json("DELETE", path)).deleted
 
 
 @dataclass
@@ -446,7 +446,7 @@ class EventStreamReader(Generic[T]):
         """Join the group; AlreadyExists while another reader of this id is online."""
         data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}",
                                           json_body=api.JoinRequest(instance=self._instance).model_dump())
-        assignment = api.Assignment.model_validate(data)
+        assignment = api.parse_answer(api.Assignment, data)
         self._apply(assignment)
         return assignment
 
@@ -457,7 +457,7 @@ class EventStreamReader(Generic[T]):
         try:
             data = self.group._transport.json("POST", f"{self.group._path}/readers/{quote(self.reader_id, safe='')}/sync",
                                               json_body=request.model_dump())
-            assignment = api.Assignment.model_validate(data)
+            assignment = api.parse_answer(api.Assignment, data)
             self._apply(assignment)
         except ReaderNotInReaderGroup as e:
             self._held.clear()  # another reader's now: not one more event from them

@@ -142,7 +142,7 @@ class SegmentClient:
             headers[api.RAW_BYTES] = "true"
         data = self.append_transport.json("POST", _path(scope, stream, segment), body=block, headers=headers,
                                           deadline=deadline)
-        return api.AppendAck.model_validate(data)
+        return api.parse_answer(api.AppendAck, data)
 
     def read(self, scope: str, stream: str, segment: str | int, offset: int,
              max_bytes: int = DEFAULT_READ_SIZE, incarnation: int | None = None) -> SegmentRead:
@@ -166,7 +166,7 @@ class SegmentClient:
             data = self.tails_transport.json("GET", _path(scope, stream, "tails"),
                                             params=_with_incarnation(
                                                 {"segments": ",".join(str(s) for s in chunk)}, incarnation))
-            tails += api.SegmentTails.model_validate(data).tails
+            tails += api.parse_answer(api.SegmentTails, data).tails
         return tails
 
     def locate(self, scope: str, stream: str, segment: str | int, offset: int,
@@ -175,7 +175,7 @@ class SegmentClient:
         data = self.read_transport.json("GET", _path(scope, stream, segment) + "/locations",
                                         params=_with_incarnation({"offset": offset, "max_bytes": max_bytes},
                                                                  incarnation))
-        return api.ReadLocations.model_validate(data)
+        return api.parse_answer(api.ReadLocations, data)
 
     def fetch(self, location: api.ReadLocation) -> bytes:
         """The bytes of one location: inline, or one ranged GET of its presigned URL (plain HTTP, no
@@ -225,10 +225,10 @@ class SegmentClient:
         """Where the bytes [start, end) are: S3 object ranges and ranges to read through ``read``."""
         data = self.read_transport.json("GET", _path(scope, stream, segment) + "/plan",
                                         params=_with_incarnation({"from": start, "to": end}, incarnation))
-        return api.ReadPlan.model_validate(data)
+        return api.parse_answer(api.ReadPlan, data)
 
     def info(self, scope: str, stream: str, segment: str | int) -> api.SegmentStatus:
-        return api.SegmentStatus.model_validate(self.read_transport.json("GET", _path(scope, stream, segment) + "/info"))
+        return api.parse_answer(api.SegmentStatus, self.read_transport.json("GET", _path(scope, stream, segment) + "/info"))
 
 
 class SegmentEventReader:

@@ -87,11 +87,11 @@ class Transaction(Generic[T]):
         lease would end past ``info.max_expiry_ms``: then the transaction stays open, and can still be
         committed, until its current lease ends (Pravega's pingTxn)."""
         self._check_open()
-        self.info = TxnInfo.model_validate(self._call("POST", "/ping", api.PingTxnRequest(lease_ms=lease_ms).model_dump()))
+        self.info = api.parse_answer(TxnInfo, self._call("POST", "/ping", api.PingTxnRequest(lease_ms=lease_ms).model_dump()))
         return self.info
 
     def check_status(self) -> TxnState:
-        self.info = TxnInfo.model_validate(self.connection.controller.transport.json("GET", self._path))
+        self.info = api.parse_answer(TxnInfo, self.connection.controller.transport.json("GET", self._path))
         return self.info.state
 
     def commit(self, timestamp_ms: int | None = None, timeout_s: float = 120.0) -> None:
@@ -110,7 +110,7 @@ class Transaction(Generic[T]):
         body = api.CommitTxnRequest(timestamp_ms=timestamp_ms, writer_id=self.writer_id).model_dump()
         deadline = time.monotonic() + timeout_s
         while True:
-            self.info = TxnInfo.model_validate(self._call("POST", "/commit", body))
+            self.info = api.parse_answer(TxnInfo, self._call("POST", "/commit", body))
             if self.info.state == TxnState.COMMITTED:
                 break
             if time.monotonic() > deadline:
@@ -120,7 +120,7 @@ class Transaction(Generic[T]):
 
     def abort(self) -> None:
         self._check_open()
-        self.info = TxnInfo.model_validate(self._call("POST", "/abort", None))
+        self.info = api.parse_answer(TxnInfo, self._call("POST", "/abort", None))
         self._finish(TxnState.ABORTED)
 
     def _finish(self, state: TxnState) -> None:
@@ -148,12 +148,12 @@ class TransactionalEventStreamWriter(Generic[T]):
     def begin(self, lease_ms: int | None = None) -> Transaction[T]:
         data = self.connection.controller.transport.json("POST", self._path,
                                                          json_body=api.BeginTxnRequest(lease_ms=lease_ms).model_dump())
-        return Transaction(self.connection, TxnInfo.model_validate(data), self.serializer, self.config, self.writer_id)
+        return Transaction(self.connection, api.parse_answer(TxnInfo, data), self.serializer, self.config, self.writer_id)
 
     def get_txn(self, txn_id: str) -> Transaction[T]:
         """Resume a transaction by id (for instance one begun by a writer that died)."""
         data = self.connection.controller.transport.json("GET", f"{self._path}/{txn_id}")
-        info = TxnInfo.model_validate(data)
+        info = api.parse_answer(TxnInfo, data)
         txn = Transaction(self.connection, info, self.serializer, self.config, self.writer_id)
         if info.state != TxnState.OPEN:
             txn._closed = info.state
@@ -169,7 +169,7 @@ class TransactionalEventStreamWriter(Generic[T]):
         body = api.CommitBatchRequest(batch_id=batch_id, txn_ids=txn_ids).model_dump()
         data = self.connection.controller.transport.json(
             "POST", self._path.rsplit("/", 1)[0] + f"/sinks/{quote(sink, safe='')}/batches", json_body=body)
-        return api.CommitBatchResult.model_validate(data).committed
+        return api.parse_answer(api.CommitBatchResult, data).committed
 
     def close(self) -> None:
         """Nothing to release: each transaction owns its writer."""
