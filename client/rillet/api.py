@@ -61,7 +61,7 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     def __init__(self, **data: Any) -> None:
-        try:  # BaseModel.__init__'s own call, which takes no ``extra``: parse_answer's must reach here
+        try:  # what BaseModel.__init__ does, plus parse_answer's ``extra`` (pydantic calls __init__ without it)
             self.__pydantic_validator__.validate_python(data, self_instance=self, extra=_ANSWER_EXTRA.get())
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5])

@@ -24,4 +24,3 @@ def test_only_the_tests_own_thread_gets_the_replacement(monkeypatch):
     poller.join(timeout=10)
     assert recorded == [0.5]
     assert slept_for_real and slept_for_real[0] >= 0.05
-
