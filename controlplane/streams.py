@@ -659,16 +659,27 @@ class StreamTasks:
             slices.append(SegmentSlice(segment=segment, start_offset=begin, end_offset=max(begin, finish)))
         return slices
 
-    def next_cut(self, scope: str, stream: str, offsets: dict[int, int]) -> list[SegmentPosition]:
-        """How far a reader at ``offsets`` can read without mixing a segment and its successors.
+    def next_cut(self, scope: str, stream: str, offsets: dict[int, int],
+                 incarnation: int | None = None) -> list[SegmentPosition]:
+        """How far a reader at ``offsets`` (of the stream's ``incarnation``, if given) can read without
+        mixing a segment and its successors.
 
         Segments read to their sealed end give way to their successors at offset 0, but only once all
         of a successor's predecessors are at their ends; then every segment extends to its current
         length (or sealed size). The bytes between the two cuts never hold a key's events from a
         segment and from its successor, so a consumer of consecutive ranges keeps per-key order.
+        A stream deleted (and perhaps created again) while this reads is StreamNotFound (or
+        StreamRecreated), as it would have been a moment later.
         """
         start = self.resolve_cut(scope, stream, offsets)
         records = {r.segment_id: r for r in self.store.list_segments(scope, stream, min(offsets))}
+        named = {p.segment.segment_id for p in start}
+        named |= {successor for sid in named if sid in records for successor in records[sid].successors}
+        if not named <= records.keys():  # deleted since resolve_cut read them
+            self.check_incarnation(self.store.get_stream(scope, stream), incarnation)
+            raise StreamNotFound(f"stream {scope}/{stream} was deleted while its cut was read")
+        if incarnation is not None:  # the records listed may be of an incarnation created since
+            self.check_incarnation(self.store.get_stream(scope, stream), incarnation)
         done = {p.segment.segment_id for p in start
                 if records[p.segment.segment_id].sealed_size is not None
                 and p.offset >= records[p.segment.segment_id].sealed_size}

@@ -217,7 +217,8 @@ def get_slices(scope: ScopeName, stream: StreamName,
 def get_next_cut(scope: ScopeName, stream: StreamName,
                  start: Annotated[str, Query(alias="from", description="A stream cut in text form.")]) -> PositionList:
     offsets = _cut_offsets(scope, stream, start)
-    return PositionList(positions=streams.next_cut(scope, stream, offsets), incarnation=StreamCut.from_text(start).incarnation)
+    incarnation = StreamCut.from_text(start).incarnation
+    return PositionList(positions=streams.next_cut(scope, stream, offsets, incarnation), incarnation=incarnation)
 
 
 @app.get("/v1/scopes/<scope>/streams/<stream>/cut-at-time",

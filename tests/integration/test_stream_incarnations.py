@@ -13,7 +13,7 @@ import pytest
 import urllib3
 from dataplane_model import payload, small_store
 
-from rillet.errors import StreamRecreated
+from rillet.errors import StreamNotFound, StreamRecreated
 from rillet.framing import frame
 from rillet.keyspace import segment_id
 from rillet.models import ScalingPolicy, StreamConfiguration, StreamState
@@ -137,3 +137,34 @@ def test_a_scale_finisher_stalled_across_a_delete_and_create_again_writes_nothin
             c.segments.info(segment_name(scope, stream, segment_id(1, number)))
     for sid in (0, 1):
         assert c.segments.info(segment_name(scope, stream, sid)).stream_incarnation == record.created_ms
+
+
+@pytest.mark.parametrize("created_again", [False, True])
+def test_a_next_cut_across_a_delete_is_a_typed_error_not_a_5xx(controller, unique, monkeypatch, created_again):
+    """A reader asks how far it may read (next cut) while the stream is sealed, deleted and perhaps created
+    again between the cut's resolution and the listing of its segments (seen as an HTTP 500, KeyError 0,
+    under a running Spark query): the answer is StreamNotFound, or StreamRecreated for a cut of the old
+    incarnation, as it would have been a moment later."""
+    c, scope, stream = controller, unique, "s"
+    c.streams.create_scope(scope)
+    c.streams.create_stream(scope, stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    c.segments.append(segment_name(scope, stream, 0), "w", 0, 1, frame(b"x" * 10))
+    c.streams.scale_stream(scope, stream, [0], [(0.0, 0.5), (0.5, 1.0)])  # segment 0 sealed, two successors
+    old = int(c.store.get_stream(scope, stream).created_ms)
+    staged = []
+    real_resolve = type(c.streams).resolve_cut
+
+    def resolve_then_delete(self, *args):
+        answer = real_resolve(self, *args)
+        if not staged:
+            staged.append(True)
+            c.streams.seal_stream(scope, stream)
+            c.streams.delete_stream(scope, stream)
+            if created_again:
+                c.streams.create_stream(scope, stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(3)))
+        return answer
+
+    monkeypatch.setattr(type(c.streams), "resolve_cut", resolve_then_delete)
+    with pytest.raises(StreamRecreated if created_again else StreamNotFound):
+        c.streams.next_cut(scope, stream, {0: 10}, incarnation=old)
+    assert staged, "the staging never ran"
