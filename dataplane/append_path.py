@@ -177,10 +177,12 @@ class AppendPath(SublogAppends):
                 return done  # a retry of an acknowledged block: no PUT needed
             key = self._upload(segment, block, data)
             block = replace(block, object_key=key)
-            if after is not None:
-                meta = None  # it may have waited on the upload: read the head record again
             try:
-                result = self._place(segment, block, expected_offset, after, meta)
+                # A pipelined block may have waited on the upload: it reads the head record again, but of
+                # the incarnation it began with (a name deleted and created again meanwhile, maybe in
+                # sub-log mode, whose de-duplication would not see a block the chain put there).
+                result = self._place(segment, block, expected_offset, after, None if after is not None else meta,
+                                     incarnation=int(meta.created_ms))
             except _REFUSALS:
                 self._delete_object(key)
                 raise
@@ -221,8 +223,10 @@ class AppendPath(SublogAppends):
         return self._place(target, _Block(size=length, writer=MERGE_KEY, source=source), None).offset
 
     def _place(self, segment: str, block: _Block, expected_offset: int | None, after: int | None = None,
-               meta: SegmentMeta | None = None) -> AppendResult:
-        """Claim and commit the block at the tail (see the module docstring).
+               meta: SegmentMeta | None = None, incarnation: int | None = None) -> AppendResult:
+        """Claim and commit the block at the tail (see the module docstring), in the segment's incarnation
+        ``meta`` shows, else ``incarnation`` (None: the first head read's): a head record of another is
+        SegmentNotFound.
 
         When it refuses the block (one of ``_REFUSALS``) or answers a duplicate, no claim of this
         request is left that could still commit: a claim it made either was released, or can never
@@ -232,7 +236,8 @@ class AppendPath(SublogAppends):
         owned_at = None  # where this request's own claim put the block
         paused_for, lost = None, 0  # the other claim this request last paused for; rounds lost
         ticket = None  # this request's place in the segment's queue, once it has lost the tail twice
-        incarnation = None if meta is None else int(meta.created_ms)  # of the segment this request appends to
+        if meta is not None:
+            incarnation = int(meta.created_ms)  # of the segment this request appends to
         waiting_since, waited, waited_length = None, None, None
         poll_s = self.settings.order_poll_ms / 1000  # backs off: a slow predecessor costs few reads
         while True:

@@ -191,7 +191,7 @@ class SublogAppends(SegmentJournal):
                     new_writer = state is None and (after is None or after < 0)
                     done = self._put_pending(meta, block, token, new_writer, expected_offset, state)
                     if not isinstance(done, AppendResult):
-                        done = self._await_batch(meta, lease, block, done, after, deadline)
+                        done = self._await_batch(meta, lease, block, done, after, expected_offset, deadline)
                 if done is not None:
                     if done.duplicate and block.object_key is not None:
                         self._delete_object(block.object_key)  # another request's copy was committed
@@ -275,28 +275,49 @@ class SublogAppends(SegmentJournal):
                             since_ms=now_ms(), new_writer=new_writer or None, expected_offset=expected_offset,
                             seen=seen, expires_at=now_ms() // 1000 + _PENDING_TTL_S)
         table = PendingBlock._get_connection()
-        try:  # through botocore, as append_path._put_unless_taken: PynamoDB's save drops the refused item
-            table.connection.client.put_item(
-                TableName=table.table_name, Item=item.serialize(), ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames={"#pk": PendingBlock.pk.attr_name}, ReturnValuesOnConditionCheckFailure="ALL_OLD")
-            return _Watch(pk, sk, token, mine=True)
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") != _CONDITION_FAILED:
-                raise PutError("Failed to put item", e) from e
-            raw = e.response.get("Item")
-        try:
-            existing = PendingBlock.from_raw_data(raw) if raw else PendingBlock.get(pk, sk, consistent_read=True)
-        except DoesNotExist:
-            return _Watch(pk, sk, token, mine=False)  # withdrawn meanwhile: the wait finds it gone, and we put again
-        if int(existing.token) == token:
-            return _Watch(pk, sk, token, mine=True)  # our own put, applied by an attempt whose answer was lost
-        if existing.offset is not None:
-            offset = int(existing.offset) if int(existing.first) == block.first else None
-            return AppendResult(offset, int(meta.length), duplicate=True)
-        return _Watch(pk, sk, int(existing.token), mine=False)
+        for _ in range(2):  # again once, after clearing a refused twin's item from the key
+            try:  # through botocore, as append_path._put_unless_taken: PynamoDB's save drops the refused item
+                table.connection.client.put_item(
+                    TableName=table.table_name, Item=item.serialize(), ConditionExpression="attribute_not_exists(#pk)",
+                    ExpressionAttributeNames={"#pk": PendingBlock.pk.attr_name},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD")
+                return _Watch(pk, sk, token, mine=True)
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") != _CONDITION_FAILED:
+                    raise PutError("Failed to put item", e) from e
+                raw = e.response.get("Item")
+            try:
+                existing = PendingBlock.from_raw_data(raw) if raw else PendingBlock.get(pk, sk, consistent_read=True)
+            except DoesNotExist:
+                return _Watch(pk, sk, token, mine=False)  # withdrawn meanwhile: the wait finds it gone, and we put again
+            if int(existing.token) == token:
+                return _Watch(pk, sk, token, mine=True)  # our own put, applied by an attempt whose answer was lost
+            if existing.offset is not None:
+                offset = int(existing.offset) if int(existing.first) == block.first else None
+                return AppendResult(offset, int(meta.length), duplicate=True)
+            if existing.refused_at is None:
+                return _Watch(pk, sk, int(existing.token), mine=False)
+            self._clear_refusal(existing, expected_offset, int(meta.length))
+        return _Watch(pk, sk, int(existing.token), mine=False)  # refused once more: the wait finds it gone
+
+    @staticmethod
+    def _clear_refusal(item: PendingBlock, expected_offset: int | None, length: int) -> None:
+        """A twin request's item that a batch refused: its appender died before withdrawing it, or is
+        about to answer a client that has sent this request instead. The refusal is final (no batch
+        commits a refused item), so this request removes it, conditioned on the refusal it read, and
+        answers OffsetMismatch too if its own expected offset is not the length as known now: the larger
+        of the refusal's and its own head read's ``length``, both read during this request (lengths only
+        grow). Else it returns, and the caller puts its own block (an unconditional one of the same
+        events, or the length reached the offset since)."""
+        _delete_if(item, PendingBlock.offset.does_not_exist() & (PendingBlock.token == item.token)
+                   & (PendingBlock.refused_at == item.refused_at))
+        known = max(int(item.refused_at), length)
+        if expected_offset is not None and expected_offset != known:
+            raise OffsetMismatch(f"expected offset {expected_offset} but the segment's length was {known}",
+                                 length=known)
 
     def _await_batch(self, meta: SegmentMeta, lease: BatchLease | None, block: _Block, watch: _Watch,
-                     after: int | None, deadline: float) -> AppendResult | None:
+                     after: int | None, expected_offset: int | None, deadline: float) -> AppendResult | None:
         """Wait until a batch commits the watched item, batching while this request holds the lease; the
         answer, or None when a twin's item was withdrawn (the caller puts its own again). A request that
         tells nothing (throttled, 5xx, reset) does not end the wait: only the deadline does."""
@@ -327,7 +348,12 @@ class SublogAppends(SegmentJournal):
                     return self._committed(watch, int(item.offset), int(item.first), block)
                 if item.refused_at is not None:
                     if not watch.mine:
+                        self._clear_refusal(item, expected_offset, int(meta.length))
                         return None
+                    if item.batcher is not None and item.batcher != handed_used:
+                        # Handed the lease by a batch that raced another batcher's refusal: unused, it
+                        # would stall the segment until it ran out.
+                        self._release_lease(meta, item.batcher)
                     self._withdraw(watch)
                     raise OffsetMismatch(f"expected offset {int(item.expected_offset)} but the segment's length "
                                          f"was {int(item.refused_at)}", length=int(item.refused_at))
@@ -524,7 +550,8 @@ class SublogAppends(SegmentJournal):
         round, at most a refused transaction, and never refuses or holds back a block by itself."""
         segment, incarnation, shards = meta.pk, int(meta.created_ms), int(meta.sublog_shards)
         head = _SHARD_QUERIES.submit(self._head_and_lease, segment, incarnation)  # with the shards': one round trip
-        pending = self._pending(segment, incarnation, shards)
+        waiting = self._pending(segment, incarnation, shards)
+        pending = [p for p in waiting if p.refused_at is None]
         meta, held = head.result()
         if meta is None or meta.sealed or int(meta.created_ms) != incarnation or held is None or held.batcher != token:
             return None
@@ -554,12 +581,14 @@ class SublogAppends(SegmentJournal):
         offsets = _offsets(int(meta.length), chosen)
         ours = next((i for i, p in enumerate(chosen) if watch.is_item(p)), None)
         chosen_keys = {(p.pk, p.sk) for p in chosen}
-        # The lease goes only to a block whose appender still waits (it gives up after sublog_wait_ms);
-        # a dead appender's block that no batch can take is withdrawn after twice that, or it would
-        # be read by every round until its TTL.
+        # The lease goes only to a block whose appender still waits (it gives up after sublog_wait_ms),
+        # never to one refused in this round (its appender answers OffsetMismatch and batches nothing);
+        # a dead appender's block that no batch can take, or that a batch refused, is withdrawn after
+        # twice that, or it would be read by every round until its TTL.
         alive_since = now_ms() - self.settings.sublog_wait_ms
-        rest = [p for p in pending if (p.pk, p.sk) not in chosen_keys and int(p.since_ms) > alive_since]
-        for dead in pending:
+        passed_over = chosen_keys | {(p.pk, p.sk) for p in refusals}
+        rest = [p for p in pending if (p.pk, p.sk) not in passed_over and int(p.since_ms) > alive_since]
+        for dead in waiting:
             if (dead.pk, dead.sk) not in chosen_keys and int(dead.since_ms) < alive_since - self.settings.sublog_wait_ms:
                 self._withdraw(_Watch(dead.pk, dead.sk, int(dead.token), mine=False))
         applied = self._commit(meta, token, chosen, offsets, states, hand_to=None if ours is None else
@@ -569,13 +598,14 @@ class SublogAppends(SegmentJournal):
         return _AGAIN  # refused, or its answer lost: the next round reads whether it applied
 
     def _pending(self, segment: str, incarnation: int, shards: int) -> list[PendingBlock]:
-        """Every pending block of the segment, oldest first. Bounded by the appenders waiting (each waits
-        ``sublog_wait_ms`` at most, with one block) and dead appenders' blocks (until their TTL)."""
+        """Every block of the segment no batch committed, oldest first: pending ones, and refused ones
+        not withdrawn yet (a round withdraws those of dead appenders). Bounded by the appenders waiting
+        (each waits ``sublog_wait_ms`` at most, with one block) and dead appenders' blocks (until a round
+        withdraws them, or their TTL)."""
 
         def shard(n: int) -> list[PendingBlock]:
             return list(PendingBlock.query(shard_pk(segment, incarnation, "p", n), consistent_read=True,
-                                           filter_condition=PendingBlock.offset.does_not_exist()
-                                           & PendingBlock.refused_at.does_not_exist()))
+                                           filter_condition=PendingBlock.offset.does_not_exist()))
 
         found = [p for items in _SHARD_QUERIES.map(shard, range(shards)) for p in items]
         return sorted(found, key=lambda p: (int(p.since_ms), p.pk, p.sk))
@@ -738,7 +768,9 @@ class SublogAppends(SegmentJournal):
             return
         time.sleep(self.settings.contention_pause_ms / 1000)
         fresh = self._meta(meta.pk)
-        if int(fresh.length) == offset:
+        # The claim is of the incarnation read before the pause: a name deleted and created again
+        # meanwhile, at that length, must not commit it.
+        if int(fresh.length) == offset and int(fresh.created_ms) == int(meta.created_ms):
             self._help_claim(fresh, offset, claim)
 
 
