@@ -64,7 +64,7 @@ from controlplane.store import (
 )
 from controlplane.streams import StreamTasks, _range, scale_thresholds
 from dataplane.deployment import batch_get
-from dataplane.fanout import fan_out, per_second
+from dataplane.fanout import error_outcome, fan_out, per_second
 from dataplane.shards import query_every_shard, shard_key
 from rillet.errors import (
     IllegalState,
@@ -328,7 +328,9 @@ class TransactionTasks:
 
     def abort_all_if_expired(self, transactions: list[str], workers: int = TIMEOUT_WORKERS) -> TimeoutRun:
         """:meth:`abort_if_expired` of each "scope/stream/txn id", ``workers`` at once: each abort is
-        conditioned on what it read of its own transaction, so they need no order among them."""
+        conditioned on what it read of its own transaction, so they need no order among them. Any other
+        error (throttled, say) is that transaction's outcome, ``error: <code>``, not the run's: the other
+        transactions are aborted all the same and the next run asks again for this one."""
         def outcome(item: str) -> str:
             scope, stream, txn_id = item.split("/")
             try:
@@ -336,7 +338,7 @@ class TransactionTasks:
             except (TxnFailed, TxnNotFound) as e:  # committed (or gone) in the meantime: the outcome stands
                 return f"not aborted: {e.code} {e.details.get('status', '')}".strip()
 
-        outcomes, seconds = fan_out(outcome, transactions, workers)
+        outcomes, seconds = fan_out(outcome, transactions, workers, on_error=lambda _, error: error_outcome(error))
         return TimeoutRun(dict(zip(transactions, outcomes, strict=True)), seconds)
 
     def abort_if_expired(self, scope: str, stream: str, txn_id: str) -> TxnInfo:

@@ -4,10 +4,12 @@ Each tick is ``AutoScaler.tick`` (controlplane/autoscale.py): the scale candidat
 ``scale-candidates`` index (marked by the append path when a rate crosses a threshold, or due when an
 idle segment's rates will have decayed under the merge thresholds), their streams' decisions, and the
 marks moved or cleared. An idle auto-scaled stream costs a tick no request. The sensor requests one
-run per decision with a deterministic run key (stream, epoch, segments, split or merge), so a decision
-seen again (its segments are looked at again after a while, in case the run did not apply it) starts
-once. The run executes the scale workflow; if the stream moved on meanwhile (another scale, a commit),
-the run records that and the decision's segments are looked at again later. Either way the run keeps
+run per decision, keyed by the decision (stream, epoch, segments, split or merge) and the number of its
+runs that did not apply it (dagster_project/attempts.py): a decision seen again while its run is in
+flight starts once, and one seen again after its run did not apply it (its segments are looked at again
+after a while) starts a new run. The run executes the scale workflow; if the stream moved on or was
+busy meanwhile (another scale, a commit, a truncation), the run records that, tags itself unfinished,
+and the decision's segments are looked at again later. Either way the run keeps
 the decision, its reason and its outcome on the stream's current epoch record, where `rillet stream
 rates` shows them (controlplane/scale_report.py).
 """
@@ -17,7 +19,6 @@ from dagster import (
     DefaultSensorStatus,
     OpExecutionContext,
     Output,
-    RunRequest,
     SensorEvaluationContext,
     SkipReason,
     job,
@@ -26,6 +27,7 @@ from dagster import (
 )
 
 from controlplane.scale_report import remember_decision
+from dagster_project.attempts import ATTEMPTS, Attempts, mark_unfinished
 from dagster_project.resources import RilletDeployment, sensor_interval
 from dataplane.segment_store import now_ms
 from rillet.errors import IllegalState, InvalidArgument, WriteConflict
@@ -49,6 +51,7 @@ def scale_stream(context: OpExecutionContext, config: ScaleRequest, rillet: Rill
         outcome = f"scaled to epoch {epoch}"
     except (IllegalState, InvalidArgument, WriteConflict) as e:
         outcome = f"not applied: {e.code}: {e.message}"
+        mark_unfinished(context, {f"{config.scope}/{config.stream}": outcome})
     context.log.info("%s/%s: %s (%s)", config.scope, config.stream, outcome, config.reason)
     try:  # for `rillet stream rates`: one small update per run, none per sensor tick
         remember_decision(streams.store, config.scope, config.stream, config.epoch, config.reason, outcome, now_ms())
@@ -67,11 +70,24 @@ def scale_stream_job() -> None:
         default_status=DefaultSensorStatus.RUNNING,
         description="Decides splits and merges for the streams whose segments signalled a scale candidate.")
 def autoscale_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
-    requests = [RunRequest(
-        run_key=f"scale-{s.scope}/{s.stream}-{s.epoch}-{s.decision.key}",
-        run_config={"ops": {"scale_stream": {"config": {
-            "scope": s.scope, "stream": s.stream, "seal": s.decision.seal,
-            "new_ranges": [list(r) for r in s.decision.new_ranges], "reason": s.decision.reason,
-            "epoch": s.epoch}}}},
-        tags={"rillet/stream": f"{s.scope}/{s.stream}"}) for s in rillet.controller().autoscaler.tick(now_ms())]
-    return requests or SkipReason("no stream needs scaling")
+    decided = rillet.controller().autoscaler.tick(now_ms())
+    if not decided:
+        return SkipReason("no stream needs scaling")
+    attempts = Attempts.of(context, scale_stream_job.name)
+    requests, set_aside = [], []
+    for s in decided:
+        stream = f"{s.scope}/{s.stream}"
+        _, failing = attempts.set_aside([stream])
+        request = None if failing else attempts.request(
+            f"scale-{stream}-{s.epoch}-{s.decision.key}",
+            run_config={"ops": {"scale_stream": {"config": {
+                "scope": s.scope, "stream": s.stream, "seal": s.decision.seal,
+                "new_ranges": [list(r) for r in s.decision.new_ranges], "reason": s.decision.reason,
+                "epoch": s.epoch}}}},
+            tags={"rillet/stream": stream})
+        if request is None:
+            set_aside.append(stream)
+        else:
+            requests.append(request)
+    attempts.report(context, set_aside)
+    return requests or SkipReason(f"{len(decided)} decision(s), set aside after {ATTEMPTS} failed runs")

@@ -1,4 +1,8 @@
-"""Transaction timeouts: abort open transactions whose lease or maximum execution time has passed."""
+"""Transaction timeouts: abort open transactions whose lease or maximum execution time has passed.
+
+A transaction whose abort raised (throttled, say) is that transaction's outcome, not the run's; the run
+tags itself unfinished and the sensor asks for it again under a new run key (dagster_project/attempts.py).
+"""
 
 from dagster import (
     Config,
@@ -6,7 +10,6 @@ from dagster import (
     MetadataValue,
     OpExecutionContext,
     Output,
-    RunRequest,
     SensorEvaluationContext,
     SkipReason,
     job,
@@ -15,7 +18,9 @@ from dagster import (
 )
 
 from controlplane.transactions import TIMEOUT_RUN_LIMIT
+from dagster_project.attempts import ATTEMPTS, Attempts, mark_unfinished
 from dagster_project.resources import RilletDeployment, sensor_interval, work_key
+from dataplane.fanout import ERROR_PREFIX
 
 LISTED = 20  # a run's metadata lists the transactions it did not abort (up to this many) and counts the rest
 
@@ -36,8 +41,10 @@ def abort_expired_transactions(context: OpExecutionContext, config: ExpiredTrans
         f"| `{item}` | {outcome} |" for item, outcome in others[:LISTED])
     if len(others) > LISTED:
         table += f"\n\nand {len(others) - LISTED} more"
+    failed = {item: outcome for item, outcome in others if outcome.startswith(ERROR_PREFIX)}
+    mark_unfinished(context, failed)
     return Output(aborted, metadata={
-        "aborted": aborted, "transactions": len(run.outcomes), "seconds": round(run.seconds, 3),
+        "aborted": aborted, "transactions": len(run.outcomes), "failed": len(failed), "seconds": round(run.seconds, 3),
         "aborted_per_s": round(aborted / run.seconds, 1) if run.seconds else 0.0, "not_aborted": MetadataValue.md(table)})
 
 
@@ -49,10 +56,15 @@ def abort_expired_transactions_job() -> None:
 @sensor(job=abort_expired_transactions_job, minimum_interval_seconds=sensor_interval("txn_timeout", 10),
         default_status=DefaultSensorStatus.RUNNING,
         description="Reads the sparse txn-deadlines index (one query per shard a tick) for expired open "
-                    "transactions, up to 1,000 a run; the next tick takes the rest.")
+                    "transactions, up to 1,000 a run; the next tick takes the rest (and those a run did "
+                    "not abort because of an error).")
 def txn_timeout_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
     expired = [f"{t.scope}/{t.stream}/{t.txn_id}" for t in rillet.controller().transactions.expired(TIMEOUT_RUN_LIMIT)]
     if not expired:
         return SkipReason("no expired transaction")
-    return RunRequest(run_key=work_key("txn-timeout", expired),
-                      run_config={"ops": {"abort_expired_transactions": {"config": {"transactions": expired}}}})
+    attempts = Attempts.of(context, abort_expired_transactions_job.name)
+    asked, failing = attempts.set_aside(expired)
+    request = attempts.request(work_key("txn-timeout", asked), run_config={
+        "ops": {"abort_expired_transactions": {"config": {"transactions": asked}}}}) if asked else None
+    attempts.report(context, failing if request else expired)
+    return request or SkipReason(f"{len(expired)} expired transaction(s), set aside after {ATTEMPTS} failed runs")

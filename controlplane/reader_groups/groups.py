@@ -81,7 +81,7 @@ from controlplane.reader_groups.subscriptions import (
 )
 from controlplane.reader_items import ReaderItemRecord, ReaderItems, reader_sk
 from controlplane.store import _decode_token, _encode_token, versioned_update
-from dataplane.fanout import fan_out
+from dataplane.fanout import error_outcome, fan_out
 from rillet.api import Assignment, CheckpointInfo, ReaderGroupInfo, SegmentOffset, SyncRequest
 from rillet.errors import IllegalState, ReaderGroupNotFound, WriteConflict
 from rillet.models import (
@@ -291,9 +291,13 @@ class ReaderGroups:
 
     def expire_readers_of(self, groups: list[tuple[str, str]], workers: int = LEASE_WORKERS) -> LeaseRun:
         """:meth:`expire_readers` of each (scope, group), ``workers`` at once (each changes only its own
-        group's records, by conditioned writes)."""
-        expired, seconds = fan_out(lambda group: self.expire_readers(*group), groups, workers)
-        return LeaseRun(dict(zip(groups, expired, strict=True)), seconds)
+        group's records, by conditioned writes). A group whose look raises (throttled, say) is that
+        group's error outcome, not the run's: the other groups are looked at all the same."""
+        outcomes, seconds = fan_out(lambda group: self.expire_readers(*group), groups, workers,
+                                    on_error=lambda _, error: error_outcome(error))
+        looked_at = dict(zip(groups, outcomes, strict=True))
+        return LeaseRun({g: readers for g, readers in looked_at.items() if not isinstance(readers, str)}, seconds,
+                        {g: error for g, error in looked_at.items() if isinstance(error, str)})
 
     def groups_due_for_lease_check(self, limit: int = LEASE_RUN_LIMIT) -> dict[tuple[str, str], int]:
         """The groups whose earliest reader lease may have ended, (scope, group) -> the deadline that

@@ -16,7 +16,7 @@ deadline; the lease job (the Dagster sensor ``reader_lease_sensor``) queries it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
@@ -162,12 +162,16 @@ def groups_due(now: int, limit: int) -> dict[tuple[str, str], int]:
 
 @dataclass(frozen=True)
 class LeaseRun:
-    """What a lease run did: the readers it took offline, per group it looked at, and how fast."""
+    """What a lease run did: the readers it took offline, per group it looked at, and how fast; the
+    groups whose look raised, with their error outcome (the next run looks at them again)."""
 
     expired: dict[tuple[str, str], list[str]]
     seconds: float
+    errors: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def summary(self) -> str:
         readers = sum(len(names) for names in self.expired.values())
-        return (f"looked at {len(self.expired)} reader group(s) in {self.seconds:.2f} s "
-                f"({per_second(len(self.expired), self.seconds):,.1f}/s), took {readers} reader(s) offline")
+        looked_at = len(self.expired) + len(self.errors)
+        return (f"looked at {looked_at} reader group(s) in {self.seconds:.2f} s "
+                f"({per_second(looked_at, self.seconds):,.1f}/s), took {readers} reader(s) offline"
+                + (f", {len(self.errors)} group(s) failed" if self.errors else ""))

@@ -1,0 +1,104 @@
+"""Work that a run did not finish is asked again: the deployed sensors evaluated by Dagster's own sensor
+daemon code (``execute_sensor_iteration``, which skips a run key that already has a run, whatever its
+outcome), their runs executed by the instance as they start, against isolated tables.
+
+A fault is injected into one item's work on the first attempt only (each test checks it fired); the
+work must be done by a later tick's run all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from dagster import DagsterRunStatus
+from dagster._core.instance_for_test import instance_for_test
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster._daemon.sensor import execute_sensor_iteration
+
+HERE = Path(__file__).parent
+
+
+class Daemon:
+    """The sensor daemon's iterations over one code location of tests/dagster/daemon_location.py, each a
+    minute of Dagster's clock after the last, so no sensor's minimum interval holds a tick back."""
+
+    def __init__(self, instance, workspace) -> None:
+        self.instance, self.workspace = instance, workspace
+        self.clock = time.time()
+
+    def tick(self) -> None:
+        self.clock += 61
+        with freeze_time(self.clock):
+            list(execute_sensor_iteration(self.workspace, logging.getLogger("test-sensor-daemon"),
+                                          threadpool_executor=None, submit_threadpool_executor=None))
+
+    def runs(self):
+        return list(reversed(self.instance.get_runs()))  # the oldest first
+
+
+@contextmanager
+def daemon(isolated, monkeypatch, tmp_path, location: str):
+    mine, _ = isolated
+    for name, value in (("ENDPOINT_URL", mine.endpoint_url), ("METADATA_TABLE", mine.metadata_table),
+                        ("SEGMENTS_TABLE", mine.segments_table), ("BUCKET", mine.bucket)):
+        monkeypatch.setenv(f"RILLET_TEST_{name}", value)
+    origin = LoadableTargetOrigin(executable_path=sys.executable, python_file=str(HERE / "daemon_location.py"),
+                                  attribute=location, working_directory=str(HERE))
+    with instance_for_test(temp_dir=str(tmp_path), synchronous_run_coordinator=True,
+                           synchronous_run_launcher=True) as instance, \
+            create_test_daemon_workspace_context(
+                InProcessWorkspaceLoadTarget(InProcessCodeLocationOrigin(origin)), instance) as workspace:
+        yield Daemon(instance, workspace)
+
+
+def throttled_once(monkeypatch, owner, method: str, victim) -> list:
+    """Make ``owner.method`` raise DynamoDB's throttling error once for the call ``victim`` accepts;
+    returns the list of calls that raised (the test checks the fault fired)."""
+    from botocore.exceptions import ClientError
+
+    original, fired = getattr(owner, method), []
+
+    def faulty(self, *args, **kwargs):
+        if victim(*args) and not fired:
+            fired.append(args)
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "UpdateItem")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, method, faulty)
+    return fired
+
+
+def test_an_expired_transaction_whose_abort_was_throttled_is_aborted_by_a_later_run(
+        isolated, unique, monkeypatch, tmp_path):
+    from controlplane.models import TxnRecord, stream_pk, txn_sk
+    from controlplane.transactions import TransactionTasks
+    from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
+
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    txn = controller.transactions.begin(unique, "s", lease_ms=5_000)
+    TxnRecord.get(stream_pk(unique, "s"), txn_sk(txn.txn_id), consistent_read=True).update(
+        actions=[TxnRecord.lease_expiry_ms.set(1), TxnRecord.deadline_ms.set(1)])
+    fired = throttled_once(monkeypatch, TransactionTasks, "abort_if_expired", lambda *args: args[2] == txn.txn_id)
+
+    with daemon(isolated, monkeypatch, tmp_path, "txn_timeout") as d:
+        d.tick()
+        assert fired, "the fault was injected"
+        assert controller.transactions.status(unique, "s", txn.txn_id).state == TxnState.OPEN
+        d.tick()
+        assert controller.transactions.status(unique, "s", txn.txn_id).state == TxnState.ABORTED
+        first, second = d.runs()
+        assert first.run_id != second.run_id and second.status == DagsterRunStatus.SUCCESS
+        d.tick()  # nothing is due any more: no third run
+        assert len(d.runs()) == 2
