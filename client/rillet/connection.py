@@ -16,7 +16,7 @@ class Connection:
     (``GET /v1/endpoints``), so one URL is all a client needs.
     """
 
-    def __init__(self, endpoint: str, *, sign: bool | None = None, region: str | None = None,
+    def __init__(self, endpoint: str | None = None, *, sign: bool | None = None, region: str | None = None,
                  timeout_s: float = 30.0) -> None:
         self._options = {"sign": sign, "region": region, "timeout_s": timeout_s}
         self.controller = ControllerClient(Transport(endpoint, **self._options))

@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 
 class _Factory:
-    def __init__(self, scope: str, endpoint: str | Connection, *, sign: bool | None = None,
+    def __init__(self, scope: str, endpoint: str | Connection | None = None, *, sign: bool | None = None,
                  region: str | None = None) -> None:
         self.scope = validate_scope_name(scope)
         self.connection = endpoint if isinstance(endpoint, Connection) else Connection(endpoint, sign=sign,

@@ -179,7 +179,7 @@ class KeyValueTable:
 class KeyValueTableFactory:
     """Opens the key-value tables of a scope (Pravega's KeyValueTableFactory.withScope)."""
 
-    def __init__(self, endpoint: str, scope: str, *, sign: bool | None = None, region: str | None = None,
+    def __init__(self, endpoint: str | None, scope: str, *, sign: bool | None = None, region: str | None = None,
                  timeout_s: float = 30.0) -> None:
         self.controller = ControllerClient(Transport(endpoint, sign=sign, region=region, timeout_s=timeout_s))
         self.scope = scope
@@ -191,7 +191,7 @@ class KeyValueTableFactory:
 class KeyValueTableManager:
     """Creates, lists, describes, seals and deletes key-value tables (Pravega's KeyValueTableManager)."""
 
-    def __init__(self, endpoint: str, *, sign: bool | None = None, region: str | None = None,
+    def __init__(self, endpoint: str | None = None, *, sign: bool | None = None, region: str | None = None,
                  timeout_s: float = 30.0) -> None:
         self.controller = ControllerClient(Transport(endpoint, sign=sign, region=region, timeout_s=timeout_s))
 

@@ -24,10 +24,11 @@ class StreamManager:
     """Administers scopes and streams through the control API at ``endpoint``.
 
     ``endpoint`` is the controller's URL: ``http://127.0.0.1:9090`` in standalone, or the
-    controller Function URL on AWS (requests to it are SigV4-signed automatically).
+    controller Function URL on AWS (requests to it are SigV4-signed automatically). Left out, it is
+    ``RILLET_ENDPOINT`` (as for the CLI), else the standalone one; so is every client's endpoint.
     """
 
-    def __init__(self, endpoint: str, *, sign: bool | None = None, region: str | None = None,
+    def __init__(self, endpoint: str | None = None, *, sign: bool | None = None, region: str | None = None,
                  timeout_s: float = 30.0) -> None:
         self.controller = ControllerClient(Transport(endpoint, sign=sign, region=region, timeout_s=timeout_s))
 

@@ -224,7 +224,7 @@ class ReaderGroup:
 
 
 class ReaderGroupManager:
-    def __init__(self, scope: str, endpoint: str | Connection, *, sign: bool | None = None,
+    def __init__(self, scope: str, endpoint: str | Connection | None = None, *, sign: bool | None = None,
                  region: str | None = None) -> None:
         self.scope = scope
         self.connection = endpoint if isinstance(endpoint, Connection) else Connection(endpoint, sign=sign,

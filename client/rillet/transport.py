@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 import urllib3
 
 from rillet import api
+from rillet.endpoint import controller_endpoint
 from rillet.errors import InvalidArgument, ServiceUnavailable, from_wire
 
 _FUNCTION_URL = re.compile(r"^[a-z0-9]+\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
@@ -51,9 +52,9 @@ class HttpResponse:
 
 
 class Transport:
-    def __init__(self, endpoint: str, *, sign: bool | None = None, region: str | None = None,
+    def __init__(self, endpoint: str | None = None, *, sign: bool | None = None, region: str | None = None,
                  timeout_s: float = 30.0, max_attempts: int = 6, pool_size: int = 16) -> None:
-        self.endpoint = endpoint.rstrip("/")
+        self.endpoint = controller_endpoint(endpoint).rstrip("/")
         host = urlsplit(self.endpoint).hostname or ""
         match = _FUNCTION_URL.match(host)
         self.sign = bool(match) if sign is None else sign

@@ -21,13 +21,14 @@ def _blocks() -> tuple[list[str], str, list[str]]:
     return commands(first), python, commands(after)
 
 
-def test_the_cli_after_the_python_part(url, capsys):
+def test_the_cli_after_the_python_part(url, capsys, monkeypatch):
     scope = "tour" + uuid.uuid4().hex[:8]
     first, python, after = _blocks()
     for command in first:
         assert cli(["--endpoint", url, *shlex.split(command.replace("demo", scope))[1:]]) == 0, command
-    code = python.replace("http://127.0.0.1:9090", url).replace('"demo"', f'"{scope}"').replace(
+    code = python.replace('"demo"', f'"{scope}"').replace(
         '"demo/orders"', f'"{scope}/orders"').replace("print(read.event)", "pass")
+    monkeypatch.setenv("RILLET_ENDPOINT", url)  # the tour's clients name no URL: they find the stack as the CLI does
     exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own example
     capsys.readouterr()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points, version
 from typing import Any
@@ -20,8 +19,7 @@ from typing import Any
 # that use them (bench.cli_startup measures what a command costs to start).
 from rillet.cli import completion, streams
 from rillet.cli.commands import HELP, MODULES
-
-DEFAULT_ENDPOINT = "http://127.0.0.1:9090"
+from rillet.endpoint import DEFAULT_ENDPOINT, controller_endpoint
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -30,7 +28,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     the command is a placeholder. So ``rillet --version`` and ``--help`` import no SDK, a plain command
     only what it uses, and none imports the server (``rillet standalone``, a plugin)."""
     parser = argparse.ArgumentParser(prog="rillet", description="Rillet streams from the command line.")
-    parser.add_argument("--endpoint", default=os.environ.get("RILLET_ENDPOINT", DEFAULT_ENDPOINT),
+    parser.add_argument("--endpoint", default=controller_endpoint(),
                         help=f"controller URL (env RILLET_ENDPOINT, default {DEFAULT_ENDPOINT})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--as", dest="identity", metavar="IAM_ARN",
