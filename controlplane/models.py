@@ -330,6 +330,9 @@ class SubscriberRecord(MetadataItem, discriminator="subscriber"):
     generation = NumberAttribute()
     cut = JSONAttribute()  # [[segment id, low, high, offset], ...]
     updated_ms = NumberAttribute()
+    # the incarnation of the group that subscribed (its record's create_id): an acknowledgement of an
+    # earlier group of that name is refused; absent for a group created before incarnations were recorded
+    group_incarnation = UnicodeAttribute(null=True)
 
 
 class CommittingRecord(MetadataItem, discriminator="cm"):

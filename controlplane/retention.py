@@ -65,7 +65,14 @@ from controlplane.models import (
 from controlplane.parallel import in_parallel
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks, _range
-from rillet.errors import InvalidArgument, NotFound, RilletError, StreamNotFound, WriteConflict
+from rillet.errors import (
+    InvalidArgument,
+    NotFound,
+    ReaderGroupNotFound,
+    RilletError,
+    StreamNotFound,
+    WriteConflict,
+)
 from rillet.models import (
     AcknowledgedCut,
     ConsumptionLimits,
@@ -256,11 +263,13 @@ class RetentionTasks:
             return False
 
     def subscribe(self, tx: TransactWrite, scope: str, stream: str, group: str, generation: int,
-                  start: list[SegmentPosition], fence: int | None, token: str, condition=None) -> None:
-        """Add to ``tx`` two writes: the subscriber record of ``group`` acknowledging ``start`` (where it
-        starts reading), then the fence's move from ``fence``."""
+                  start: list[SegmentPosition], fence: int | None, token: str, condition=None,
+                  incarnation: str | None = None) -> None:
+        """Add to ``tx`` two writes: the subscriber record of ``group`` (of ``incarnation``, if it has one)
+        acknowledging ``start`` (where it starts reading), then the fence's move from ``fence``."""
         tx.save(SubscriberRecord(stream_pk(scope, stream), f"sub#{group}", group=group, generation=generation,
-                                 cut=_wire(start), updated_ms=now_ms(), write_id=token), condition=condition)
+                                 cut=_wire(start), updated_ms=now_ms(), write_id=token, group_incarnation=incarnation),
+                condition=condition)
         self.move_fence(tx, scope, stream, fence, token)
 
     @staticmethod
@@ -352,11 +361,15 @@ class RetentionTasks:
                                  retained_bytes=last.retained_bytes, cut=cut)
 
     def update_truncation_cut(self, scope: str, stream: str, group: str, generation: int,
-                              offsets: dict[int, int]) -> list[SegmentPosition]:
+                              offsets: dict[int, int], incarnation: str | None = None) -> list[SegmentPosition]:
         """A subscriber acknowledges consumption up to a cut: valid, and never behind its previous one.
 
-        The write is conditioned on the token of the record it read: a reset (or another publish) in
-        between, in whatever millisecond, makes it read again and judge the cut against the new record.
+        Only the subscriber of ``incarnation`` (None: one registered without any) acknowledges: the
+        publish of a group deleted meanwhile, landing after a group of that name subscribed again, is
+        refused (ReaderGroupNotFound) whatever its generation, rather than becoming the new group's cut.
+        The write is conditioned on the token of the record it read: a reset, a delete and create again
+        (or another publish) in between, in whatever millisecond, makes it read again and judge the cut
+        against the new record.
         """
         cut = self.streams.resolve_cut(scope, stream, offsets)
         key = (stream_pk(scope, stream), f"sub#{group}")
@@ -367,6 +380,10 @@ class RetentionTasks:
                 raise NotFound(f"{group} is not a subscriber of {scope}/{stream}") from None
             if generation < record.generation:
                 raise InvalidArgument(f"generation {generation} is older than the subscriber's {record.generation}")
+            if record.group_incarnation != incarnation:
+                raise ReaderGroupNotFound(f"reader group {group} (incarnation {incarnation}) was deleted: the "
+                                          f"subscriber of {scope}/{stream} is a group created again under its name",
+                                          incarnation=incarnation)
             if compare_positions(cut, _positions(record.cut)) in (Ordering.BEFORE, Ordering.OVERLAPPING):
                 raise InvalidArgument("a subscriber's truncation stream cut never moves backwards")
             token = uuid.uuid4().hex

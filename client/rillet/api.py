@@ -341,6 +341,10 @@ class CheckpointInfo(_Body):
     cuts: list[StreamCutBody] = []
 
 
+GROUP_INCARNATION = ("The group's incarnation: random, new with every create of a group under its name; null: "
+                     "a group created before incarnations were recorded.")
+
+
 class ReaderGroupInfo(_Body):
     scope: str
     group: str
@@ -349,6 +353,16 @@ class ReaderGroupInfo(_Body):
     outstanding_checkpoints: list[str]
     last_checkpoint: CheckpointInfo | None = None
     unassigned_segments: int
+    incarnation: str | None = Field(None, description=GROUP_INCARNATION)
+
+
+class TruncationCutRequest(StreamCutBody):
+    """A MANUAL_RELEASE_AT_USER_STREAMCUT group's acknowledged cut, and which group acknowledges it."""
+
+    group_incarnation: str | None = Field(None, max_length=64, description=(
+        "Only if the group is still this incarnation (ReaderGroupInfo.incarnation): a cut sent for a group "
+        "that was deleted, and its name created again, is refused (404 ReaderGroupNotFound) rather than "
+        "acknowledged for the new group. Null: whichever group has the name."))
 
 
 class StreamCutList(_Body):

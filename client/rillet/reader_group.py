@@ -156,13 +156,20 @@ class ReaderGroup:
         self.connection = connection
         self.scope, self.name = scope, validate_reader_group_name(name)
         self._path = f"/v1/scopes/{quote(scope, safe='')}/reader-groups/{quote(name, safe='')}"
+        # the incarnation of the group this handle opened (ReaderGroupInfo.incarnation), learnt from its
+        # first info: the cuts it acknowledges are that group's only, never a group created again under
+        # the name since (None: not learnt yet, or a group created before incarnations were recorded)
+        self.incarnation: str | None = None
 
     @property
     def _transport(self):
         return self.connection.controller.transport
 
     def info(self) -> api.ReaderGroupInfo:
-        return api.parse_answer(api.ReaderGroupInfo, self._transport.json("GET", self._path))
+        info = api.parse_answer(api.ReaderGroupInfo, self._transport.json("GET", self._path))
+        if self.incarnation is None:
+            self.incarnation = info.incarnation
+        return info
 
     @property
     def config(self) -> ReaderGroupConfig:
@@ -212,11 +219,16 @@ class ReaderGroup:
         """Acknowledge consumption up to ``cut`` (groups with MANUAL_RELEASE_AT_USER_STREAMCUT retention).
 
         Consumption-based retention may then truncate the stream up to the lowest cut of its subscribers.
-        The cut must be valid and may never move backwards.
+        The cut must be valid and may never move backwards. It is acknowledged for the group this handle
+        opened only: ReaderGroupNotFound once that group was deleted, even if its name was created again.
         """
-        body = api.StreamCutBody(scope=cut.scope, stream=cut.stream, positions=list(cut.positions),
-                                 incarnation=cut.incarnation)
-        data = self._transport.json("POST", f"{self._path}/truncation-cut", json_body=body.model_dump(mode="json"))
+        if self.incarnation is None:
+            self.info()
+        body = api.TruncationCutRequest(scope=cut.scope, stream=cut.stream, positions=list(cut.positions),
+                                        incarnation=cut.incarnation, group_incarnation=self.incarnation)
+        unknown = {"group_incarnation"} if self.incarnation is None else None  # the body a group without one sent
+        data = self._transport.json("POST", f"{self._path}/truncation-cut",
+                                    json_body=body.model_dump(mode="json", exclude=unknown))
         return _cut(api.parse_answer(api.StreamCutBody, data))
 
     def unread_bytes(self) -> int:

@@ -71,6 +71,7 @@ from controlplane.reader_groups.state import (
     raise_bound,
     read_record,
     record_actions,
+    same_incarnation,
     storable,
     write_pages,
 )
@@ -120,7 +121,9 @@ class ReaderGroups:
             config, starts = self.subscriptions.starts(config)
             stored = storable(new_state(config, starts), f"reader group {scope}/{group}")
             token, pk = uuid.uuid4().hex, reader_group_pk(scope, group)
-            record = ReaderGroupRecord(pk, GROUP_KEY, scope=scope, group=group, write_id=token,
+            # ``token`` is also the group's incarnation (create_id): every later write of the record, and
+            # every acknowledgement of its subscriptions, is of this group only, not of one created again
+            record = ReaderGroupRecord(pk, GROUP_KEY, scope=scope, group=group, write_id=token, create_id=token,
                                        state=None if stored.pieces else stored.body, pages=len(stored.pieces) or None)
             listed = ReaderGroupNameRecord(reader_groups_pk(scope), group, created_ms=_now(), write_id=token)
             try:
@@ -129,7 +132,8 @@ class ReaderGroups:
                     write_pages(tx, None, stored, pk)
                     tx.save(new_head(scope, group, FIRST_VERSION))
                     tx.save(listed)
-                    self.subscriptions.subscribe(tx, scope, group, config, starts, fences, token, dropping=None)
+                    self.subscriptions.subscribe(tx, scope, group, config, starts, fences, token, dropping=None,
+                                                 incarnation=token)
                 return True
             except TransactWriteError as e:
                 if self._listed_by(scope, group, token):
@@ -168,9 +172,11 @@ class ReaderGroups:
             raise_bound(scope, group, record, stored.body)
             try:
                 with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                    tx.update(record, actions=[*record_actions(stored), ReaderGroupRecord.write_id.set(token)])
+                    tx.update(record, actions=[*record_actions(stored), ReaderGroupRecord.write_id.set(token)],
+                              condition=same_incarnation(record))
                     write_pages(tx, record, stored, record.pk)
-                    self.subscriptions.subscribe(tx, scope, group, new, starts, fences, token, dropping=current.config)
+                    self.subscriptions.subscribe(tx, scope, group, new, starts, fences, token, dropping=current.config,
+                                                 incarnation=record.create_id)
             except TransactWriteError as e:
                 if not self._written_by(scope, group, token):
                     if not _contended(e):
@@ -197,7 +203,7 @@ class ReaderGroups:
         config = GroupState.model_validate(record.state).config
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                tx.delete(record, condition=ReaderGroupRecord.version == record.version)
+                tx.delete(record, condition=(ReaderGroupRecord.version == record.version) & same_incarnation(record))
                 delete_pages(tx, record)
                 tx.delete(ReaderGroupHeadRecord(reader_group_pk(scope, group), HEAD_KEY))
                 tx.delete(ReaderGroupNameRecord(reader_groups_pk(scope), group))
@@ -215,9 +221,18 @@ class ReaderGroups:
         self.items.delete(items.values())
         return True
 
-    def update_truncation_cut(self, scope: str, group: str, cut: StreamCutBody) -> StreamCutBody:
-        """The application acknowledges consumption up to ``cut`` (MANUAL_RELEASE_AT_USER_STREAMCUT)."""
-        return self.subscriptions.publish_cut(scope, group, self.state(scope, group), cut)
+    def update_truncation_cut(self, scope: str, group: str, cut: StreamCutBody,
+                              incarnation: str | None = None) -> StreamCutBody:
+        """The application acknowledges consumption up to ``cut`` (MANUAL_RELEASE_AT_USER_STREAMCUT), as
+        the group's ``incarnation`` when it names one (ReaderGroupInfo.incarnation, which the SDK's
+        handle learns when it opens the group): a cut an application of a deleted group sends after the
+        name was created again is refused (ReaderGroupNotFound), never taken for the new group's. None:
+        whichever group has the name (a caller that knows no incarnation)."""
+        record, state = self._read_state(scope, group)
+        if incarnation is not None and incarnation != record.create_id:
+            raise ReaderGroupNotFound(f"reader group {scope}/{group} of incarnation {incarnation} was deleted "
+                                      "(the name holds another group now)", incarnation=incarnation)
+        return self.subscriptions.publish_cut(scope, group, state, record.create_id, cut)
 
     def _listed_by(self, scope: str, group: str, token: str) -> bool:
         try:
@@ -233,15 +248,21 @@ class ReaderGroups:
 
     def state(self, scope: str, group: str) -> GroupState:
         """The group's state with each online reader's renewal and offsets from its own item."""
-        state = GroupState.model_validate(current_record(scope, group, _now()).record.state)
+        return self._read_state(scope, group)[1]
+
+    def _read_state(self, scope: str, group: str) -> tuple[ReaderGroupRecord, GroupState]:
+        """The group's record (its incarnation: create_id) and :meth:`state` as that record holds it."""
+        record = current_record(scope, group, _now()).record
+        state = GroupState.model_validate(record.state)
         overlay(state, self.items.all(scope, group))
-        return state
+        return record, state
 
     def info(self, scope: str, group: str) -> ReaderGroupInfo:
-        state = self.state(scope, group)
+        record, state = self._read_state(scope, group)
         return ReaderGroupInfo(scope=scope, group=group, config=state.config, online_readers=sorted(state.readers),
                                outstanding_checkpoints=[c.name for c in state.checkpoints],
-                               last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned))
+                               last_checkpoint=state.last_checkpoint, unassigned_segments=len(state.unassigned),
+                               incarnation=record.create_id)
 
     def list_groups(self, scope: str, limit: int, token: str | None) -> tuple[list[str], str | None]:
         """A page of the scope's reader groups by name: one query of the scope's listing partition."""
@@ -373,7 +394,7 @@ class ReaderGroups:
             if deadline != scheduled:
                 announce_lease(scope, group, record.version, deadline)
             self.items.delete(stale_items(state, items))
-            self.subscriptions.publish_checkpoint(scope, group, published, state)
+            self.subscriptions.publish_checkpoint(scope, group, published, state, record.create_id)
             return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
@@ -438,7 +459,7 @@ class ReaderGroups:
             if not lease_first and (announce_anyway or deadline != scheduled):
                 announce_lease(scope, group, record.version, deadline)
             self.items.delete(stale_items(state, items))
-            self.subscriptions.publish_checkpoint(scope, group, before, state)
+            self.subscriptions.publish_checkpoint(scope, group, before, state, record.create_id)
             return result
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
 
@@ -456,12 +477,14 @@ class ReaderGroups:
         stored = storable(state, f"reader group {scope}/{group}")
         raise_bound(scope, group, record, stored.body)
         if not leaving and not paged(record, stored):
-            versioned_update(record, record_actions(stored), "reader group state changed concurrently")
+            versioned_update(record, record_actions(stored), "reader group state changed concurrently",
+                             same_incarnation(record))
             return
         token, version = uuid.uuid4().hex, record.version
         try:
             with TransactWrite(connection=self.streams.store.transaction_connection) as tx:
-                tx.update(record, actions=[*record_actions(stored), ReaderGroupRecord.write_id.set(token)])
+                tx.update(record, actions=[*record_actions(stored), ReaderGroupRecord.write_id.set(token)],
+                          condition=same_incarnation(record))
                 write_pages(tx, record, stored, record.pk)
                 for name, item in (leaving or {}).items():
                     tx.condition_check(ReaderItemRecord, reader_group_pk(scope, group), reader_sk(name),

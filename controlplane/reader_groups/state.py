@@ -364,6 +364,17 @@ def delete_pages(tx: TransactWrite, record: ReaderGroupRecord) -> None:
         tx.delete(ReaderGroupPageRecord(record.pk, page_sk(n)), condition=ReaderGroupPageRecord.version == record.version)
 
 
+def same_incarnation(record: ReaderGroupRecord) -> Any:
+    """The condition that the group's record is still of the group ``record`` was read from: its
+    create_id, random and new with every create under the name (absent: a group created before
+    incarnations were recorded). The version alone restarts at FIRST_VERSION when the name is created
+    again, so a write of a deleted group's state read at version N would land on a new group that
+    reached N."""
+    if record.create_id is None:
+        return ReaderGroupRecord.create_id.does_not_exist()
+    return ReaderGroupRecord.create_id == record.create_id
+
+
 def get_record(scope: str, group: str) -> ReaderGroupRecord:
     """The group's record item alone, read consistently (ReaderGroupNotFound if there is none): its
     version and write id, without the pages of a large state (``state`` is then None)."""

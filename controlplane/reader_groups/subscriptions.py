@@ -112,13 +112,14 @@ class Subscriptions:
 
     def subscribe(self, tx: TransactWrite, scope: str, group: str, config: ReaderGroupConfig,
                   starts: dict[str, list[SegmentPosition]], fences: dict[str, int | None], token: str,
-                  dropping: ReaderGroupConfig | None) -> None:
-        """Add to ``tx`` the group's subscription of each stream of ``config`` at its start, moving each
-        stream's fence from the value read, and the removal of those of ``dropping`` that it lacks."""
+                  dropping: ReaderGroupConfig | None, incarnation: str | None) -> None:
+        """Add to ``tx`` the subscription of the group's ``incarnation`` to each stream of ``config`` at its
+        start, moving each stream's fence from the value read, and the removal of those of ``dropping``
+        that it lacks."""
         name, kept = f"{scope}/{group}", set()
         for spec in _subscribed(config):
             self.retention.subscribe(tx, spec.scope, spec.stream, name, config.generation, starts[spec.scoped_name],
-                                     fences[spec.scoped_name], token)
+                                     fences[spec.scoped_name], token, incarnation=incarnation)
             kept.add(spec.scoped_name)
         for spec in _subscribed(dropping) if dropping else []:
             if spec.scoped_name not in kept:
@@ -137,8 +138,12 @@ class Subscriptions:
 
     # -- acknowledging ---------------------------------------------------------------------------
 
-    def publish_checkpoint(self, scope: str, group: str, before: CheckpointInfo | None, state: GroupState) -> None:
-        """After a completed checkpoint, an automatic subscriber acknowledges its cuts."""
+    def publish_checkpoint(self, scope: str, group: str, before: CheckpointInfo | None, state: GroupState,
+                           incarnation: str | None) -> None:
+        """After a completed checkpoint, an automatic subscriber acknowledges its cuts, as the group's
+        ``incarnation`` (the record's create_id the state was read with): it runs after the state's write,
+        so the group may have been deleted and created again meanwhile, and the new group's subscriptions
+        are not this state's to move."""
         done = state.last_checkpoint
         if (state.config.retention_type != StreamDataRetention.AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT
                 or done is None or done.silent or (before is not None and before.name == done.name)):
@@ -146,24 +151,29 @@ class Subscriptions:
         for cut in done.cuts:
             try:
                 self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}",
-                                                     state.config.generation, _offsets(cut.positions))
+                                                     state.config.generation, _offsets(cut.positions), incarnation)
             except StreamNotFound:
                 pass  # the stream was deleted: nothing of it is retained for anyone
+            except ReaderGroupNotFound:
+                return  # the group was deleted (and created again): its cuts are nobody's
             except (InvalidArgument, NotFound):
-                self._check_subscription(scope, group, cut, state.config.generation)
+                self._check_subscription(scope, group, cut, state.config.generation, incarnation)
             except WriteConflict:
                 pass  # contended: the subscriber's cut lags (it never runs ahead); the next checkpoint publishes
 
-    def _check_subscription(self, scope: str, group: str, cut: StreamCutBody, generation: int) -> None:
+    def _check_subscription(self, scope: str, group: str, cut: StreamCutBody, generation: int,
+                            incarnation: str | None) -> None:
         """Judge a refused publish: stale (the group was reset or deleted since, or a later checkpoint's
-        cut got there first) unless the group still has ``generation`` and its subscription of the
-        stream is gone or of another generation. Then retention no longer follows the group's
-        checkpoints, and the caller hears it (IllegalState) instead of the refusal being swallowed."""
+        cut got there first) unless the group is still ``incarnation`` at ``generation`` and its
+        subscription of the stream is gone or of another generation. Then retention no longer follows the
+        group's checkpoints, and the caller hears it (IllegalState) instead of the refusal being swallowed."""
         acknowledged = self.retention.acknowledged_cut(cut.scope, cut.stream, f"{scope}/{group}")
         if acknowledged is not None and acknowledged.generation == generation:
             return
         try:
-            if GroupState.model_validate(read_record(scope, group).state).config.generation != generation:
+            record = read_record(scope, group)
+            if (record.create_id != incarnation
+                    or GroupState.model_validate(record.state).config.generation != generation):
                 return
         except ReaderGroupNotFound:
             return
@@ -172,8 +182,10 @@ class Subscriptions:
                            f"{cut.scope}/{cut.stream}: retention does not follow its checkpoints there; reset "
                            "the group to subscribe again", stream=f"{cut.scope}/{cut.stream}", generation=generation)
 
-    def publish_cut(self, scope: str, group: str, state: GroupState, cut: StreamCutBody) -> StreamCutBody:
-        """A MANUAL_RELEASE_AT_USER_STREAMCUT group acknowledges consumption up to ``cut``; what it
+    def publish_cut(self, scope: str, group: str, state: GroupState, group_incarnation: str | None,
+                    cut: StreamCutBody) -> StreamCutBody:
+        """A MANUAL_RELEASE_AT_USER_STREAMCUT group (``group_incarnation``: the one its caller knows, or
+        else the one ``state`` was read from) acknowledges consumption up to ``cut``; what it
         acknowledged is answered. Where ``cut`` is behind the head (truncated already) it is taken at the
         head, as a start cut is: a group started at a truncated start is subscribed at the head, and
         publishing that start must not count as moving backwards. A cut behind one the group published
@@ -195,7 +207,7 @@ class Subscriptions:
             resolved = self.streams.resolve_cut(cut.scope, cut.stream, _offsets(positions))
             positions = self._no_earlier_than(head, cut.scope, cut.stream, resolved)
         positions = self.retention.update_truncation_cut(cut.scope, cut.stream, f"{scope}/{group}", config.generation,
-                                                         _offsets(positions))
+                                                         _offsets(positions), group_incarnation)
         return StreamCutBody(scope=cut.scope, stream=cut.stream, positions=positions, incarnation=incarnation)
 
     def acknowledged_cuts(self, scope: str, group: str, config: ReaderGroupConfig) -> list[AcknowledgedCut]:

@@ -50,6 +50,7 @@ from rillet.api import (
     Successors,
     SyncRequest,
     TruncateRequest,
+    TruncationCutRequest,
     UnreadBytes,
 )
 from rillet.errors import InvalidArgument
@@ -398,8 +399,9 @@ def get_checkpoint(scope: ScopeName, group: GroupName, name: str) -> CheckpointI
 
 @app.post(GROUP + "/truncation-cut",
           summary="A MANUAL_RELEASE_AT_USER_STREAMCUT subscriber acknowledges consumption up to a stream cut")
-def update_truncation_cut(scope: ScopeName, group: GroupName, cut: StreamCutBody) -> StreamCutBody:
-    return groups.update_truncation_cut(scope, group, cut)
+def update_truncation_cut(scope: ScopeName, group: GroupName, cut: TruncationCutRequest) -> StreamCutBody:
+    body = StreamCutBody(scope=cut.scope, stream=cut.stream, positions=cut.positions, incarnation=cut.incarnation)
+    return groups.update_truncation_cut(scope, group, body, cut.group_incarnation)
 
 
 @app.get(GROUP + "/stream-cuts", summary="The group's current position in each stream")
