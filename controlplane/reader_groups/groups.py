@@ -383,8 +383,12 @@ class ReaderGroups:
                     if in_item and _may_be_last(state, in_item[0], count_pass(scope, group)):
                         everyone = True  # fold every reader's pass in: the checkpoint finishes in the record
                         continue
-                    if now - renewed >= lease - lease // RENEW_FRACTION and current_record(scope, group, now).record.version != record.version:
-                        continue  # near its lease's end: another sync may be taking it offline (see _write)
+                # Near its lease's end by the clock now, after the item's write: another sync or the lease
+                # job may have taken it offline since this sync's reads (see _write), however long it
+                # stalled before or during the write; by ``now`` a stall would slip past that expiry.
+                if (_now() - renewed >= lease - lease // RENEW_FRACTION
+                        and current_record(scope, group, now).record.version != record.version):
+                    continue
                 return result
             try:
                 self._write(scope, group, record, state, _leaving(joins, state, items))
