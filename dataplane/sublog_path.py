@@ -45,7 +45,8 @@ lease reads the head record, its writer's state and the lease again: it takes ov
 out (its batcher died), answers
 SegmentSealed (withdrawing its block) if the segment was sealed, and OutOfOrder if its predecessor
 never came. Every withdrawal is a delete conditioned on the block still pending, so it never removes a
-committed block. Merges (transaction commits) keep the chain's claim and advance: both condition on
+committed block. A conditional block refused by a batch is withdrawn by its appender or, if that died,
+by the request that meets it under its key (answering OffsetMismatch) or a later batch. Merges (transaction commits) keep the chain's claim and advance: both condition on
 the head's length, so they serialize with batches.
 
 Cost: a lone writer pays about seven requests plus one query per shard an append, against the chain's
@@ -566,10 +567,18 @@ class SublogAppends(SegmentJournal):
             # block would wait for a predecessor that a copy does not show. The next round reads the states.
             return _AGAIN
         # The head was read beside the shards: a block expecting more than it showed may have been put
-        # after a later length was read, so the length is read again before that one is refused.
+        # after a later length was read, so the length is read again before that one is refused (and
+        # only if the segment is still this incarnation: a name created again meanwhile is no reason to
+        # refuse; the blocks' waits find it deleted).
         length = int(meta.length)
         if any(int(p.expected_offset) > length for p in refusals):
-            length = int(self._meta(segment).length)
+            try:
+                fresh = self._meta(segment)
+            except SegmentNotFound:
+                return None
+            if int(fresh.created_ms) != incarnation:
+                return None
+            length = int(fresh.length)
         for item in refusals:
             if int(item.expected_offset) != length:
                 self._refuse(item, length)
