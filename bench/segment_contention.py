@@ -23,12 +23,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from botocore.httpsession import URLLib3Session
-
 from bench.cost import usage
 from bench.stack import moto_stack
 from dataplane.segment_store import SegmentStore, StoreSettings
 from rillet.framing import frame
+from standalone.aws_latency import aws_latency
 from standalone.moto_server import RequestMeter
 
 EVENT = frame(os.urandom(1020))  # one 1 KiB event: an inline block, as a trickle of events sends
@@ -79,26 +78,10 @@ def run(appenders: tuple[int, ...] = (1, 4, 16, 64), appends: int = 256, request
     in the same sitting (the figures of two sittings differ with the machine's load); ``sublog_shards``
     puts the segment in sub-log mode (dataplane/sublog_path.py) with that many shards."""
     meter = RequestMeter()
-    with moto_stack(meter, bind=True) as (_, deployment), _request_latency(request_ms), _tickets(tickets):
+    with moto_stack(meter, bind=True) as (_, deployment), aws_latency(request_ms), _tickets(tickets):
         store = SegmentStore(deployment, StoreSettings(sublog_shards=sublog_shards))
         return {"event_bytes": len(EVENT), "request_ms": request_ms, "tickets": tickets, "sublogs": sublog_shards,
                 "rows": [_row(store, meter, n, max(1, appends // n)) for n in appenders]}
-
-
-@contextmanager
-def _request_latency(ms: float) -> Iterator[None]:
-    """Every AWS request waits ``ms`` before it is sent (all clients: botocore's HTTP session)."""
-    send = URLLib3Session.send
-
-    def delayed(session: URLLib3Session, request: object) -> object:
-        time.sleep(ms / 1000)
-        return send(session, request)
-
-    URLLib3Session.send = delayed if ms else send
-    try:
-        yield
-    finally:
-        URLLib3Session.send = send
 
 
 @contextmanager

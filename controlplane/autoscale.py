@@ -9,9 +9,11 @@ whose scaling policy is by event rate or by byte rate (KB/s) with target ``T``:
   ``min(scale factor, max(2, rate / T))`` equal pieces. It is hot too when its append requests over
   one of those windows near what one segment commits (``APPEND_REQUEST_SPLIT`` a second on the chain,
   ``SUBLOG_APPEND_REQUEST_SPLIT`` in sub-log mode: dataplane/scale_signals.py and docs/limits.md),
-  whatever its events and bytes;
+  or when its appends wait for each other (more than ``WAITING_SPLIT`` waiting on average: offered
+  load, which a segment saturated at AWS latency shows while it commits few), whatever its events and
+  bytes;
 * a segment is **cold** when all four rates are below T (the 20-window one below T / 2), its append
-  requests below half the request threshold, and it is older than the 20-minute window: two adjacent
+  requests and waiting appends below half their thresholds, and it is older than the 20-minute window: two adjacent
   cold segments merge, never below the policy's minimum number of segments.
 
 A segment younger than the cooldown is never scaled (a fresh split does not split or merge again
@@ -39,6 +41,7 @@ from dataplane.rates import WINDOWS_S, Rates
 from dataplane.scale_signals import (
     COLD_FACTORS,
     HOT_FACTORS,
+    WAITING_SPLIT,
     clear_mark,
     due_candidates,
     move_mark,
@@ -130,6 +133,14 @@ def segment_heat(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: A
         rate, window = appends[0]
         why = f"{rate:.1f} append requests/s over {human_duration(window)} > {split:g}, near what one segment commits"
         return max(info.append_rates[:len(HOT_FACTORS)]) / split, why
+    waiting = [(q, w) for q, w in zip(info.waiting_rates, windows[:len(HOT_FACTORS)]) if q > WAITING_SPLIT and age > w]
+    if waiting:
+        queued, window = waiting[0]
+        why = (f"{queued:.1f} appends waiting for each other on average over {human_duration(window)} > "
+               f"{WAITING_SPLIT:g}: its writers offer more than it commits")
+        # in as many pieces as appends wait, and one (within the policy's scale factor): each piece's
+        # writers then wait for about one another
+        return 1.0 + max(info.waiting_rates[:len(HOT_FACTORS)]) / WAITING_SPLIT, why
     return None
 
 
@@ -137,7 +148,8 @@ def segment_cold(policy: ScalingPolicy, info: SegmentInfo, age: int, settings: A
     target = float(policy.target_rate)
     return age > settings.cooldown_ms and age > settings.windows_ms[-1] \
         and all(r < f * target for r, f in zip(policy_rates(policy, info), COLD_FACTORS)) \
-        and all(a < info.append_split / 2 for a in info.append_rates)
+        and all(a < info.append_split / 2 for a in info.append_rates) \
+        and all(q < WAITING_SPLIT / 2 for q in info.waiting_rates)
 
 
 def decide(policy: ScalingPolicy, segments: list[tuple[SegmentRange, SegmentInfo]], now_ms: int,
@@ -183,7 +195,7 @@ def next_check(policy: ScalingPolicy, info: SegmentInfo, now_ms: int, last_scale
     already: it waits for a neighbour to cool (whose own mark brings the stream back) or for a policy
     change (which marks every segment)."""
     thresholds = replace(scale_thresholds(policy), append_split=info.append_split)
-    rates = Rates(now_ms, info.event_rates, info.byte_rates, info.append_rates)
+    rates = Rates(now_ms, info.event_rates, info.byte_rates, info.append_rates, info.waiting_rates)
     unmuted = last_scale_ms + settings.mute_ms
     mature = info.created_ms + settings.cooldown_ms + 1
     if thresholds.hot(rates):

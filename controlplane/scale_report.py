@@ -33,7 +33,7 @@ from controlplane.models import EpochRecord, epoch_sk, stream_pk
 from controlplane.parallel import in_parallel
 from controlplane.store import MetadataStore, failed_condition
 from controlplane.streams import MAX_CURRENT_SEGMENTS
-from dataplane.scale_signals import APPEND_REQUEST_SPLIT, COLD_FACTORS, HOT_FACTORS
+from dataplane.scale_signals import APPEND_REQUEST_SPLIT, COLD_FACTORS, HOT_FACTORS, WAITING_SPLIT
 from dataplane.segment_store import SegmentInfo
 from rillet.errors import SegmentNotFound, WriteConflict
 from rillet.models import (
@@ -65,7 +65,7 @@ def _windows(policy: ScalingPolicy, info: SegmentInfo, age: int, windows_ms: tup
     target = float(policy.target_rate)
     rates = policy_rates(policy, info) if auto else None
     return [WindowRate(window_ms=w, events_per_s=info.event_rates[i], bytes_per_s=info.byte_rates[i],
-                       append_requests_per_s=info.append_rates[i],
+                       append_requests_per_s=info.append_rates[i], waiting_appends=info.waiting_rates[i],
                        policy_rate=rates[i] if rates else None,
                        split_above=HOT_FACTORS[i] * target if auto and i < len(HOT_FACTORS) else None,
                        merge_below=COLD_FACTORS[i] * target if auto else None,
@@ -160,6 +160,7 @@ def stream_rates(autoscaler: AutoScaler, scope: str, stream: str, now_ms: int) -
         mute_left_ms=max(0, settings.mute_ms - (now_ms - last_scale)) if auto else 0,
         # by the segments' append mode (dataplane.scale_signals.append_request_split): the lowest
         append_request_split=min((i.append_split for i in infos), default=APPEND_REQUEST_SPLIT),
+        waiting_split=WAITING_SPLIT,
         epoch=int(record.current_epoch),
         epoch_created_ms=int(epoch.created_ms), now_ms=now_ms, segments=views,
         decision_now=_decision_now(policy, record.state, pairs, statuses, now_ms, last_scale, autoscaler),

@@ -235,6 +235,7 @@ class AppendPath(SublogAppends):
         """
         owned_at = None  # where this request's own claim put the block
         paused_for, lost = None, 0  # the other claim this request last paused for; rounds lost
+        contended_since = None  # when this request first found another's claim at the tail (for the waiting rate)
         ticket = None  # this request's place in the segment's queue, once it has lost the tail twice
         if meta is not None:
             incarnation = int(meta.created_ms)  # of the segment this request appends to
@@ -306,14 +307,17 @@ class AppendPath(SublogAppends):
                 # Another request's claim: its owner commits it within a round trip. Pause and read the
                 # head record again; help only a claim that is still there after a pause (see StoreSettings).
                 paused_for, lost = (tail, claimed), lost + 1
+                contended_since = contended_since or claiming
                 claim_ms = (time.monotonic() - claiming) * 1000
                 if ticket is None and lost >= 2:
                     ticket = self._take_ticket(meta_read)
                 ahead = None if ticket is None else ticket - int(meta_read.served or 0) - 1
                 time.sleep(self._pause_s(lost, claim_ms, ahead))
                 continue
-            if claimed is not None and self._advance(meta_read, tail, claimed, ticket=ticket if claimed is block else None) \
-                    and claimed is block:
+            mine = claimed is block
+            waited_s = time.monotonic() - contended_since if mine and contended_since is not None else 0.0
+            if claimed is not None and self._advance(meta_read, tail, claimed, ticket=ticket if mine else None,
+                                                     waited_s=waited_s) and mine:
                 return AppendResult(tail, tail + block.size)
 
     @staticmethod
@@ -475,15 +479,17 @@ class AppendPath(SublogAppends):
             return None
         return _block_of(existing)
 
-    def _advance(self, meta: SegmentMeta, tail: int, block: _Block, ticket: int | None = None) -> bool:
+    def _advance(self, meta: SegmentMeta, tail: int, block: _Block, ticket: int | None = None,
+                 waited_s: float = 0.0) -> bool:
         """Commit the block claimed at ``tail``: the head record's length moves past it. ``ticket``: the
-        appender's own place in the queue, which it marks served (see _pause_s)."""
+        appender's own place in the queue, which it marks served (see _pause_s); ``waited_s``: how long
+        it waited behind other appenders' claims (the segment's waiting rate, dataplane/rates.py)."""
         now = now_ms()
         events = block.last - block.first + 1 if block.source is None else 0
         actions = [SegmentMeta.length.set(tail + block.size)]
         actions += self._growth_actions(meta, now, events, block.size, inline=block.size if block.data is not None else 0,
                                         s3=block.data is None and block.source is None, appends=1,
-                                        content=block.content)
+                                        content=block.content, waited_s=waited_s)
         if block.source is None:
             actions.append(SegmentMeta.writers[block.writer].set({"f": block.first, "l": block.last, "o": tail, "t": now}))
             order = SegmentMeta.writers[block.writer].does_not_exist() | (
@@ -527,12 +533,12 @@ class AppendPath(SublogAppends):
         return False
 
     def _growth_actions(self, meta: SegmentMeta, now: int, events: int, size: int, inline: int, s3: bool,
-                        appends: int, content: str) -> list:
+                        appends: int, content: str, waited_s: float = 0.0) -> list:
         """What an advance by ``appends`` appends of ``size`` bytes (``inline`` of them in index entries;
-        ``s3``: some in S3 objects) sets besides the length: the rates, the scale mark, the kind, and
-        when tiering or the orphan sweep is next due."""
+        ``s3``: some in S3 objects), which waited ``waited_s`` in all behind other appenders, sets besides
+        the length: the rates, the scale mark, the kind, and when tiering or the orphan sweep is next due."""
         before = Rates.from_item(meta.rates.as_dict() if meta.rates else None, now).decayed(now)
-        rates = before.record(now, events, size, appends)
+        rates = before.record(now, events, size, appends, waited_s)
         actions = [SegmentMeta.rates.set(rates.to_item())]
         # A scale candidate's mark, when this append's rates cross a threshold (scale_signals): in this
         # same update, and only then, so the scale-candidates index is written once per crossing.

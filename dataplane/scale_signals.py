@@ -11,7 +11,9 @@ target, copied at creation and when the policy changes) and, while it is a candi
 * An append whose rates cross a split threshold (hot after it, not before) makes it due now. Besides
   the policy's rules, a segment is hot when its append requests near what one segment commits a
   second (``APPEND_REQUEST_SPLIT`` on the chain, ``SUBLOG_APPEND_REQUEST_SPLIT`` in sub-log mode;
-  docs/limits.md), whatever its events and bytes.
+  docs/limits.md), or when its appends wait for each other (``WAITING_SPLIT``), whatever its events
+  and bytes: the first sees what committed, the second what was offered, so a segment saturated at a
+  request latency where it commits fewer appends than the first threshold still splits.
 * An append to an unmarked segment that is not cold marks it, due when its rates would fall under the
   merge thresholds if no more appends came: an idle segment's rates only decay, so that time is known
   now, and a segment that goes quiet is looked at without any append.
@@ -50,6 +52,11 @@ APPEND_REQUEST_SPLIT = 40.0
 # 10 ms (docs/limits.md, "Sub-logs"). Splitting such a segment at the chain's 40 would multiply segments
 # without relieving anything: each writer writes every segment its routing keys reach.
 SUBLOG_APPEND_REQUEST_SPLIT = 500.0
+# Appends waiting behind other appenders, on average over the 2-, 5- or 10-minute window (dataplane/rates.py),
+# at which a segment is hot: at least one append always queued means its writers offer about as much as it
+# commits (a single-server queue holds one waiting at about 62 % busy), so more of them only wait longer.
+# A lone writer, however fast, waits for no one; a segment is cold only under half of it on every window.
+WAITING_SPLIT = 1.0
 
 
 def append_request_split(sublog_shards: int | None) -> float:
@@ -91,12 +98,14 @@ class ScaleThresholds:
         """Above a split threshold (the cooldowns and window ages are the auto-scaler's to check)."""
         policy = self.policy_rates(rates)
         return any(r > f * self.target for r, f in zip(policy, HOT_FACTORS)) \
-            or any(a > self.append_split for a in rates.appends[:len(HOT_FACTORS)])
+            or any(a > self.append_split for a in rates.appends[:len(HOT_FACTORS)]) \
+            or any(q > WAITING_SPLIT for q in rates.waiting[:len(HOT_FACTORS)])
 
     def _cold_levels(self, rates: Rates) -> list[tuple[float, float, float]]:
         """(rate, the level it must fall under, its window in seconds) of every rule of coldness."""
         policy = [(r, f * self.target, w) for r, f, w in zip(self.policy_rates(rates), COLD_FACTORS, rate_windows.WINDOWS_S)]
-        return policy + [(a, self.append_split / 2, w) for a, w in zip(rates.appends, rate_windows.WINDOWS_S)]
+        return policy + [(a, self.append_split / 2, w) for a, w in zip(rates.appends, rate_windows.WINDOWS_S)] \
+            + [(q, WAITING_SPLIT / 2, w) for q, w in zip(rates.waiting, rate_windows.WINDOWS_S)]
 
     def cold(self, rates: Rates) -> bool:
         return all(r < level for r, level, _ in self._cold_levels(rates))

@@ -76,6 +76,7 @@ class SegmentInfo:
     append_rates: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)  # append requests a second, as the other rates
     scale_at: int | None = None  # when auto-scaling is due to look at it (None: not a candidate)
     append_split: float = APPEND_REQUEST_SPLIT  # append requests a second that make it hot, by its mode
+    waiting_rates: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0)  # appends waiting behind others, on average
 
 
 class SegmentStore(AppendPath, ReadIndex, StorageWriter):
@@ -128,7 +129,7 @@ class SegmentStore(AppendPath, ReadIndex, StorageWriter):
         return SegmentInfo(segment, meta.start, meta.length, meta.sealed, meta.created_ms, rates.events, rates.bytes,
                            None if meta.stream_incarnation is None else int(meta.stream_incarnation),
                            rates.appends, None if meta.scale_at is None else int(meta.scale_at),
-                           append_request_split(meta.sublog_shards))
+                           append_request_split(meta.sublog_shards), rates.waiting)
 
     def seal(self, segment: str, incarnation: int | None = None, stream_incarnation: int | None = None) -> int:
         """Seal the segment and return its final length (idempotent). With ``incarnation`` (the head

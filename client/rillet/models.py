@@ -444,6 +444,8 @@ class WindowRate(_Model):
     events_per_s: float
     bytes_per_s: float
     append_requests_per_s: float = Field(description="Append requests (blocks and merges committed) a second.")
+    waiting_appends: float = Field(0.0, description="Appends waiting behind other appenders, on average: what the "
+                                                    "writers offer beyond what the segment commits.")
     policy_rate: float | None = Field(description="The rate the policy scales on, in its unit (events/s or KB/s); "
                                                   "null for a fixed policy.")
     split_above: float | None = Field(description="Hot above this policy rate (once the segment is older than the "
@@ -491,6 +493,8 @@ class StreamRates(_Model):
     cooldown_ms: int = Field(description="A segment younger than this never scales.")
     mute_ms: int = Field(description="After a scale the stream is left alone this long.")
     mute_left_ms: int = Field(description="How much of the mute remains (0: none).")
+    waiting_split: float = Field(1.0, description="Appends waiting on average over the 2-, 5- or 10-minute window at "
+                                                  "which a segment is hot whatever its events and bytes.")
     append_request_split: float = Field(description="Append requests a second over the 2-, 5- or 10-minute window at "
                                                     "which a segment is hot whatever its events and bytes.")
     epoch: int

@@ -57,9 +57,10 @@ def test_an_auto_scaled_stream_shows_thresholds_cool_down_and_decisions():
     assert lines[0] == "stream     demo/s (ACTIVE, epoch 1)"
     assert lines[1].startswith("scaling    events:10,2,1: auto-scaled by events/s, target 10 events/s a segment")
     assert lines[2] == ("split      a segment over 50 events/s over 2m or 20 events/s over 5m or 10 events/s over 10m "
-                        "(each once the segment is older than the window), or over 40 append requests/s")
+                        "(each once the segment is older than the window), or over 40 append requests/s or 1 waiting "
+                        "(appends waiting for each other, on average)")
     assert lines[3] == "merge      two neighbours each under 10/10/10/5 events/s over 2m/5m/10m/20m and under 20 " \
-                       "append requests/s"
+                       "append requests/s and 0.5 waiting"
     assert lines[4] == ("cool-down  10m: a segment younger than that never scales; after a scale the stream is left "
                         "alone 10m (mute); the stream scaled 3m ago: left alone 7m more")
     assert lines[5] == "now        none: the stream scaled 3m ago and is left alone for 7m more (the mute)"
@@ -69,8 +70,8 @@ def test_an_auto_scaled_stream_shows_thresholds_cool_down_and_decisions():
     assert "segment 2 (id 4294967298) [0.5000, 1.0000): age 1h, cool-down over, no look due" in text
     assert "  hot-in-cooldown: 1234.5 events/s over 2m > 5x the target 10, but it is younger" in text
     # each figure right-aligned under its window, a window the segment has not passed starred
-    block = lines[lines.index(next(line for line in lines if line.startswith("segment 1 "))) + 1:][:6]
-    assert [row.split()[0] for row in block] == ["window", "events/s", "KB/s", "appends/s", "split", "merge"]
+    block = lines[lines.index(next(line for line in lines if line.startswith("segment 1 "))) + 1:][:7]
+    assert [row.split()[0] for row in block] == ["window", "events/s", "KB/s", "appends/s", "waiting", "split", "merge"]
     header, *rows = block
     assert header.split()[1:] == ["2m", "5m*", "10m*", "20m*"]
     ends = [header.index(label) + len(label) for label in ("2m", "5m*", "10m*", "20m*")]
@@ -78,7 +79,8 @@ def test_an_auto_scaled_stream_shows_thresholds_cool_down_and_decisions():
         assert [row[:end].rstrip()[-1] != " " for end in ends] == [True] * 4, row
     assert rows[0].split()[1:] == ["1234", "0.0", "0.0", "0.0"]  # 1,000 and more without decimals
     assert rows[1].split()[1:] == ["2469", "0.0", "0.0", "0.0"]  # KB/s: bytes / 1024
-    assert rows[3].split()[2:] == ["50", "20", "10", "-"] and rows[4].split()[2:] == ["10", "10", "10", "5"]
+    assert rows[3].split()[1:] == ["0.0"] * 4  # waiting
+    assert rows[4].split()[2:] == ["50", "20", "10", "-"] and rows[5].split()[2:] == ["10", "10", "10", "5"]
     assert text.endswith("* the segment is not older than this window yet: its split rule waits")
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from controlplane.autoscale import AutoScaleSettings, decide
 from dataplane.models import META_KEY, SegmentMeta
 from dataplane.rates import WINDOWS_S, Rates
 from dataplane.scale_signals import (
     APPEND_REQUEST_SPLIT,
     SUBLOG_APPEND_REQUEST_SPLIT,
+    WAITING_SPLIT,
     ScaleThresholds,
     append_actions,
 )
@@ -100,3 +103,30 @@ def test_a_sub_log_segment_is_hot_only_near_what_its_batches_commit():
 
     assert decided(4 * APPEND_REQUEST_SPLIT, SUBLOG_APPEND_REQUEST_SPLIT) is None
     assert decided(2.5 * SUBLOG_APPEND_REQUEST_SPLIT, SUBLOG_APPEND_REQUEST_SPLIT).seal == [0]
+
+
+def test_appends_waiting_for_each_other_make_a_segment_hot_whatever_it_commits():
+    """Offered load: a segment that commits few appends (at AWS latency the chain commits a few dozen a
+    second) is hot once more than WAITING_SPLIT appends wait on average, and cold only under half of it."""
+    waiting = Rates(NOW, QUIET, QUIET, (12.0, 0, 0, 0), (WAITING_SPLIT + 0.5, 0, 0, 0))
+    assert THRESHOLDS.hot(waiting) and not THRESHOLDS.cold(waiting)
+    assert _marked_at(append_actions(_head(NOW + 600_000), QUIET_RATES, waiting, NOW)) == NOW
+    assert not THRESHOLDS.cold(Rates(NOW, QUIET, QUIET, QUIET, (0, 0, 0, WAITING_SPLIT / 2)))
+    assert THRESHOLDS.cold(Rates(NOW, QUIET, QUIET, QUIET, (0.4 * WAITING_SPLIT,) * 4))
+    settings = AutoScaleSettings(windows_ms=(2_000, 5_000, 10_000, 20_000), cooldown_ms=1_000, mute_ms=30_000)
+    info = SegmentInfo("sc/st/0", 0, 100, False, NOW - 60_000, (1.0,) * 4, QUIET, None, (12.0, 0.0, 0.0, 0.0),
+                       waiting_rates=(15.0, 3.0, 1.5, 0.5))
+    decision = decide(ScalingPolicy.by_event_rate(int(T), 4, 1), [(SegmentRange(segment_id=0, low=0.0, high=1.0), info)],
+                      NOW, 0, settings)
+    assert decision.seal == [0] and len(decision.new_ranges) == 4  # as many as wait, within the scale factor
+    assert "15.0 appends waiting" in decision.reason, decision.reason
+
+
+def test_the_waiting_rate_is_the_mean_number_of_appends_waiting():
+    """Little's law on the decayed sums: 10 appends a second, each having waited 0.3 s, keep 3 waiting."""
+    rates = Rates.empty(0)
+    for i in range(1, 2_401):  # 240 s of appends at 10 a second: two of the 2-minute windows
+        rates = rates.record(i * 100, 1, 10, 1, waited_s=0.3)
+    assert rates.waiting[0] == pytest.approx(3.0, rel=0.15)
+    assert Rates.from_item(rates.to_item(), rates.at_ms).waiting == pytest.approx(rates.waiting, rel=1e-5)
+    assert Rates.from_item({"t": 0, "e": [0] * 4, "b": [0] * 4}, 0).waiting == QUIET  # a head from before

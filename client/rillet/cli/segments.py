@@ -141,9 +141,10 @@ def _policy_text(rates: StreamRates) -> list[str]:
     return [(f"scaling    {describe_scaling(policy)}: auto-scaled by {unit}, target {policy.target_rate} {unit} a "
              f"segment, split in up to {policy.scale_factor}, at least {counted(policy.min_num_segments, 'segment')}"),
             (f"split      a segment over {split} (each once the segment is older than the window), or over "
-             f"{rates.append_request_split:g} append requests/s"),
+             f"{rates.append_request_split:g} append requests/s or {rates.waiting_split:g} waiting (appends "
+             f"waiting for each other, on average)"),
             (f"merge      two neighbours each under {merge} {unit} over {spans} and under "
-             f"{rates.append_request_split / 2:g} append requests/s")]
+             f"{rates.append_request_split / 2:g} append requests/s and {rates.waiting_split / 2:g} waiting")]
 
 
 def rates_text(rates: StreamRates) -> str:
@@ -180,7 +181,8 @@ def rates_text(rates: StreamRates) -> str:
         rows = [["window", *(human_duration(w.window_ms) + ("" if w.window_passed else "*") for w in view.windows)],
                 ["events/s", *(_rate(w.events_per_s) for w in view.windows)],
                 ["KB/s", *(_rate(w.bytes_per_s / 1024) for w in view.windows)],
-                ["appends/s", *(_rate(w.append_requests_per_s) for w in view.windows)]]
+                ["appends/s", *(_rate(w.append_requests_per_s) for w in view.windows)],
+                ["waiting", *(_rate(w.waiting_appends) for w in view.windows)]]
         if rates.auto_scaled:
             rows += [["split above", *("-" if w.split_above is None else f"{w.split_above:g}" for w in view.windows)],
                      ["merge below", *(f"{w.merge_below:g}" for w in view.windows)]]
