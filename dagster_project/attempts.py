@@ -82,7 +82,7 @@ class Attempts:
         context.log.error("%s: %d item(s) set aside after %d unfinished runs within %d s: %s", self.job_name,
                           len(items), ATTEMPTS, WINDOW_S, ", ".join(items[:REPORTED]))
         emit("dagster", {"WorkSetAside": (len(items), MetricUnit.Count)}, {"job": self.job_name}, level="error",
-             event="work_set_aside", items=items[:REPORTED], attempts=ATTEMPTS, window_s=WINDOW_S)
+             event="work_set_aside", items=", ".join(items[:REPORTED]), attempts=ATTEMPTS, window_s=WINDOW_S)
 
 
 def mark_unfinished(context: OpExecutionContext, failed: dict[str, str]) -> None:

@@ -102,3 +102,110 @@ def test_an_expired_transaction_whose_abort_was_throttled_is_aborted_by_a_later_
         assert first.run_id != second.run_id and second.status == DagsterRunStatus.SUCCESS
         d.tick()  # nothing is due any more: no third run
         assert len(d.runs()) == 2
+
+
+def test_a_transaction_whose_abort_always_fails_is_set_aside_and_reported_and_the_others_are_aborted(
+        isolated, unique, monkeypatch, tmp_path, capsys):
+    import json
+
+    from controlplane.models import TxnRecord, stream_pk, txn_sk
+    from controlplane.transactions import TransactionTasks
+    from dagster_project.attempts import ATTEMPTS
+    from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
+
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+
+    def expired_txn() -> str:
+        txn = controller.transactions.begin(unique, "s", lease_ms=5_000)
+        TxnRecord.get(stream_pk(unique, "s"), txn_sk(txn.txn_id), consistent_read=True).update(
+            actions=[TxnRecord.lease_expiry_ms.set(1), TxnRecord.deadline_ms.set(1)])
+        return txn.txn_id
+
+    poison = expired_txn()
+    original, fired = TransactionTasks.abort_if_expired, []
+
+    def always_throttled(self, scope, stream, txn_id):
+        if txn_id == poison:
+            fired.append(txn_id)
+            raise TimeoutError("read timed out")
+        return original(self, scope, stream, txn_id)
+
+    monkeypatch.setattr(TransactionTasks, "abort_if_expired", always_throttled)
+    with daemon(isolated, monkeypatch, tmp_path, "txn_timeout") as d:
+        for _ in range(ATTEMPTS):
+            d.tick()
+        assert len(fired) == ATTEMPTS and [r.status for r in d.runs()] == [DagsterRunStatus.SUCCESS] * ATTEMPTS
+        capsys.readouterr()
+        other = expired_txn()
+        d.tick()  # the poison is set aside: the run is for the other transaction only
+        assert len(fired) == ATTEMPTS
+        assert controller.transactions.status(unique, "s", other).state == TxnState.ABORTED
+        assert controller.transactions.status(unique, "s", poison).state == TxnState.OPEN
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        (line,) = [line for line in lines if line.get("event") == "work_set_aside"]
+        assert (line["WorkSetAside"], line["job"], line["items"]) == (1, "abort_expired_transactions_job",
+                                                                      f"{unique}/s/{poison}")
+        d.tick()  # only the poison is due: no run, reported again
+        assert len(d.runs()) == ATTEMPTS + 1 and len(fired) == ATTEMPTS
+
+
+def test_the_readers_of_a_group_whose_look_failed_are_taken_offline_by_a_later_run(
+        isolated, unique, monkeypatch, tmp_path):
+    from controlplane.reader_groups.groups import ReaderGroups
+    from rillet.models import ReaderGroupConfig, ScalingPolicy, StreamConfiguration, StreamRange
+
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    groups = controller.reader_groups
+    groups.create(unique, "dead", ReaderGroupConfig(streams=[StreamRange(scope=unique, stream="s")],
+                                                    automatic_checkpoint_interval_ms=0, group_refresh_time_ms=100,
+                                                    reader_lease_ms=1_000))
+    for reader in ("r1", "r2"):
+        groups.add_reader(unique, "dead", reader)
+    time.sleep(1.05)  # both readers were killed without a goodbye
+    fired = throttled_once(monkeypatch, ReaderGroups, "expire_readers", lambda scope, group: group == "dead")
+
+    with daemon(isolated, monkeypatch, tmp_path, "reader_lease") as d:
+        d.tick()
+        assert fired, "the fault was injected"
+        assert groups.info(unique, "dead").online_readers, "the first run did not finish the group"
+        d.tick()
+        assert groups.info(unique, "dead").online_readers == []
+        assert [r.status for r in d.runs()] == [DagsterRunStatus.SUCCESS] * 2
+
+
+def test_a_scale_decision_not_applied_is_applied_by_a_later_run(
+        isolated, unique, monkeypatch, tmp_path, fast_botocore_sessions, default_scale_settings):
+    from controlplane.streams import StreamTasks
+    from rillet.errors import IllegalState
+    from rillet.models import ScalingPolicy, StreamConfiguration
+    from test_autoscale_sensor import _traffic
+
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(scaling_policy=ScalingPolicy.by_event_rate(10, 3, 1)))
+    original, fired = StreamTasks.scale_stream, []
+
+    def mid_truncation(self, scope, stream, *args, **kwargs):
+        if stream == "s" and scope == unique and not fired:
+            fired.append(stream)
+            raise IllegalState("the stream is being truncated")
+        return original(self, scope, stream, *args, **kwargs)
+
+    monkeypatch.setattr(StreamTasks, "scale_stream", mid_truncation)
+    _traffic(unique, 0, (100.0, 0.0, 0.0, 0.0))  # hot: due now
+    with daemon(isolated, monkeypatch, tmp_path, "autoscale") as d:
+        d.tick()
+        assert fired, "the fault was injected"
+        assert controller.store.get_stream(unique, "s").current_epoch == 0
+        _traffic(unique, 0, (100.0, 0.0, 0.0, 0.0))  # looked at again (the sensor would after 5 minutes)
+        d.tick()
+        assert controller.store.get_stream(unique, "s").current_epoch == 1
+        first, second = d.runs()
+        assert second.tags["dagster/run_key"] == first.tags["dagster/run_key"] + "-retry1"
