@@ -78,14 +78,17 @@ class ReaderItems:
 
     def write(self, scope: str, group: str, reader: str, read: ReaderItemRecord | None, generation: int, join: str,
               seen_ms: int, offsets: dict[str, int], passes: dict[str, dict[str, int]]) -> bool:
-        """Replace the reader's item, conditioned on the version read (absent if ``read`` is None); False
-        if refused: another request of the same reader wrote it meanwhile (or a resend of this one whose
-        answer was lost), and the next sync reads it and writes again if it must."""
+        """Replace the reader's item, conditioned on the version and join id read (absent if ``read`` is
+        None); False if refused: another request of the same reader wrote it meanwhile (or a resend of this
+        one whose answer was lost), and the next sync reads it and writes again if it must. The join id
+        keeps a stalled request of a deleted group from replacing the item a reader of the group created
+        again under the name wrote at the same version."""
         item = read or ReaderItemRecord(reader_group_pk(scope, group), reader_sk(reader))
+        condition = None if read is None else ReaderItemRecord.join == read.join
         item.generation, item.join, item.seen_ms, item.offsets = generation, join, seen_ms, offsets
         item.passes = passes or None
         try:
-            item.save()
+            item.save(condition=condition)
         except PutError as e:
             if not failed_condition(e):
                 raise
@@ -93,10 +96,12 @@ class ReaderItems:
         return True
 
     def delete(self, items: Any) -> None:
-        """Delete these items, each conditioned on the version read: one rewritten meanwhile stays."""
+        """Delete these items, each conditioned on the version and join id read: one rewritten meanwhile
+        stays, and so does one that a reader of a group created again under the name wrote at the same
+        version (a stalled delete of the deleted group's items)."""
         for item in items:
             try:
-                item.delete()  # conditioned on its version (a VersionAttribute)
+                item.delete(condition=ReaderItemRecord.join == item.join)  # and on its version (a VersionAttribute)
             except DeleteError as e:
                 if not failed_condition(e):
                     raise

@@ -17,7 +17,10 @@ from types import SimpleNamespace
 import pytest
 from lambda_events import handler_modules, invoke
 
+from controlplane.models import reader_group_pk
+from controlplane.reader_groups import groups as groups_module
 from controlplane.reader_groups.state import read_record
+from controlplane.reader_items import ReaderItemRecord, reader_sk
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
 from rillet.api import SegmentOffset, SyncRequest
@@ -170,3 +173,41 @@ def test_a_deleted_groups_state_write_does_not_land_on_a_new_group_at_its_versio
     assert groups.expire_readers(unique, "g") == []
     assert stalled == ["refused", "written"]  # the retry read the new group
     assert groups.info(unique, "g").config.reader_lease_ms == 30_000
+
+
+def test_a_deleted_groups_stalled_item_write_leaves_the_new_readers_item(controller, unique, monkeypatch):
+    """r1's sync reads its item (version 1) and stalls before renewing it; the group is deleted and
+    created again, and the new group's r1 renews its own item, at version 1 too. The stalled write is
+    refused: the new r1's renewal (its join id) stays, so its lease is not lost to a deleted group."""
+    now = [1_800_000_000_000]
+    monkeypatch.setattr(groups_module, "_now", lambda: now[0])
+    stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    lease = config(unique, StreamDataRetention.NONE).reader_lease_ms
+
+    def renewed(reader: str) -> ReaderItemRecord:
+        """``reader`` joins and renews its lease in its own item a quarter lease later (its version 1)."""
+        groups.add_reader(unique, "g", reader)
+        groups.sync(unique, "g", reader, SyncRequest())
+        now[0] += lease // 4
+        groups.sync(unique, "g", reader, SyncRequest())
+        return ReaderItemRecord.get(reader_group_pk(unique, "g"), reader_sk(reader), consistent_read=True)
+
+    groups.create(unique, "g", config(unique, StreamDataRetention.NONE))
+    old = renewed("r1")
+    write, stalled, new = groups.items.write, [], []
+
+    def recreated_first(scope, group, reader, read, *args, **kwargs):
+        if not stalled:
+            stalled.append(read.version)
+            assert groups.delete(unique, "g") is True
+            assert groups.create(unique, "g", config(unique, StreamDataRetention.NONE)) is True
+            new.append(renewed("r1"))
+            assert new[0].version == read.version == old.version
+        return write(scope, group, reader, read, *args, **kwargs)
+
+    now[0] += lease // 4
+    groups.items.write = recreated_first
+    groups.sync(unique, "g", "r1", SyncRequest())
+    kept = ReaderItemRecord.get(reader_group_pk(unique, "g"), reader_sk("r1"), consistent_read=True)
+    assert stalled == [old.version] and kept.join == new[0].join != old.join
