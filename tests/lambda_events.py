@@ -12,11 +12,12 @@ from types import ModuleType, SimpleNamespace
 from standalone.gateway import build_event
 
 
-def handler_modules(deployment, monkeypatch) -> dict[str, ModuleType]:
+def handler_modules(deployment, monkeypatch, environment: dict[str, str] | None = None) -> dict[str, ModuleType]:
     """The three handler modules, pointed at ``deployment`` (they read the environment on import, so a
-    module imported earlier with another environment, by the OpenAPI generator say, is imported again)."""
+    module imported earlier with another environment, by the OpenAPI generator say, is imported again),
+    with ``environment`` besides (a deployment's settings, as Terraform sets them)."""
     env = {**deployment.to_env(), "RILLET_APPEND_URL": "http://append", "RILLET_READ_URL": "http://read",
-           "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true"}
+           "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true", **(environment or {})}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     modules = {}

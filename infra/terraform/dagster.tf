@@ -316,9 +316,13 @@ data "aws_iam_policy_document" "dagster_jobs" {
 
   # ConditionCheckItem: tiering saves a chunk in a transaction that checks the head record's tiering
   # epoch (dataplane/storage_writer.py _tier_run) when the chunk does not move the head's chunk_end.
+  # BatchGetItem: the watermark sensor's append to a marks stream in sub-log mode (sublog_shards > 0, or
+  # any deployment once a stream chooses sub-logs) reads the writer's state with the lease, and a batch
+  # the head with it (dataplane/sublog_path.py), as the append function does.
   statement {
     sid = "SegmentsTable"
     actions = [
+      "dynamodb:BatchGetItem",
       "dynamodb:BatchWriteItem",
       "dynamodb:ConditionCheckItem",
       "dynamodb:DeleteItem",

@@ -7,7 +7,8 @@ reads happen too, while every botocore call is recorded (test_job_calls.recorded
 IAM action and resource kind AWS authorizes it on (test_job_calls._needed) and must be granted by the
 policy documents of that function's role in infra/terraform/iam.tf; where a statement limits the
 partition keys (``dynamodb:LeadingKeys``), the call's keys must match them. Presigned URLs make no call
-and so are not checked.
+and so are not checked. It runs in each mode of call_modes.py (sub-logs by the deployment's default or by
+a stream's own choice: issue 53).
 
 The append function's refusal and duplicate paths for a block above the inline size (issue 37) run with
 that check enforced as each call is made (``_as_role``): a call the role lacks raises AccessDenied as AWS
@@ -22,7 +23,6 @@ import re
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import replace
 from fnmatch import fnmatchcase
 from functools import cache, partial
 from types import SimpleNamespace
@@ -31,6 +31,7 @@ import botocore.client
 import botocore.exceptions
 import lambda_events
 import pytest
+from call_modes import MODES, STREAM_SUBLOGS, Mode, code_environments, environment
 from lambda_events import handler_modules, invoke
 from tails_handler import tails_module
 from test_job_calls import (
@@ -40,6 +41,7 @@ from test_job_calls import (
 from test_terraform import (
     APPEND,
     CONTROLLER,
+    FUNCTIONS,
     READ,
     TAILS,
     TF_DIR,
@@ -152,11 +154,23 @@ def _read_bytes(module, target: str) -> bytes:
 
 
 @pytest.fixture
-def functions(isolated_deployment, deployment, monkeypatch):
+def mode() -> Mode:
+    """The deployment's mode (call_modes.py): the default unless a test is parametrized over MODES."""
+    return MODES[0]
+
+
+@pytest.fixture
+def functions(isolated_deployment, deployment, monkeypatch, mode):
     """The four handler modules on tables of their own (the admin grant made here must not turn on
-    authorization for other tests), every request signed by ADMIN; the session's binding is restored."""
+    authorization for other tests), with the environment Terraform gives them in ``mode``, every request
+    signed by ADMIN; the session's binding is restored."""
     mine = isolated_deployment("function-calls")
-    modules = handler_modules(mine, monkeypatch)
+    tf = parse_terraform(TF_DIR)
+    settings = {}
+    for handler, env in code_environments(tf, FUNCTIONS).items():
+        if handler != "dagster":  # one process: the functions' settings must agree, and they do
+            settings |= environment(tf, env, mode)
+    modules = handler_modules(mine, monkeypatch, settings)
     modules["tails"] = tails_module(mine)
     bind_all(mine)
     monkeypatch.setattr(lambda_events, "build_event", partial(build_event, identity=ADMIN))
@@ -169,7 +183,11 @@ def _fresh_authorizer(monkeypatch) -> None:
     monkeypatch.setattr(lambdas.authorization, "_authorizer", None)
 
 
-def test_each_functions_calls_are_granted_to_its_role(functions, unique, request, monkeypatch):
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_each_functions_calls_are_granted_to_its_role(functions, mode, unique, request, monkeypatch):
+    """In each mode (call_modes.py): the streams "s" and "gone" leave the choice of sub-logs to the
+    deployment; on the default deployment "many" and "many-gone" choose them. The appends, reads, scaling
+    and deletion of sub-log segments make calls the chain's never make."""
     mine, modules = functions
     controller, append, read = modules["controller_api"], modules["append"], modules["read"]
     calls = request.getfixturevalue("recorded")
@@ -190,14 +208,13 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     _fresh_authorizer(monkeypatch)
     post(controller, "/v1/grants", {"principal": ADMIN, "resource": "prn::*", "permission": "READ_UPDATE"})
     post(controller, "/v1/scopes", {"scope": unique})
-    for stream in ("s", "gone"):  # one segment each (the default configuration)
-        post(controller, f"/v1/scopes/{unique}/streams", {"stream": stream})
-    # A stream in sub-log mode (dataplane/sublog_path.py), as RILLET_SUBLOG_SHARDS makes new streams.
-    store = controller.controller.segments
-    with monkeypatch.context() as sublogs:
-        sublogs.setattr(store, "settings", replace(store.settings, sublog_shards=2))
-        for stream in ("many", "many-gone"):
-            post(controller, f"/v1/scopes/{unique}/streams", {"stream": stream})
+    # One segment each: of the deployment's mode, or of sub-logs (dataplane/sublog_path.py) by choice.
+    sublogs = mode.value(parse_terraform(TF_DIR), "sublog_shards")
+    streams = {"s": {}, "gone": {}}
+    if not sublogs:
+        streams |= {name: {"configuration": {"sublog_shards": STREAM_SUBLOGS}} for name in ("many", "many-gone")}
+    for name, body in streams.items():
+        post(controller, f"/v1/scopes/{unique}/streams", {"stream": name, **body})
     stream = f"/v1/scopes/{unique}/streams/s"
     txn = post(controller, f"{stream}/transactions", {})
     post(controller, f"{stream}/transactions/{txn['txn_id']}/commit", {})
@@ -209,26 +226,26 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     recorded_by[CONTROLLER] = list(calls)
     calls.clear()
 
-    # The append function: a small block kept inline, and one above the inline size put to S3, on the
-    # chain and on sub-logs.
+    # The append function: a small block kept inline, and one above the inline size put to S3.
     _fresh_authorizer(monkeypatch)
     segment = f"/v1/segments/{unique}/s/0"
     small, large = frame(b"x" * 10), frame(b"y" * 4096)
-    for target in (segment, f"/v1/segments/{unique}/many/0", f"/v1/segments/{unique}/many-gone/0"):
+    for name in streams:
         for number, block in enumerate((small, large)):
-            status, answer = _invoke(append, "POST", target, block, **{
+            status, answer = _invoke(append, "POST", f"/v1/segments/{unique}/{name}/0", block, **{
                 api.WRITER_ID: "w", api.EVENT_NUMBER: str(number), api.EVENT_COUNT: "1"})
             assert status == 200, answer
+            batched = any(op == "TransactWriteItems" for _, op, _ in calls)  # a sub-log batch's commit
+            assert batched == (bool(sublogs) or name.startswith("many")), (name, mode.name, "sub-logs", batched)
     assert any(op == "PutObject" for _, op, _ in calls), "the large block was not put to S3"
-    assert any(op == "TransactWriteItems" for _, op, _ in calls), "no sub-log batch was committed"
     recorded_by[APPEND] = list(calls)
     calls.clear()
 
     # The read function: every route, over both blocks.
     _fresh_authorizer(monkeypatch)
     length = len(small) + len(large)
-    assert _read_bytes(read, f"{segment}?offset=0") == small + large
-    assert _read_bytes(read, f"/v1/segments/{unique}/many/0?offset=0") == small + large
+    for name in streams:
+        assert _read_bytes(read, f"/v1/segments/{unique}/{name}/0?offset=0") == small + large
     get(read, f"{segment}/locations?offset=0")
     get(read, f"{segment}/plan?from=0&to={length}")
     assert get(read, f"/v1/segments/{unique}/s/tails?segments=0,1")["tails"][0]["length"] == length
@@ -250,7 +267,7 @@ def test_each_functions_calls_are_granted_to_its_role(functions, unique, request
     post(controller, f"{stream}/scale", {"seal": [0], "new_ranges": [[0.0, 0.5], [0.5, 1.0]]})
     status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/reader-groups/g")
     assert status == 200, answer
-    for gone in ("gone", "many-gone"):
+    for gone in (name for name in streams if name.endswith("gone")):
         post(controller, f"/v1/scopes/{unique}/streams/{gone}/seal", {})
         status, answer = _invoke(controller, "DELETE", f"/v1/scopes/{unique}/streams/{gone}")
         assert status == 200, answer
