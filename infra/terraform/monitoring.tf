@@ -2,11 +2,11 @@
 # SNS topic (alarm_emails subscribe to it), a dashboard of the functions and the metrics they emit, and
 # an optional monthly budget. docs/operations.md says what each alarm means and what to do.
 #
-# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 24
-# one-metric alarms and 6 metric-math alarms of 32 metrics, $5.60 a month, plus the dashboard ($3; free
+# Cost: $0.10 a month per metric an alarm watches; with the defaults (no reservations, no budget) 25
+# one-metric alarms and 6 metric-math alarms of 32 metrics, $5.70 a month, plus the dashboard ($3; free
 # for the first three in an account) and the log metric filters' custom metrics at $0.30 each, billed by
-# the hour they receive data: 9 with the defaults (the tails memory, the daemon's errors and 7 from the
-# Dagster lines), at most $2.70, and those of var.stream_metrics (docs/operations.md, Cost of metrics).
+# the hour they receive data: 10 with the defaults (the tails memory, the daemon's errors and 8 from the
+# Dagster lines), at most $3.00, and those of var.stream_metrics (docs/operations.md, Cost of metrics).
 
 locals {
   alarm_actions = [aws_sns_topic.alarms.arn]
@@ -504,13 +504,14 @@ resource "aws_budgets_budget" "monthly" {
 #
 # Cost: every distinct set of dimension values is a custom metric at $0.30 a month. So the
 # deployment-wide metrics have the one dimension service (the Maximum over streams is the worst stream):
-# 7 metrics, $2.10 a month at most. Per stream and per subscriber only for the streams listed in
+# 8 metrics, $2.40 a month at most. Per stream and per subscriber only for the streams listed in
 # var.stream_metrics (at most 10): 3 metrics per listed stream and 2 per subscriber of it, $0.30 each
 # (docs/operations.md, Cost of metrics). A line names its stream, so the log group holds every stream's
 # figures whatever is listed (CloudWatch Logs Insights reads them for free but the scan).
 locals {
   dagster_line_metrics = {
     RunsFailed              = { event = "run_failed", dimensions = { service = "$.service" } }
+    WorkSetAside            = { event = "work_set_aside", dimensions = { service = "$.service" } }
     FallbackImminent        = { event = "retention_stream", dimensions = { service = "$.service" } }
     NoActiveSubscriber      = { event = "retention_stream", dimensions = { service = "$.service" } }
     NoSubscriber            = { event = "retention_stream", dimensions = { service = "$.service" } }
@@ -564,6 +565,27 @@ resource "aws_cloudwatch_metric_alarm" "dagster_run_failures" {
   metric_name         = "RunsFailed"
   dimensions          = { service = "dagster" }
   statistic           = "Sum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+
+  depends_on = [aws_cloudwatch_log_metric_filter.dagster_lines]
+}
+
+# Work that keeps failing: a sensor set aside items (transactions, reader groups, streams) that 3 runs
+# within an hour left unfinished (dagster_project/attempts.py); every tick that sets them aside writes a
+# line, so the alarm stays on until they are done or their failures age out and they are tried again.
+resource "aws_cloudwatch_metric_alarm" "dagster_work_set_aside" {
+  alarm_name          = "${local.dagster_name}-work-set-aside"
+  alarm_description   = "A Dagster sensor set aside work that kept failing: its line (event work_set_aside) names the job and the items; the unfinished runs' tags (rillet/failed-items) and metadata say why."
+  namespace           = "Rillet"
+  metric_name         = "WorkSetAside"
+  dimensions          = { service = "dagster" }
+  statistic           = "Maximum"
   period              = 300
   evaluation_periods  = 1
   threshold           = 1

@@ -34,6 +34,7 @@ WATCHED = {
     "database CPU credits": ("AWS/RDS", "CPUCreditBalance"),
     "Spark job failures": ("AWS/EMRServerless", "FailedJobs"),
     "failed Dagster runs": ("Rillet", "RunsFailed"),
+    "background work that keeps failing": ("Rillet", "WorkSetAside"),
     "subscribers silent, retention fallback due": ("Rillet", "FallbackImminent"),
 }
 
@@ -105,8 +106,10 @@ def test_the_dagster_line_metrics_are_fed_from_the_lines_the_code_writes(tf, cap
     """Each filter on the Dagster log group matches the lines of its event and reads a number and
     every dimension from them: the lines the sensor and the retention job really write."""
     from aws_lambda_powertools.metrics import MetricUnit
+    from dagster import build_sensor_context
 
     from controlplane.retention import Decision, SubscriberStatus
+    from dagster_project.attempts import Attempts
     from dagster_project.observability import emit, emit_retention_metrics
     from rillet.models import ConsumptionLimits
 
@@ -114,11 +117,14 @@ def test_the_dagster_line_metrics_are_fed_from_the_lines_the_code_writes(tf, cap
     silent = [SubscriberStatus("s/readers", False, 4096, 9 * minute)]
     emit("dagster", {"RunsFailed": (1, MetricUnit.Count)}, {"job": "retention_job"}, level="error",
          event="run_failed", run_id="r1", message="boom")
+    with build_sensor_context() as context:
+        Attempts("abort_expired_transactions_job", []).report(context, ["s/a/txn-1"])
     emit_retention_metrics([Decision("s/a", "kept", "no active subscriber", consumption=True, subscribers=silent,
                                      limits=ConsumptionLimits(subscriber_timeout_ms=10 * minute)),
                             Decision("s/plain", "truncated", "time")])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["event"] for line in lines] == ["run_failed", "retention_stream", "retention_subscriber"]
+    assert [line["event"] for line in lines] == ["run_failed", "work_set_aside", "retention_stream",
+                                                 "retention_subscriber"]
     filters = tf.of_type("aws_cloudwatch_log_metric_filter")["dagster_lines"]
     metrics = tf.locals["dagster_line_metrics"]
     assert "local.dagster_line_metrics" in _text(filters["for_each"])
@@ -132,8 +138,8 @@ def test_the_dagster_line_metrics_are_fed_from_the_lines_the_code_writes(tf, cap
         for line in matched:
             assert isinstance(line.get(name), (int, float)), (name, line)
             assert all(line.get(selector.removeprefix("$.")) for selector in spec["dimensions"].values()), line
-    assert lines[1]["FallbackImminent"] == 1, "silent 9 of 10 minutes: the fallback is within a quarter"
-    for alarm in ("dagster_run_failures", "retention_fallback_imminent"):
+    assert lines[2]["FallbackImminent"] == 1, "silent 9 of 10 minutes: the fallback is within a quarter"
+    for alarm in ("dagster_run_failures", "dagster_work_set_aside", "retention_fallback_imminent"):
         alarm = tf.of_type("aws_cloudwatch_metric_alarm")[alarm]
         service = alarm["dimensions"]["service"]
         assert any(line["service"] == service and alarm["metric_name"] in line for line in lines), alarm
