@@ -234,6 +234,32 @@ class OutcomeUnknown(RilletError):
     code, status, retryable = "OutcomeUnknown", 503, False
 
 
+class WriterBufferFull(RilletError):
+    """Raised by the SDK's ``write_event``, never sent by a server: the writer already holds
+    ``EventWriterConfig.buffer_bytes`` of events not yet acknowledged, and none was resolved within
+    ``max_block_s`` (Kafka's ``buffer.memory`` and ``max.block.ms``). The event was not queued, so it is
+    not stored; writing it again later may succeed."""
+
+    code, status, retryable = "WriterBufferFull", 503, True
+
+
+class NotSent(RilletError):
+    """Raised by the SDK's event writer, never sent by a server: the event waited its writer's
+    ``retry_timeout_s`` for its turn (queued behind blocks of its segment that went unanswered) and was
+    never in a request that could be appended, so it is not stored; writing it again may succeed."""
+
+    code, status, retryable = "NotSent", 503, True
+
+
+class EventsNotAcknowledged(RilletError):
+    """Raised by the SDK's ``flush()`` and ``close()`` (so on leaving a writer's ``with`` block), never
+    sent by a server: events written failed and nobody looked at their futures. ``details`` count them
+    (``failed``; ``outcome_unknown`` of them may or may not be stored, the rest are not stored) and
+    name the first cause, which is also the exception's ``__cause__``."""
+
+    code, status = "EventsNotAcknowledged", 500
+
+
 def _all_subclasses(cls: type) -> list[type]:
     found = []
     for sub in cls.__subclasses__():

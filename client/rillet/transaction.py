@@ -34,6 +34,8 @@ T = TypeVar("T")
 class _TxnSegmentsWriter(EventStreamWriter[T]):
     """The plain writer, aimed at a transaction's segments; a sealed or missing one means it closed."""
 
+    raises_unseen_failures = False  # a failed write fails the commit (TxnFailed): all or nothing
+
     def __init__(self, connection: Connection, info: TxnInfo, serializer: Serializer[T],
                  config: EventWriterConfig | None) -> None:
         self.txn_id = info.txn_id

@@ -48,7 +48,7 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   expiry window, days) can tell a fresh block from a resend that may already be stored under it.
 * Its events fail only when an answer proves they are not stored (a 4xx such as InvalidArgument,
   TooLarge, SegmentNotFound, or OutOfOrder for an attempt sent when every block before it was
-  acknowledged), or once ``retry_timeout_s`` has passed since the block was first sent, with
+  acknowledged), or once ``retry_timeout_s`` has passed since ``write_event`` took them, with
   :class:`OutcomeUnknown`: they may or may not be stored. A refusal that follows an unproven attempt proves nothing about that
   attempt, which may still be applied; so it fails the events with OutcomeUnknown too, unless it
   depends on the block's content alone (InvalidArgument, TooLarge: every attempt was refused). An
@@ -67,6 +67,24 @@ Outcomes (the idempotent-producer contract of Kafka's producer and Pravega's eve
   window is days) is not continued: the segment's next block starts a new one, so a rarely-writing
   process never sends under an id the server may have forgotten.
 
+Bounds, and failures seen (the shape of Kafka's producer: ``delivery.timeout.ms``, ``buffer.memory`` and
+``max.block.ms``, failures in callbacks and logs):
+
+* ``retry_timeout_s`` bounds the whole wait of an event, counted from ``write_event``: queued behind
+  blocks that go unanswered, resent, or held for a sealed segment's successors. An event without an
+  outcome by then fails wherever it waits (the batcher expires it: a sender stuck in a request does not
+  hold it): in a block sent, with OutcomeUnknown; never sent (or withdrawn), with NotSent; held for
+  successors, with SegmentSealed (those two are not stored). So ``flush()`` and ``close()`` return at most that long after the
+  last ``write_event``. (A bound counted from each block's first send let the events queued behind an
+  unanswered block wait it once more when they were sent in turn: twice the bound.)
+* ``buffer_bytes`` bounds the events written and not yet resolved: ``write_event`` blocks while they
+  fill it, for up to ``max_block_s``, then raises WriterBufferFull (the event is not queued).
+* The first failure after an acknowledgement logs a warning on ``rillet.writer``, once until an event
+  is acknowledged again. ``flush()`` and ``close()`` (so leaving a ``with`` block) raise
+  EventsNotAcknowledged naming how many failed and the first cause, counting only the failures nobody
+  looked at through the future (``result()``, ``exception()``, a done callback's look), each once. A
+  ``with`` block already leaving on an exception raises that one instead.
+
 What happens to the blocks behind a block that failed (same segment and writer id; they name it with
 ``after``, so none of them can commit before it does):
 
@@ -84,6 +102,7 @@ What happens to the blocks behind a block that failed (same segment and writer i
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -98,13 +117,16 @@ from typing import Any, Generic, TypeVar
 from rillet.clock import Since
 from rillet.connection import Connection
 from rillet.errors import (
+    EventsNotAcknowledged,
     InvalidArgument,
+    NotSent,
     OutcomeUnknown,
     OutOfOrder,
     RilletError,
     SegmentNotFound,
     SegmentSealed,
     TooLarge,
+    WriterBufferFull,
     WriterExpired,
 )
 from rillet.framing import MAX_BLOCK_SIZE, MAX_EVENT_SIZE, frame
@@ -118,6 +140,8 @@ T = TypeVar("T")
 # (blocks as large as the former one-second linger's, so dollars per GB as low or lower).
 COST_OPTIMIZED_LATENCY_MS = 1200
 ROUND_TRIP_GAIN = 0.125  # weight of a new round trip in the smoothed one (TCP's SRTT gain, RFC 6298)
+
+_log = logging.getLogger("rillet.writer")
 
 
 @dataclass(frozen=True)
@@ -133,11 +157,16 @@ class EventWriterConfig:
     under 300 ms. ``lowest_latency()`` sends a block as soon as the one before it is answered (one
     request per round trip, the former default); ``cost_optimized()`` waits about a second (one
     block per second: under $0.01 per GB at 1 MB/s).
+
+    ``retry_timeout_s`` is the most an event waits for its outcome, from ``write_event`` (Kafka's
+    ``delivery.timeout.ms``): flush and close return within it. ``buffer_bytes`` and ``max_block_s``
+    are the back-pressure (Kafka's ``buffer.memory`` and ``max.block.ms``): the default buffer holds
+    16 full blocks in flight, so it only fills when the service is slower than the writer.
     """
 
     batch_size_bytes: int = MAX_EVENT_SIZE  # a block leaves once this much gathered (4 MiB: one request's most)
     max_latency_ms: int = 250  # write to acknowledgement: an event is held at most this less the round trip
-    retry_timeout_s: float = 300.0  # how long a block is resent without proof of its outcome, then OutcomeUnknown
+    retry_timeout_s: float = 300.0  # the most an event waits from write_event for an outcome, then OutcomeUnknown
     max_concurrency: int = 16
     max_inflight_blocks: int = 3  # per segment: a block's upload overlaps the commit of the one before
     idle_writer_id_s: float = 3600.0  # a segment's writer id unacknowledged this long is replaced by a new one
@@ -145,14 +174,18 @@ class EventWriterConfig:
     # see them as ``routing_key`` and ``timestamp_ms``; Spark as columns). Costs 11 bytes and the key's per
     # event; readers need this SDK version or later (rillet.framing).
     store_key_and_time: bool = False
+    buffer_bytes: int = 64 * 1024 * 1024  # events written and not yet resolved; beyond it write_event blocks
+    max_block_s: float = 60.0  # how long write_event blocks on a full buffer, then WriterBufferFull
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size_bytes <= MAX_BLOCK_SIZE:
             raise ValueError(f"batch_size_bytes must be between 1 and {MAX_BLOCK_SIZE}")
         if (self.max_latency_ms < 0 or self.retry_timeout_s <= 0 or self.max_concurrency < 1
-                or self.max_inflight_blocks < 1 or self.idle_writer_id_s <= 0):
+                or self.max_inflight_blocks < 1 or self.idle_writer_id_s <= 0
+                or self.buffer_bytes < 1 or self.max_block_s < 0):
             raise ValueError("max_latency_ms >= 0, retry_timeout_s > 0, max_concurrency >= 1, "
-                             "max_inflight_blocks >= 1 and idle_writer_id_s > 0")
+                             "max_inflight_blocks >= 1, idle_writer_id_s > 0, buffer_bytes >= 1 "
+                             "and max_block_s >= 0")
 
     @classmethod
     def lowest_latency(cls, **overrides: Any) -> EventWriterConfig:
@@ -195,11 +228,34 @@ class WriteAck:
     offset: int
 
 
+class _EventFuture(Future):
+    """An event's future that tells its writer when its outcome was looked at (``result()`` or
+    ``exception()``, also from a done callback): flush and close report only the failures nobody saw."""
+
+    def __init__(self, looked_at: Callable[[_EventFuture], None]) -> None:
+        super().__init__()
+        self._looked_at = looked_at
+        self.seen = False
+        self.counted: tuple[int, bool] | None = None  # failed unseen: (report round, outcome unknown)
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return super().result(timeout)
+        finally:
+            self._looked_at(self)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            return super().exception(timeout)
+        finally:
+            self._looked_at(self)
+
+
 @dataclass
 class _Pending:
     framed: bytes
     point: float
-    future: Future
+    future: _EventFuture
     seq: int  # the writer-wide order of write_event calls, which every re-send keeps
     queued_at: float  # time.monotonic() when write_event queued it: its latency budget counts from here
 
@@ -261,6 +317,8 @@ class SegmentMap:
 class EventStreamWriter(Generic[T]):
     """Writes events to one stream; ``write_event`` returns a Future acknowledged when durable."""
 
+    raises_unseen_failures = True  # flush and close raise EventsNotAcknowledged (a transaction's commit says instead)
+
     def __init__(self, connection: Connection, scope: str, stream: str, serializer: Serializer[T],
                  config: EventWriterConfig | None = None, segments: list[SegmentRange] | None = None) -> None:
         self.connection = connection
@@ -277,6 +335,14 @@ class EventStreamWriter(Generic[T]):
         self._round_trip_s: float | None = None  # smoothed append round trip, once one was measured
         self._written = 0  # write_event calls so far: the next event's sequence number
         self._outstanding = 0
+        self._buffered = 0  # bytes of the outstanding events: write_event blocks beyond buffer_bytes
+        self._next_expiry: float | None = None  # when the oldest outstanding event's retry_timeout_s ends
+        self._failing = False  # a failure was logged and no event was acknowledged since
+        # Failures nobody looked at since flush or close last raised them (the round counts those raises).
+        self._unseen_failures = 0
+        self._unseen_unknown = 0
+        self._first_unseen: RilletError | None = None
+        self._report_round = 0
         self._flushing = 0
         self._closed = False
         self._pool = ThreadPoolExecutor(self.config.max_concurrency, thread_name_prefix=f"rillet-writer-{stream}")
@@ -292,17 +358,38 @@ class EventStreamWriter(Generic[T]):
         :class:`OutcomeUnknown` once ``retry_timeout_s`` passed without proof either way, or with
         :class:`WriterExpired` when a resend outlived the server's writer expiry (outcome unknown too).
         With ``store_key_and_time``, the routing key and ``timestamp_ms`` (default: now, milliseconds
-        since the epoch) are kept with the event."""
+        since the epoch) are kept with the event. Blocks while ``buffer_bytes`` of events await their
+        outcome, and raises :class:`WriterBufferFull` (the event not queued) after ``max_block_s``."""
         framed = self._frame(self.serializer.serialize(event), routing_key, timestamp_ms)
         point = hash_routing_key(routing_key) if routing_key is not None else random.random()
-        future: Future = Future()
+        future = _EventFuture(self._looked_at)
         with self._cond:
+            self._await_room(len(framed))
             if self._closed:
                 raise RilletError("the writer is closed")
             self._outstanding += 1
-            self._enqueue(_Pending(framed, point, future, self._written, time.monotonic()))
+            self._buffered += len(framed)
+            queued_at = time.monotonic()
+            if self._next_expiry is None:
+                self._next_expiry = queued_at + self.config.retry_timeout_s
+                self._cond.notify_all()  # the batcher expires it if nothing resolves it in time
+            self._enqueue(_Pending(framed, point, future, self._written, queued_at))
             self._written += 1
         return future
+
+    def _await_room(self, size: int) -> None:
+        """Wait (lock held) until the event fits in ``buffer_bytes`` beside the outstanding ones; one
+        event always fits in an empty buffer. WriterBufferFull after ``max_block_s``."""
+        give_up = time.monotonic() + self.config.max_block_s
+        while not self._closed and self._buffered and self._buffered + size > self.config.buffer_bytes:
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                raise WriterBufferFull(
+                    f"the writer to {self.scope}/{self.stream} holds {self._buffered} bytes of events awaiting "
+                    f"their outcome (buffer_bytes {self.config.buffer_bytes}) and none was resolved within "
+                    f"max_block_s ({self.config.max_block_s} s); the event was not written",
+                    buffered_bytes=self._buffered, max_block_s=self.config.max_block_s)
+            self._cond.wait(timeout=remaining)
 
     def _frame(self, payload: bytes, routing_key: str | None, timestamp_ms: int | None) -> bytes:
         if not self.config.store_key_and_time:
@@ -327,7 +414,9 @@ class EventStreamWriter(Generic[T]):
         self._noted_time = True
 
     def flush(self) -> None:
-        """Send everything queued now and wait until every event written so far is acknowledged (or failed)."""
+        """Send everything queued now and wait until every event written so far has its outcome: at most
+        ``retry_timeout_s`` after the last ``write_event``. Raises :class:`EventsNotAcknowledged` if
+        events failed that nobody looked at (through their futures) since it was last raised."""
         with self._cond:
             self._flushing += 1
             try:
@@ -337,22 +426,62 @@ class EventStreamWriter(Generic[T]):
                     self._cond.wait()
             finally:
                 self._flushing -= 1
+            self._raise_unseen_failures()
 
     def close(self) -> None:
-        """Flush, then release the writer's threads (and stop holding watermarks back)."""
-        self.flush()
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._pool.shutdown(wait=True)
-        if self._noted_time:
-            self.connection.controller.remove_writer(self.scope, self.stream, self.writer_id)
+        """Flush (raising as it does), then release the writer's threads (and stop holding watermarks
+        back). A sender still waiting on a request given up at the deadline is not waited for: it ends
+        with that request."""
+        try:
+            self.flush()
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._noted_time:
+                self.connection.controller.remove_writer(self.scope, self.stream, self.writer_id)
 
     def __enter__(self) -> EventStreamWriter[T]:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """Close; the failures close raises give way to an exception the block is already leaving on
+        (they were logged)."""
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except EventsNotAcknowledged:
+            pass
+
+    def _looked_at(self, future: _EventFuture) -> None:
+        """A future's outcome was looked at: a failure counted as unseen no longer is."""
+        if future.seen or not future.done():
+            return
+        with self._cond:
+            if future.seen:
+                return
+            future.seen = True
+            if future.counted is not None and future.counted[0] == self._report_round:
+                self._unseen_failures -= 1
+                self._unseen_unknown -= future.counted[1]
+                if not self._unseen_failures:
+                    self._first_unseen = None
+
+    def _raise_unseen_failures(self) -> None:
+        """Raise the failures nobody looked at, once (lock held)."""
+        if not self._unseen_failures or not self.raises_unseen_failures:
+            return
+        count, unknown, first = self._unseen_failures, self._unseen_unknown, self._first_unseen
+        self._unseen_failures = self._unseen_unknown = 0
+        self._first_unseen = None
+        self._report_round += 1
+        raise EventsNotAcknowledged(
+            f"{count} event(s) written to {self.scope}/{self.stream} were not acknowledged ({unknown} of them "
+            f"may or may not be stored, the others are not stored); the first: {first}",
+            failed=count, outcome_unknown=unknown, first=str(first)) from first
 
     # -- queues (called with the lock held) ------------------------------------------------------
 
@@ -439,7 +568,9 @@ class EventStreamWriter(Generic[T]):
         or close: an idle writer never polls."""
         with self._cond:
             while not self._closed:
-                deadline: float | None = None
+                if self._next_expiry is not None and time.monotonic() >= self._next_expiry:
+                    self._next_expiry = self._expire_overdue()
+                deadline = self._next_expiry
                 for queue in list(self._queues.values()):
                     self._maybe_send(queue)
                     if self._may_send(queue) and self._partial_may_leave(queue):  # others wait for an answer
@@ -447,10 +578,59 @@ class EventStreamWriter(Generic[T]):
                         deadline = due if deadline is None else min(deadline, due)
                 self._cond.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
+    def _expire_overdue(self) -> float | None:
+        """Fail with OutcomeUnknown the events ``retry_timeout_s`` old without an outcome, wherever they
+        wait: queued, in a block in flight (and the blocks behind it) or held for a sealed segment's
+        successors (lock held). Returns when the oldest event left is due."""
+        bound = self.config.retry_timeout_s
+        now = time.monotonic()
+        within = f"within retry_timeout_s ({bound} s) of write_event"
+        for queue in list(self._queues.values()):
+            overdue = [item for item in queue.pending if item.queued_at + bound <= now]
+            if overdue:  # first, so that a block failed below does not make room for them
+                # Never sent, or withdrawn from behind a block refused for good: not stored either way.
+                queue.pending = deque(item for item in queue.pending if item.queued_at + bound > now)
+                queue.pending_bytes -= sum(len(item.framed) for item in overdue)
+                self._fail(overdue, NotSent(f"the event to {self.scope}/{self.stream} was not sent {within}, "
+                                            f"behind blocks of its segment without an answer; it is not stored"))
+            for block in queue.held:
+                overdue = [item for item in block.items if item.queued_at + bound <= now]
+                block.items = [item for item in block.items if item.queued_at + bound > now]
+                self._fail(overdue, SegmentSealed(
+                    f"segment {queue.segment.segment_id} of {self.scope}/{self.stream} is sealed and its successors "
+                    f"were not found {within}; the event was not stored"))
+            queue.held = [block for block in queue.held if block.items]
+            for block in list(queue.inflight):
+                overdue_block = not block.settled and min(item.queued_at for item in block.items) + bound <= now
+                if overdue_block and self._fail_block(queue, block, self._unknown(f"no answer proved the outcome {within}")):
+                    self._pool.submit(self._resolve_sealed, queue)
+        left = [item.queued_at for queue in self._queues.values()
+                for items in (queue.pending, *(b.items for b in queue.inflight), *(b.items for b in queue.held))
+                for item in items]
+        return min(left) + bound if left else None
+
     def _fail(self, items: list[_Pending], error: RilletError) -> None:
+        """Fail the events' futures (lock held); count the failures for flush and close to raise, and log
+        the first of an episode (until an event is acknowledged again)."""
+        unknown = isinstance(error, (OutcomeUnknown, WriterExpired))
         for item in items:
             item.future.set_exception(error)
+            if not item.future.seen:  # a done callback may have looked at it already
+                item.future.counted = (self._report_round, unknown)
+                self._unseen_failures += 1
+                self._unseen_unknown += unknown
+                if self._first_unseen is None:
+                    self._first_unseen = error
         self._outstanding -= len(items)
+        self._buffered -= sum(len(item.framed) for item in items)
+        if not self._outstanding:
+            self._next_expiry = None
+        if items and not self._failing:
+            self._failing = True
+            _log.warning("writer %s to %s/%s: %d event(s) failed (%s); no more failures are logged until an "
+                         "event is acknowledged again, flush() and close() raise those nobody looked at",
+                         self.writer_id, self.scope, self.stream, len(items), error)
+        self._cond.notify_all()
 
     # -- sending (on the pool's threads) ---------------------------------------------------------
 
@@ -458,7 +638,7 @@ class EventStreamWriter(Generic[T]):
         """Send the block until an answer proves its outcome, or until the deadline."""
         payload = b"".join(p.framed for p in block.items)
         first_sent = Since()
-        deadline = first_sent.monotonic + self.config.retry_timeout_s
+        deadline = min(item.queued_at for item in block.items) + self.config.retry_timeout_s
         attempt = 0
         while True:
             attempt += 1
@@ -541,6 +721,10 @@ class EventStreamWriter(Generic[T]):
                 end = self._acked_end.get(queue.segment.segment_id, 0)
                 self._acked_end[queue.segment.segment_id] = max(end, position)
             self._outstanding -= len(block.items)
+            self._buffered -= sum(len(item.framed) for item in block.items)
+            self._failing = False
+            if not self._outstanding:
+                self._next_expiry = None  # an idle writer's batcher sleeps without a timeout
             queue.acked_at = Since()
             resolve = self._settled(queue)
         if resolve:
@@ -551,23 +735,27 @@ class EventStreamWriter(Generic[T]):
         withdrawn and re-queued when it is known not to be stored, failed with it when its outcome is
         unknown. The segment's next block starts a new writer id."""
         with self._cond:
-            if block.settled:
-                return
-            behind = [b for b in queue.inflight if b.writer_id == block.writer_id and b.first > block.first]
-            for b in [block, *behind]:
-                b.settled = True
-                queue.inflight.remove(b)
-            self._fail(block.items, error)
-            withdrawn = [item for b in behind for item in b.items]
-            if isinstance(error, (OutcomeUnknown, WriterExpired)):
-                self._fail(withdrawn, self._unknown(f"it was sent behind an event whose outcome is unknown ({error})"))
-            else:
-                queue.pending = deque(sorted([*withdrawn, *queue.pending], key=lambda item: item.seq))
-                queue.pending_bytes += sum(len(item.framed) for item in withdrawn)
-            queue.new_writer_id = True
-            resolve = self._settled(queue)
+            resolve = self._fail_block(queue, block, error)
         if resolve:
             self._resolve_sealed(queue)
+
+    def _fail_block(self, queue: _SegmentQueue, block: _InFlight, error: RilletError) -> bool:
+        """``_failed`` with the lock held; True when the caller must re-route a sealed segment."""
+        if block.settled:
+            return False
+        behind = [b for b in queue.inflight if b.writer_id == block.writer_id and b.first > block.first]
+        for b in [block, *behind]:
+            b.settled = True
+            queue.inflight.remove(b)
+        self._fail(block.items, error)
+        withdrawn = [item for b in behind for item in b.items]
+        if isinstance(error, (OutcomeUnknown, WriterExpired)):
+            self._fail(withdrawn, self._unknown(f"it was sent behind an event whose outcome is unknown ({error})"))
+        else:
+            queue.pending = deque(sorted([*withdrawn, *queue.pending], key=lambda item: item.seq))
+            queue.pending_bytes += sum(len(item.framed) for item in withdrawn)
+        queue.new_writer_id = True
+        return self._settled(queue)
 
     def _forgotten(self, queue: _SegmentQueue, block: _InFlight, refusal: OutOfOrder) -> None:
         """The segment has never seen this writer id, under which it acknowledged the blocks before this

@@ -17,6 +17,7 @@ import pytest
 
 from rillet import api
 from rillet.errors import (
+    EventsNotAcknowledged,
     InvalidArgument,
     OutcomeUnknown,
     OutOfOrder,
@@ -159,7 +160,8 @@ def test_writer_id_is_not_replaced_while_a_block_is_unresolved():
     store.fault = script
     with writer_on(FakeConnection(store)) as writer:
         futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(6)]
-        writer.flush()
+        with pytest.raises(EventsNotAcknowledged):  # failures nobody looked at yet
+            writer.flush()
         outcomes = [outcome(f) for f in futures]
     assert sent_under_new_id_early == []
     assert outcomes == ["ok", InvalidArgument, "ok", "ok", "ok", "ok"]
@@ -196,7 +198,8 @@ def test_rerouting_after_a_seal_keeps_the_order_events_were_written():
         writer.flush()
         store.fault = script
         late = [writer.write_event(f"e{i}", routing_key="k") for i in range(5, 10)]
-        writer.flush()
+        with pytest.raises(EventsNotAcknowledged):  # failures nobody looked at yet
+            writer.flush()
         outcomes = [outcome(f) for f in early + late]
     assert outcomes == ["ok"] * 5 + [InvalidArgument] + ["ok"] * 4
     assert store.stored(0) == ["e0", "e1", "e2", "e3", "e4"]
@@ -236,7 +239,8 @@ def test_a_stream_sealed_for_good_fails_its_events():
     store.sealed.add(0)
     with writer_on(FakeConnection(store, FakeController({}))) as writer:
         futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(3)]
-        writer.flush()
+        with pytest.raises(EventsNotAcknowledged):  # failures nobody looked at yet
+            writer.flush()
         assert [outcome(f) for f in futures] == [SegmentSealed] * 3
         assert outcome(writer.write_event("e3", routing_key="k")) == SegmentSealed
     assert store.stored(0) == []
@@ -260,7 +264,8 @@ def test_outcome_unknown_only_after_the_deadline():
     with writer_on(FakeConnection(store), config) as writer:
         started = time.monotonic()
         futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(4)]
-        writer.flush()
+        with pytest.raises(EventsNotAcknowledged):  # failures nobody looked at yet
+            writer.flush()
         assert time.monotonic() - started >= 0.5
         for future in futures:
             error = future.exception(timeout=0)
@@ -298,7 +303,8 @@ def test_a_proven_refusal_fails_only_the_refused_event(error):
         not applied and call["events"] == ["e1"] and call["first"] == 1) else None
     with writer_on(FakeConnection(store)) as writer:
         futures = [writer.write_event(f"e{i}", routing_key="k") for i in range(4)]
-        writer.flush()
+        with pytest.raises(EventsNotAcknowledged):  # failures nobody looked at yet
+            writer.flush()
         outcomes = [outcome(f) for f in futures]
     assert outcomes[0] == "ok" and outcomes[2:] == ["ok", "ok"]
     assert outcomes[1] is type(error)

@@ -4,9 +4,10 @@ writer id into the new segment. Against the fake segment store of test_writer_co
 
 from __future__ import annotations
 
+import pytest
 from test_writer_contract import FakeConnection, FakeSegments, outcome, writer_on
 
-from rillet.errors import OutOfOrder, SegmentNotFound
+from rillet.errors import EventsNotAcknowledged, OutOfOrder, SegmentNotFound
 from rillet.writer import EventWriterConfig
 
 
@@ -21,7 +22,8 @@ def test_a_segment_that_forgot_the_writer_takes_nothing_more_from_it():
         assert outcome(writer.write_event("e0", routing_key="k")) == "ok"
         store.fault = recreated_after_e0
         futures = [writer.write_event(f"e{i}", routing_key="k") for i in (1, 2, 3)]
-        writer.flush()
+        with pytest.raises(EventsNotAcknowledged):  # failures nobody looked at yet
+            writer.flush()
         assert [outcome(f) for f in futures] == [SegmentNotFound] * 3
         assert outcome(writer.write_event("e4", routing_key="k")) is SegmentNotFound
     assert store.stored(0) == ["e0"]
