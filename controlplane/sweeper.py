@@ -16,7 +16,7 @@ from controlplane.kvtables import KeyValueTables
 from controlplane.models import ScopeRecord, StreamRecord, TxnRecord
 from controlplane.streams import StreamTasks, now_ms
 from controlplane.transactions import TransactionTasks
-from dataplane.fanout import fan_out
+from dataplane.fanout import error_outcome, fan_out
 from rillet.errors import NotFound, RilletError, ScopeNotEmpty
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ SWEEP_WORKERS = 8
 class SweepOutcome:
     subject: str  # "scope" or "scope/stream"
     workflow: str
-    outcome: str  # "completed", "reverted" or the error code that stopped it
+    outcome: str  # "completed", "reverted", the error code that stopped it, or "error: <code>" of another error
 
 
 class Sweeper:
@@ -74,6 +74,9 @@ class Sweeper:
                 return SweepOutcome(item.scope, "delete-scope", "completed")
             except RilletError as e:
                 return SweepOutcome(item.scope, "delete-scope", e.code)
+            except Exception as e:  # throttled, say: this workflow's outcome, not the run's
+                log.exception("sweeper failed on delete-scope of %s", item.scope)
+                return SweepOutcome(item.scope, "delete-scope", error_outcome(e))
         subject = f"{item.scope}/{item.stream}"
         name = (item.workflow or {}).get("name", "unknown")
         try:
@@ -88,9 +91,9 @@ class Sweeper:
         except RilletError as e:
             log.warning("sweeper could not finish %s of %s: %s", name, subject, e)
             return SweepOutcome(subject, name, e.code)
-        except Exception:
+        except Exception as e:  # throttled, say: this workflow's outcome, not the run's
             log.exception("sweeper failed on %s of %s", name, subject)
-            return SweepOutcome(subject, name, "InternalError")
+            return SweepOutcome(subject, name, error_outcome(e))
 
     def _finish_table_delete(self, item: KeyValueTableRecord) -> SweepOutcome:
         """Deleting is the only key-value table workflow with steps (see controlplane.kvtables)."""
@@ -101,6 +104,9 @@ class Sweeper:
         except RilletError as e:
             log.warning("sweeper could not finish delete-kvt of %s: %s", subject, e)
             return SweepOutcome(subject, "delete-kvt", e.code)
+        except Exception as e:  # throttled, say: this workflow's outcome, not the run's
+            log.exception("sweeper failed on delete-kvt of %s", subject)
+            return SweepOutcome(subject, "delete-kvt", error_outcome(e))
 
     def _finish_txn(self, item: TxnRecord) -> SweepOutcome:
         subject = f"{item.scope}/{item.stream}"
@@ -117,3 +123,6 @@ class Sweeper:
         except RilletError as e:
             log.warning("sweeper could not finish %s of %s: %s", workflow, subject, e)
             return SweepOutcome(subject, workflow, e.code)
+        except Exception as e:  # throttled, say: this workflow's outcome, not the run's
+            log.exception("sweeper failed on %s of %s", workflow, subject)
+            return SweepOutcome(subject, workflow, error_outcome(e))

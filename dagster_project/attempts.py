@@ -21,12 +21,13 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
 from dagster import DagsterRunStatus, OpExecutionContext, RunRequest, RunsFilter, SensorEvaluationContext
 
 from dagster_project.observability import emit
+
 WORK_TAG = "rillet/work"  # the work's digest, the run key without its attempt
 UNFINISHED_TAG = "rillet/unfinished"  # "true" on a run that ended with work not done
 FAILED_ITEMS_TAG = "rillet/failed-items"  # a JSON list of the items it did not finish
@@ -52,7 +53,7 @@ class Attempts:
         an instance)."""
         if context.instance_ref is None:
             return cls(job_name, [])
-        since = datetime.fromtimestamp(time.time() - WINDOW_S, tz=timezone.utc)
+        since = datetime.fromtimestamp(time.time() - WINDOW_S, tz=UTC)
         failed = context.instance.get_runs(RunsFilter(
             job_name=job_name, statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED],
             created_after=since), limit=RECENT_RUNS)

@@ -1,7 +1,9 @@
 """Housekeeping jobs: the workflow sweeper and the tiering of inline bytes into S3 chunks.
 
 Sensors only read (one index query per tick) and request a run when there is work; the runs do the
-work and record what they did as output metadata, which the Dagster UI shows per run.
+work and record what they did as output metadata, which the Dagster UI shows per run. A sweep that
+left a workflow unfinished tags its run so, and the sensor asks again under a new run key
+(dagster_project/attempts.py); tiering keys its runs by the minute already.
 """
 
 import time
@@ -20,6 +22,7 @@ from dagster import (
     sensor,
 )
 
+from dagster_project.attempts import ATTEMPTS, Attempts, mark_unfinished
 from dagster_project.resources import RilletDeployment, sensor_interval, work_key
 from dataplane.fanout import per_second
 from dataplane.segment_store import now_ms
@@ -37,6 +40,8 @@ def sweep_workflows(context: OpExecutionContext, rillet: RilletDeployment) -> Ou
         table += f"\n\nand {len(lines) - LISTED} more"
     context.log.info("sweeper finished %d workflow(s) in %.2f s (%.1f/s)", len(outcomes), seconds,
                      per_second(len(outcomes), seconds))
+    mark_unfinished(context, {f"{o.subject} {o.workflow}": o.outcome for o in unusual
+                              if o.outcome not in SWEEP_FINAL_OUTCOMES})
     return Output(len(outcomes), metadata={"workflows": len(outcomes), "seconds": round(seconds, 3),
                                            "outcomes": MetadataValue.md(table)})
 
@@ -53,8 +58,13 @@ def workflow_sweeper_sensor(context: SensorEvaluationContext, rillet: RilletDepl
     if not pending:
         return SkipReason("no interrupted workflow")
     keys = [f"{p.pk}|{p.sk}|{p.pending_since}" for p in pending]
-    return RunRequest(run_key=work_key("sweep", keys), tags={"rillet/pending": str(len(keys))})
+    attempts = Attempts.of(context, sweep_workflows_job.name)
+    request = attempts.request(work_key("sweep", keys), tags={"rillet/pending": str(len(keys))})
+    if request is None:
+        attempts.report(context, [f"{p.pk}|{p.sk}" for p in pending])
+    return request or SkipReason(f"{len(keys)} interrupted workflow(s), set aside after {ATTEMPTS} unfinished sweeps")
 
+SWEEP_FINAL_OUTCOMES = ("completed", "reverted")  # any other outcome leaves the workflow pending
 LISTED = 20  # a run's metadata lists this many segments or workflows (the most telling) and counts the rest
 
 

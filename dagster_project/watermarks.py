@@ -6,7 +6,8 @@ streams: an idle stream costs it nothing) and computes up to ``INLINE_STREAMS`` 
 at once; its tick log says which streams got a new watermark. When more are due, it launches
 ``watermark_job`` runs instead, one per group of index shards (``RUN_GROUPS``), each computing the
 due streams of its shards, so a busy deployment's work spreads over run slots and no tick runs long.
-A group whose run is still queued or running gets no second one.
+A group whose run is still queued or running gets no second one; a group whose run failed is asked
+again under a new run key, and set aside after 3 failed runs within an hour (dagster_project/attempts.py).
 """
 
 from dagster import (
@@ -15,7 +16,6 @@ from dagster import (
     DefaultSensorStatus,
     OpExecutionContext,
     Output,
-    RunRequest,
     RunsFilter,
     SensorEvaluationContext,
     SkipReason,
@@ -26,6 +26,7 @@ from dagster import (
 from pydantic import Field
 
 from controlplane.watermarks import WatermarkTasks
+from dagster_project.attempts import Attempts
 from dagster_project.resources import RilletDeployment, sensor_interval, work_key
 from dataplane.shards import SHARDS
 
@@ -89,9 +90,17 @@ def watermark_sensor(context: SensorEvaluationContext, rillet: RilletDeployment)
     for scope, stream in due:
         by_group.setdefault(_group(scope, stream), []).append(f"{scope}/{stream}")
     busy = _groups_in_flight(context)
-    requests = [RunRequest(run_key=work_key(f"watermarks-{group}", streams),
-                           run_config={"ops": {"compute_watermarks": {"config": {
-                               "shards": [n for n in range(SHARDS) if n % RUN_GROUPS == group]}}}},
-                           tags={_GROUP_TAG: str(group)})
-                for group, streams in sorted(by_group.items()) if str(group) not in busy]
-    return requests or SkipReason(f"{len(due)} stream(s) due, each shard group's run still in flight")
+    attempts = Attempts.of(context, watermark_job.name)
+    requests, set_aside = [], []
+    for group, streams in sorted(by_group.items()):
+        if str(group) in busy:
+            continue
+        request = attempts.request(work_key(f"watermarks-{group}", streams), run_config={"ops": {
+            "compute_watermarks": {"config": {"shards": [n for n in range(SHARDS) if n % RUN_GROUPS == group]}}}},
+            tags={_GROUP_TAG: str(group)})
+        if request is None:
+            set_aside += streams
+        else:
+            requests.append(request)
+    attempts.report(context, set_aside)
+    return requests or SkipReason(f"{len(due)} stream(s) due, each shard group's run in flight or set aside")

@@ -14,7 +14,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from dagster import DagsterRunStatus
 from dagster._core.instance_for_test import instance_for_test
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
@@ -181,10 +180,11 @@ def test_the_readers_of_a_group_whose_look_failed_are_taken_offline_by_a_later_r
 
 def test_a_scale_decision_not_applied_is_applied_by_a_later_run(
         isolated, unique, monkeypatch, tmp_path, fast_botocore_sessions, default_scale_settings):
+    from test_autoscale_sensor import _traffic
+
     from controlplane.streams import StreamTasks
     from rillet.errors import IllegalState
     from rillet.models import ScalingPolicy, StreamConfiguration
-    from test_autoscale_sensor import _traffic
 
     _, resource = isolated
     controller = resource.controller()
