@@ -254,10 +254,12 @@ def test_a_stale_checkpoint_publish_does_not_undo_a_reset_stamped_in_the_same_mi
     groups, group = controller.reader_groups, f"{unique}/g"
     monkeypatch.setattr(retention_module, "now_ms", lambda: 5_000)  # every write in one millisecond
     groups.create(unique, "g", _config(controller, unique, start=300, retention=MANUAL))
+    incarnation = groups.info(unique, "g").incarnation
     hook = _before_mutating_call(
         1, lambda: groups.reset(unique, "g", _config(controller, unique, start=100, retention=MANUAL)))
     with inject_crash(None, hook=hook), pytest.raises((InvalidArgument, WriteConflict)):
-        controller.retention.update_truncation_cut(unique, "s", group, 0, {0: 600})  # read before the reset
+        # read before the reset
+        controller.retention.update_truncation_cut(unique, "s", group, 0, {0: 600}, incarnation)
     assert _subscribers(controller, unique) == {group: (1, 100)}
     controller.retention.cycle(unique, "s", now=1_000)
     assert _head(controller, unique) == 100
