@@ -108,7 +108,7 @@ def _watermarks(moto: MotoServer, controller: Controller, resource: RilletDeploy
     for request in runs:
         shards = request.run_config["ops"]["compute_watermarks"]["config"]["shards"]
         started = time.perf_counter()
-        appended += len(controller.watermarks.run(shards=shards))
+        appended += len(controller.watermarks.run(shards=shards).appended)
         run_wall.append(time.perf_counter() - started)
     counts, _ = moto.meter.snapshot()
     return {"idle": idle, "inline": (len(active_40), inline_requests, inline_wall),

@@ -45,6 +45,7 @@ from controlplane.models import StreamRecord, WriterMarkRecord, stream_pk
 from controlplane.parallel import in_parallel
 from controlplane.store import failed_condition
 from controlplane.streams import StreamTasks
+from dataplane.fanout import error_outcome
 from dataplane.shards import SHARDS, query_every_shard, shard_key
 from rillet.errors import IllegalState, InvalidArgument, StreamNotFound, WriteConflict
 from rillet.framing import frame, unframe
@@ -67,6 +68,15 @@ _LEAVE_ATTEMPTS = 3
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass
+class WatermarkRun:
+    """What one look at the due streams did: the watermarks appended ("scope/stream", watermark), and the
+    streams whose computation raised (their ``error: <code>``), which stay due for the next look."""
+
+    appended: list[tuple[str, Watermark]]
+    failed: dict[str, str]
 
 
 def _wire(positions: list[SegmentPosition]) -> list[list]:
@@ -302,13 +312,15 @@ class WatermarkTasks:
         return Watermark(int(w["lower_ms"]), int(w["upper_ms"]), _positions(w["cut"]))
 
     def run(self, now: int | None = None, shards: list[int] | None = None,
-            streams: list[tuple[str, str]] | None = None, budget_s: float | None = None) -> list[tuple[str, Watermark]]:
+            streams: list[tuple[str, str]] | None = None, budget_s: float | None = None) -> WatermarkRun:
         """Compute the watermark of each due stream (of ``shards``, or the ``streams`` a caller already
-        found due), several at once (controlplane.parallel); returns the watermarks appended. With
-        ``budget_s``, a stream not started within that many seconds is left due for the next look (a
-        sensor tick must end within Dagster's 60 s, however slow the store answers)."""
+        found due), several at once (controlplane.parallel). With ``budget_s``, a stream not started
+        within that many seconds is left due for the next look (a sensor tick must end within Dagster's
+        60 s, however slow the store answers). A stream whose computation raises (throttled, or a poison
+        stream) is an outcome of the run, not its end: the other streams' watermarks are appended."""
         due = self.due(now, shards) if streams is None else streams
         stop_at = None if budget_s is None else time.monotonic() + budget_s
+        failed: dict[str, str] = {}
 
         def one(name: tuple[str, str]) -> tuple[str, Watermark] | None:
             if stop_at is not None and time.monotonic() > stop_at:
@@ -317,9 +329,12 @@ class WatermarkTasks:
                 watermark = self.compute(*name, now)
             except (StreamNotFound, WriteConflict, IllegalState):
                 return None  # deleted, sealing, or changed meanwhile: its marks stay due for the next look
+            except Exception as e:  # noqa: BLE001 - its outcome: its marks stay due, the caller reports it
+                failed[f"{name[0]}/{name[1]}"] = error_outcome(e)
+                return None
             return (f"{name[0]}/{name[1]}", watermark) if watermark is not None else None
 
-        return [found for found in in_parallel(one, due) if found is not None]
+        return WatermarkRun([found for found in in_parallel(one, due) if found is not None], failed)
 
 
 

@@ -26,7 +26,7 @@ from dagster import (
 from pydantic import Field
 
 from controlplane.watermarks import WatermarkTasks
-from dagster_project.attempts import Attempts
+from dagster_project.attempts import Attempts, mark_unfinished
 from dagster_project.resources import RilletDeployment, sensor_interval, work_key
 from dataplane.shards import SHARDS
 
@@ -48,10 +48,11 @@ class WatermarkRun(Config):
 
 @op(description="Compute the watermark of every due stream of some shards of the watermark index.")
 def compute_watermarks(context: OpExecutionContext, config: WatermarkRun, rillet: RilletDeployment) -> Output[int]:
-    appended = rillet.controller().watermarks.run(shards=config.shards)
-    context.log.info("appended %d watermark(s) over shards %s", len(appended), config.shards)
-    return Output(len(appended), metadata={"watermarks": len(appended),
-                                           "shards": ", ".join(map(str, config.shards))})
+    run = rillet.controller().watermarks.run(shards=config.shards)
+    context.log.info("appended %d watermark(s) over shards %s", len(run.appended), config.shards)
+    mark_unfinished(context, run.failed)
+    return Output(len(run.appended), metadata={"watermarks": len(run.appended), "failed": len(run.failed),
+                                               "shards": ", ".join(map(str, config.shards))})
 
 
 @job(description="Compute the due watermarks of some shards of the watermark index (launched by the "
@@ -81,11 +82,14 @@ def watermark_sensor(context: SensorEvaluationContext, rillet: RilletDeployment)
     watermarks = rillet.controller().watermarks
     due = watermarks.due()
     if len(due) <= INLINE_STREAMS:
-        appended = watermarks.run(streams=due, budget_s=TICK_BUDGET_S)
-        for stream, watermark in appended:
+        run = watermarks.run(streams=due, budget_s=TICK_BUDGET_S)
+        for stream, watermark in run.appended:
             context.log.info("%s: watermark [%d, %d]", stream, watermark.lower_ms, watermark.upper_ms)
-        return SkipReason(f"{len(due)} stream(s) due, appended {len(appended)} watermark(s)" + (
-            ": " + ", ".join(stream for stream, _ in appended) if appended else ""))
+        for stream, outcome in run.failed.items():  # still due: the next tick tries it again
+            context.log.warning("%s: watermark not computed (%s)", stream, outcome)
+        return SkipReason(f"{len(due)} stream(s) due, appended {len(run.appended)} watermark(s)" + (
+            ": " + ", ".join(stream for stream, _ in run.appended) if run.appended else "") + (
+            f"; {len(run.failed)} failed: " + ", ".join(sorted(run.failed)) if run.failed else ""))
     by_group: dict[int, list[str]] = {}
     for scope, stream in due:
         by_group.setdefault(_group(scope, stream), []).append(f"{scope}/{stream}")

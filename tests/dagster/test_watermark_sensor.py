@@ -47,3 +47,32 @@ def test_the_sensor_appends_a_watermark_when_the_slowest_writer_moves(isolated, 
     controller.watermarks.remove_writer(unique, "s", "slow")
     controller.watermarks.remove_writer(unique, "s", "fast")
     assert stream not in _tick(resource)
+
+
+def test_a_stream_whose_watermark_keeps_failing_does_not_stop_the_others(isolated, unique, monkeypatch):
+    """One poison stream (its computation raises, as a throttled or corrupt one would) is an outcome of the
+    tick: the other stream's watermark is appended, and the poison one stays due for the next tick."""
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    for name in ("good", "poison"):
+        controller.streams.create_stream(unique, name, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+        controller.segments.append(segment_name(unique, name, 0), "w", 0, 1, frame(b"e"))
+        controller.watermarks.note_time(unique, name, "w", 1_000, {0: 5})
+    real_compute = type(controller.watermarks).compute
+    raised = []
+
+    def compute(self, scope, stream, now=None):
+        if stream == "poison":
+            raised.append(stream)
+            raise RuntimeError("a stream whose watermark cannot be computed")
+        return real_compute(self, scope, stream, now)
+
+    monkeypatch.setattr(type(controller.watermarks), "compute", compute)
+    message = _tick(resource)
+    assert raised, "the poison stream was never computed"
+    assert f"{unique}/good" in message and f"1 failed: {unique}/poison" in message, message
+    assert controller.watermarks.last(unique, "good").lower_ms == 1_000
+    assert (unique, "poison") in controller.watermarks.due()  # asked again by the next tick
+    monkeypatch.setattr(type(controller.watermarks), "compute", real_compute)
+    assert f"{unique}/poison" in _tick(resource)
