@@ -51,7 +51,10 @@ def scale_stream(context: OpExecutionContext, config: ScaleRequest, rillet: Rill
         outcome = f"scaled to epoch {epoch}"
     except (IllegalState, InvalidArgument, WriteConflict) as e:
         outcome = f"not applied: {e.code}: {e.message}"
-        mark_unfinished(context, {f"{config.scope}/{config.stream}": outcome})
+        if isinstance(e, IllegalState):  # a workflow in the way: the same decision is asked again after it
+            mark_unfinished(context, {f"{config.scope}/{config.stream}": outcome})
+        # else the stream moved on (another scale, a commit) or the decision no longer fits it: the next
+        # decision is made afresh at its new epoch, and such races count as no failure
     context.log.info("%s/%s: %s (%s)", config.scope, config.stream, outcome, config.reason)
     try:  # for `rillet stream rates`: one small update per run, none per sensor tick
         remember_decision(streams.store, config.scope, config.stream, config.epoch, config.reason, outcome, now_ms())

@@ -109,6 +109,7 @@ def test_a_transaction_whose_abort_always_fails_is_set_aside_and_reported_and_th
 
     from controlplane.models import TxnRecord, stream_pk, txn_sk
     from controlplane.transactions import TransactionTasks
+    from dagster_project import attempts as attempts_module
     from dagster_project.attempts import ATTEMPTS
     from rillet.models import ScalingPolicy, StreamConfiguration, TxnState
 
@@ -149,6 +150,17 @@ def test_a_transaction_whose_abort_always_fails_is_set_aside_and_reported_and_th
                                                                       f"{unique}/s/{poison}")
         d.tick()  # only the poison is due: no run, reported again
         assert len(d.runs()) == ATTEMPTS + 1 and len(fired) == ATTEMPTS
+        # Its failures age out of the window: it is asked again, under a key no run had (a key made from
+        # the count of failures in the window came back to the first run's, and was skipped for ever).
+        # (the runs carry Dagster's frozen clock, which the ticks move ahead of the wall clock the window
+        # is measured on: a window ending an hour from now leaves them all out)
+        monkeypatch.setattr(attempts_module, "WINDOW_S", -3_600)
+        d.tick()
+        assert len(fired) == ATTEMPTS + 1, "set-aside work was not asked again once its failures aged out"
+        d.tick()
+        assert len(fired) == ATTEMPTS + 2
+        keys = [run.tags["dagster/run_key"] for run in d.runs()]
+        assert len(set(keys)) == len(keys) == ATTEMPTS + 3, keys
 
 
 def test_the_readers_of_a_group_whose_look_failed_are_taken_offline_by_a_later_run(
@@ -208,4 +220,4 @@ def test_a_scale_decision_not_applied_is_applied_by_a_later_run(
         d.tick()
         assert controller.store.get_stream(unique, "s").current_epoch == 1
         first, second = d.runs()
-        assert second.tags["dagster/run_key"] == first.tags["dagster/run_key"] + "-retry1"
+        assert second.tags["dagster/run_key"] == f"{first.tags['dagster/run_key']}-after-{first.run_id}"
