@@ -161,8 +161,8 @@ def stream_write(args: argparse.Namespace) -> None:
                 progress.add(len(payload))
                 if len(unconfirmed) > UNCONFIRMED_EVENTS:
                     unconfirmed.popleft().result()
-        for future in unconfirmed:
-            future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
+            for future in unconfirmed:  # in the block: its own typed error, not the writer's EventsNotAcknowledged
+                future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
     finally:
         progress.done()  # ends the progress line, so an error is printed on a line of its own
     _print(args, {"stream": args.stream, "events": progress.events, "bytes": progress.bytes},
