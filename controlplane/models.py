@@ -353,6 +353,10 @@ class WriterMarkRecord(MetadataItem, discriminator="mark"):
     timestamp_ms = NumberAttribute()
     position = JSONAttribute()  # [[segment id, low, high, offset], ...]
     updated_ms = NumberAttribute()
+    # the stream record's created_ms the note read (None: noted before marks carried it): a note that
+    # stalled across a delete and create again of the stream is of the old one, whose offsets the new
+    # stream's watermarks must never take
+    incarnation = NumberAttribute(null=True)
 
 
 class SinkRecord(MetadataItem, discriminator="sink"):

@@ -117,7 +117,7 @@ class WatermarkTasks:
             previous = None
         now = now_ms()
         mark = WriterMarkRecord(*key, writer=writer, timestamp_ms=timestamp_ms, position=_wire(position),
-                                updated_ms=now, write_id=uuid.uuid4().hex,
+                                updated_ms=now, write_id=uuid.uuid4().hex, incarnation=int(record.created_ms),
                                 deadline_shard=self._shard(scope, stream), deadline_ms=self._due_from(previous, now))
         try:  # a note of the same writer racing this one may have saved a later time meanwhile
             mark.save(condition=WriterMarkRecord.timestamp_ms.does_not_exist()
@@ -251,7 +251,10 @@ class WatermarkTasks:
         timeout = timeout or DEFAULT_WRITER_TIMEOUT_MS
         active, all_forgotten = [], True
         for mark in self._marks(scope, stream):
-            if now - mark.updated_ms > timeout:  # the writer stopped reporting: it no longer holds watermarks back
+            stale = mark.incarnation is not None and int(mark.incarnation) != int(record.created_ms)
+            if stale or now - mark.updated_ms > timeout:
+                # a note of the stream's earlier life, or a writer that stopped reporting: it no longer
+                # holds watermarks back
                 all_forgotten = self._forget(mark) and all_forgotten
             else:
                 active.append(mark)

@@ -143,3 +143,41 @@ def test_a_silent_writers_mark_is_forgotten_only_as_it_was_read(controller, uniq
     monkeypatch.setattr(WriterMarkRecord, "delete", note_then_delete)
     controller.watermarks.compute(unique, "s", now=10_000 + TIMEOUT_MS + 1)  # the job's clock: long after
     assert WriterMarkRecord.get(*key, consistent_read=True).timestamp_ms == 2_000
+
+
+def test_a_note_that_stalled_across_a_delete_never_moves_the_new_streams_watermark(controller, unique, monkeypatch):
+    """A writer's note reads the stream, then stalls while the stream is sealed, deleted and created again
+    (segment ids repeat across incarnations); its mark lands in the new stream's partition with the old
+    stream's offsets. The new stream's watermark is computed from the new stream's writers only: the old
+    mark is forgotten, never taken as a position past the new stream's tail."""
+    c, scope = controller, unique
+    config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=TIMEOUT_MS)
+    c.streams.create_scope(scope)
+    c.streams.create_stream(scope, "s", config)
+    segment = segment_name(scope, "s", 0)
+    for number in range(5):
+        c.segments.append(segment, "w", number, 1, EVENT)
+    staged = []
+    real_resolve = type(c.streams).resolve_cut
+
+    def resolve_then_recreate(self, *args):
+        answer = real_resolve(self, *args)
+        if not staged:
+            staged.append(True)
+            c.streams.seal_stream(scope, "s")
+            c.streams.delete_stream(scope, "s")
+            c.streams.create_stream(scope, "s", config)
+        return answer
+
+    monkeypatch.setattr(type(c.streams), "resolve_cut", resolve_then_recreate)
+    c.watermarks.note_time(scope, "s", "old", 5_000, {0: 5 * len(EVENT)})
+    assert staged, "the staging never ran"
+    monkeypatch.setattr(type(c.streams), "resolve_cut", real_resolve)
+    c.segments.append(segment, "new", 0, 1, EVENT)
+    c.watermarks.note_time(scope, "s", "new", 1_000, {0: len(EVENT)})
+    watermark = c.watermarks.compute(scope, "s")
+    assert watermark is not None
+    assert (watermark.lower_ms, watermark.upper_ms) == (1_000, 1_000)
+    assert [p.offset for p in watermark.cut] == [len(EVENT)]  # the new stream's tail, not the old 500
+    assert [m.writer for m in WriterMarkRecord.query(stream_pk(scope, "s"), WriterMarkRecord.sk.startswith("mark#"))] \
+        == ["new"]
