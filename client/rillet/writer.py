@@ -72,8 +72,8 @@ Bounds, and failures seen (the shape of Kafka's producer: ``delivery.timeout.ms`
 
 * ``retry_timeout_s`` bounds the whole wait of an event, counted from ``write_event``: queued behind
   blocks that go unanswered, resent, or held for a sealed segment's successors. An event without an
-  outcome by then fails wherever it waits (the batcher expires it: a sender stuck in a request does not
-  hold it): in a block sent, with OutcomeUnknown; never sent (or withdrawn), with NotSent; held for
+  outcome by then (give or take ``EXPIRY_TICK_S``) fails wherever it waits (the batcher expires it: a
+  sender stuck in a request does not hold it): in a block sent, with OutcomeUnknown; never sent (or withdrawn), with NotSent; held for
   successors, with SegmentSealed (those two are not stored). So ``flush()`` and ``close()`` return at most that long after the
   last ``write_event``. (A bound counted from each block's first send let the events queued behind an
   unanswered block wait it once more when they were sent in turn: twice the bound.)
@@ -140,6 +140,9 @@ T = TypeVar("T")
 # (blocks as large as the former one-second linger's, so dollars per GB as low or lower).
 COST_OPTIMIZED_LATENCY_MS = 1200
 ROUND_TRIP_GAIN = 0.125  # weight of a new round trip in the smoothed one (TCP's SRTT gain, RFC 6298)
+# Overdue events are looked for at most this often: each look scans every outstanding event, so a
+# backlog written at a high rate during an outage costs one scan per tick, not one per event.
+EXPIRY_TICK_S = 0.05
 
 _log = logging.getLogger("rillet.writer")
 
@@ -581,7 +584,8 @@ class EventStreamWriter(Generic[T]):
     def _expire_overdue(self) -> float | None:
         """Fail with OutcomeUnknown the events ``retry_timeout_s`` old without an outcome, wherever they
         wait: queued, in a block in flight (and the blocks behind it) or held for a sealed segment's
-        successors (lock held). Returns when the oldest event left is due."""
+        successors (lock held). Returns when to look again: when the oldest event left is due, at the
+        earliest a tick from now."""
         bound = self.config.retry_timeout_s
         now = time.monotonic()
         within = f"within retry_timeout_s ({bound} s) of write_event"
@@ -607,7 +611,7 @@ class EventStreamWriter(Generic[T]):
         left = [item.queued_at for queue in self._queues.values()
                 for items in (queue.pending, *(b.items for b in queue.inflight), *(b.items for b in queue.held))
                 for item in items]
-        return min(left) + bound if left else None
+        return max(min(left) + bound, now + EXPIRY_TICK_S) if left else None
 
     def _fail(self, items: list[_Pending], error: RilletError) -> None:
         """Fail the events' futures (lock held); count the failures for flush and close to raise, and log
