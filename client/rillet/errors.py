@@ -246,9 +246,10 @@ class WriterBufferFull(RilletError):
 class NotSent(RilletError):
     """Raised by the SDK's event writer, never sent by a server: the event waited its writer's
     ``retry_timeout_s`` for its turn (queued behind blocks of its segment that went unanswered) and was
-    never in a request that could be appended, so it is not stored; writing it again may succeed."""
+    never in a request that could be appended, so it is not stored (a refusal, hence a 4xx: 408, the
+    request was not made in time); writing it again may succeed."""
 
-    code, status, retryable = "NotSent", 503, True
+    code, status = "NotSent", 408
 
 
 class EventsNotAcknowledged(RilletError):
