@@ -73,9 +73,9 @@ Bounds, and failures seen (the shape of Kafka's producer: ``delivery.timeout.ms`
 * ``retry_timeout_s`` bounds the whole wait of an event, counted from ``write_event``: queued behind
   blocks that go unanswered, resent, or held for a sealed segment's successors. An event without an
   outcome by then (give or take ``EXPIRY_TICK_S``) fails wherever it waits (the batcher expires it: a
-  sender stuck in a request does not hold it): in a block sent, with OutcomeUnknown; never sent (or withdrawn), with NotSent; held for
-  successors, with SegmentSealed (those two are not stored). So ``flush()`` and ``close()`` return at most that long after the
-  last ``write_event``. (A bound counted from each block's first send let the events queued behind an
+  sender stuck in a request does not hold it): in a block sent, with OutcomeUnknown; never sent (or
+  withdrawn), with NotSent; held for successors, with SegmentSealed (those two are not stored). So
+  ``flush()`` and ``close()`` return at most that long after the last ``write_event``. (A bound counted from each block's first send let the events queued behind an
   unanswered block wait it once more when they were sent in turn: twice the bound.)
 * ``buffer_bytes`` bounds the events written and not yet resolved: ``write_event`` blocks while they
   fill it, for up to ``max_block_s``, then raises WriterBufferFull (the event is not queued).
