@@ -287,6 +287,10 @@ class _SegmentQueue:
     sealed: bool = False  # found sealed: waiting for the successors, holds its events meanwhile
     resolving: bool = False
     new_writer_id: bool = False  # a block failed: the next block starts a new writer id (once none is in flight)
+    # Requests of the segment's blocks still on their way (a block failed at its deadline may still have
+    # one, which can yet be applied): no new writer id while any is, so no later block of a key can be
+    # stored before it. Each ends within the transport's timeout, as its sender stops at the deadline.
+    sending: int = 0
     acked_at: Since | None = None  # when a block under ``writer_id`` was last acknowledged
     closed_by: RilletError | None = None  # the stream was sealed: this range takes no more events
 
@@ -532,6 +536,7 @@ class EventStreamWriter(Generic[T]):
             block = _InFlight(items, queue.next_event_number, queue.writer_id)
             queue.next_event_number += len(items)
             queue.inflight.append(block)
+            queue.sending += 1
             self._pool.submit(self._send, queue, block)
 
     def _may_send(self, queue: _SegmentQueue) -> bool:
@@ -539,7 +544,8 @@ class EventStreamWriter(Generic[T]):
         closed, has a free in-flight slot, and is not waiting for its blocks to resolve before a new
         writer id."""
         return (bool(queue.pending) and not queue.sealed and queue.closed_by is None
-                and len(queue.inflight) < self.config.max_inflight_blocks and not (queue.new_writer_id and queue.inflight))
+                and len(queue.inflight) < self.config.max_inflight_blocks
+                and not (queue.new_writer_id and (queue.inflight or queue.sending)))
 
     def _partial_may_leave(self, queue: _SegmentQueue) -> bool:
         """A partial block joins blocks in flight only while there is budget to keep: with none (the
@@ -639,6 +645,14 @@ class EventStreamWriter(Generic[T]):
     # -- sending (on the pool's threads) ---------------------------------------------------------
 
     def _send(self, queue: _SegmentQueue, block: _InFlight) -> None:
+        try:
+            self._send_until_known(queue, block)
+        finally:
+            with self._cond:
+                queue.sending -= 1
+                self._cond.notify_all()  # a new writer id may wait for this request's end
+
+    def _send_until_known(self, queue: _SegmentQueue, block: _InFlight) -> None:
         """Send the block until an answer proves its outcome, or until the deadline."""
         payload = b"".join(p.framed for p in block.items)
         first_sent = Since()
@@ -684,7 +698,15 @@ class EventStreamWriter(Generic[T]):
             if isinstance(error, OutOfOrder):
                 self._await_predecessor(queue, block, deadline)
             else:
-                time.sleep(backoff(attempt))
+                self._pause_unless_settled(block, backoff(attempt))
+
+    def _pause_unless_settled(self, block: _InFlight, seconds: float) -> None:
+        """Back off before sending again, but no longer than the block stays unsettled: one failed at its
+        deadline ends its sender at once, and with it the wait of the segment's next writer id."""
+        until = time.monotonic() + seconds
+        with self._cond:
+            while not block.settled and time.monotonic() < until:
+                self._cond.wait(timeout=until - time.monotonic())
 
     def _await_predecessor(self, queue: _SegmentQueue, block: _InFlight, deadline: float) -> None:
         """After an OutOfOrder refusal, wait without a request until every earlier block of the writer id

@@ -177,3 +177,35 @@ def test_a_warning_is_logged_once_per_failure_episode(caplog):
         assert outcome(writer.write_event("down again", routing_key="k")) is OutcomeUnknown
     warnings = [r for r in caplog.records if r.name == "rillet.writer" and r.levelno == logging.WARNING]
     assert len(warnings) == 2
+
+
+def test_a_block_failed_at_its_deadline_keeps_the_writer_id_until_its_request_ends():
+    """The first block's request hangs past retry_timeout_s and is then applied (an answer lost on the way):
+    its future fails OutcomeUnknown at the deadline, but the writer must not start a new writer id for the
+    next event of the same key while that request may still be applied, or the later event could be
+    stored before the earlier one."""
+    store = FakeSegments([0])
+    entered, release = threading.Event(), threading.Event()
+
+    def late_e0(call, applied):
+        if not applied and call["events"] == ["e0"] and not entered.is_set():
+            entered.set()
+            release.wait(timeout=10)  # then applied
+
+    store.fault = late_e0
+    bound = 0.3
+    config = EventWriterConfig(batch_size_bytes=1, max_latency_ms=0, retry_timeout_s=bound)
+    writer = writer_on(FakeConnection(store), config)
+    try:
+        first = writer.write_event("e0", routing_key="k")
+        assert entered.wait(timeout=5)
+        assert outcome(first) is OutcomeUnknown  # at the deadline, while its request still hangs
+        second = writer.write_event("e1", routing_key="k")
+        time.sleep(0.1)  # well within its own bound
+        assert store.stored(0) == [], "a new writer id's block was sent while the old request could still land"
+        release.set()
+        assert outcome(second) == "ok"
+        assert store.stored(0) == ["e0", "e1"]  # per-key order kept
+    finally:
+        release.set()
+        writer.close()
