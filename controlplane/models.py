@@ -439,8 +439,10 @@ class ReaderLeaseRecord(MetadataItem, discriminator="rg-lease"):
     A small item of its own, so that the ``txn-deadlines`` index (which projects whole items) never
     copies the group's state, and syncs of live readers rarely write it (see
     controlplane.reader_groups.schedule_lease_check). Without ``deadline_ms`` (no reader online) it is
-    out of the index. ``group_version`` is the version of the group record whose state decided it:
-    writes only ever replace an older decision, whatever order they arrive in.
+    out of the index. ``group_version`` is the version of the group record whose state decided it, and
+    ``create_id`` that record's (the group's incarnation; absent: written before incarnations were
+    recorded): writes only ever replace an older decision of the same incarnation, whatever order they
+    arrive in, or the record of a group deleted since (versions restart when a name is created again).
     """
 
     scope = UnicodeAttribute()

@@ -367,6 +367,9 @@ class RetentionTasks:
         Only the subscriber of ``incarnation`` (None: one registered without any) acknowledges: the
         publish of a group deleted meanwhile, landing after a group of that name subscribed again, is
         refused (ReaderGroupNotFound) whatever its generation, rather than becoming the new group's cut.
+        A record without an incarnation (written by a previous release: its create, or its reset of a
+        group of this release, a full put) takes the publish, as that release did, and the incarnation is
+        written back with it, so the group's later publishes are fenced again.
         The write is conditioned on the token of the record it read: a reset, a delete and create again
         (or another publish) in between, in whatever millisecond, makes it read again and judge the cut
         against the new record.
@@ -380,18 +383,19 @@ class RetentionTasks:
                 raise NotFound(f"{group} is not a subscriber of {scope}/{stream}") from None
             if generation < record.generation:
                 raise InvalidArgument(f"generation {generation} is older than the subscriber's {record.generation}")
-            if record.group_incarnation != incarnation:
+            if record.group_incarnation not in (incarnation, None):
                 raise ReaderGroupNotFound(f"reader group {group} (incarnation {incarnation}) was deleted: the "
                                           f"subscriber of {scope}/{stream} is a group created again under its name",
                                           incarnation=incarnation)
             if compare_positions(cut, _positions(record.cut)) in (Ordering.BEFORE, Ordering.OVERLAPPING):
                 raise InvalidArgument("a subscriber's truncation stream cut never moves backwards")
             token = uuid.uuid4().hex
+            actions = [SubscriberRecord.cut.set(_wire(cut)), SubscriberRecord.updated_ms.set(now_ms()),
+                       SubscriberRecord.generation.set(generation), SubscriberRecord.write_id.set(token)]
+            if record.group_incarnation is None and incarnation is not None:
+                actions.append(SubscriberRecord.group_incarnation.set(incarnation))
             try:
-                record.update(actions=[SubscriberRecord.cut.set(_wire(cut)), SubscriberRecord.updated_ms.set(now_ms()),
-                                       SubscriberRecord.generation.set(generation),
-                                       SubscriberRecord.write_id.set(token)],
-                              condition=_as_read(SubscriberRecord, record))
+                record.update(actions=actions, condition=_as_read(SubscriberRecord, record))
                 return cut
             except UpdateError as e:
                 if not failed_condition(e):

@@ -184,7 +184,7 @@ class ReaderGroups:
                     time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                     continue
             if deadline != current.lease_deadline_ms:
-                announce_lease(scope, group, version, deadline)
+                announce_lease(scope, group, record.create_id, version, deadline)
             self.items.delete(items.values())
             return new
         raise WriteConflict(f"reader group {scope}/{group} is too contended; try again")
@@ -217,7 +217,7 @@ class ReaderGroups:
                 pass
             else:
                 raise WriteConflict(f"reader group {scope}/{group} changed while being deleted") from e
-        drop_lease(scope, group, record.version)
+        drop_lease(scope, group, record.create_id, record.version)
         self.items.delete(items.values())
         return True
 
@@ -396,7 +396,7 @@ class ReaderGroups:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
             if deadline != scheduled:
-                announce_lease(scope, group, record.version, deadline)
+                announce_lease(scope, group, record.create_id, record.version, deadline)
             self.items.delete(stale_items(state, items))
             self.subscriptions.publish_checkpoint(scope, group, published, state, record.create_id)
             return result
@@ -454,14 +454,14 @@ class ReaderGroups:
             result = change(state)
             deadline = schedule_lease_check(state, _now())
             if lease_first:
-                announce_lease(scope, group, record.version + 1, deadline)
+                announce_lease(scope, group, record.create_id, record.version + 1, deadline)
             try:
                 self._write(scope, group, record, state, _leaving(joins, state, items))
             except WriteConflict:
                 time.sleep(random.uniform(0, 0.02 * (attempt + 1)))
                 continue
             if not lease_first and (announce_anyway or deadline != scheduled):
-                announce_lease(scope, group, record.version, deadline)
+                announce_lease(scope, group, record.create_id, record.version, deadline)
             self.items.delete(stale_items(state, items))
             self.subscriptions.publish_checkpoint(scope, group, before, state, record.create_id)
             return result

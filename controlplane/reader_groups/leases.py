@@ -23,10 +23,11 @@ from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
 from controlplane.models import ReaderLeaseRecord, reader_group_pk
 from controlplane.reader_groups.checkpoints import record_item_passes
-from controlplane.reader_groups.state import GroupState
+from controlplane.reader_groups.state import GroupState, get_record
 from controlplane.store import failed_condition
 from dataplane.fanout import per_second
 from dataplane.shards import query_every_shard, shard_key
+from rillet.errors import ReaderGroupNotFound
 
 # a reader's item is rewritten to renew its lease once its last renewal is this fraction of a lease old
 RENEW_FRACTION = 4
@@ -36,6 +37,8 @@ LEASE_SHARD = "reader-lease"  # the lease records' partition keys of the deadlin
 # next tick the rest; it looks at LEASE_WORKERS groups at once.
 LEASE_RUN_LIMIT = 1_000
 LEASE_WORKERS = 16
+# an announce reads and puts again at most this many times while the lease record changes under it
+LEASE_ATTEMPTS = 3
 
 
 # -- the deadline and the readers' items (pure) -------------------------------------------------
@@ -113,35 +116,93 @@ def shared_view(state: GroupState) -> str:
 # -- the group's lease record --------------------------------------------------------------------
 
 
-def announce_lease(scope: str, group: str, version: int, deadline: int | None) -> None:
-    """Write the lease record decided by the group record's ``version``, unless a later decision is
-    already there (writes may arrive out of order). A write lost after the group's was stored
-    leaves an earlier deadline (joins announce first), which only makes the lease job look once
-    in vain."""
+def announce_lease(scope: str, group: str, incarnation: str | None, version: int, deadline: int | None) -> None:
+    """Write the lease record decided by version ``version`` of the group's ``incarnation`` (its record's
+    create_id), unless a later decision of that incarnation is already there (writes may arrive out of
+    order). A write lost after the group's was stored leaves an earlier deadline (joins announce first),
+    which only makes the lease job look once in vain.
+
+    Versions restart when the name is created again, so a version is compared only with one of the same
+    incarnation; a record of another incarnation is replaced only while the group record is still of
+    this one (:func:`_left_by_another_group`). So the newest group's announces land, and a deleted group's
+    late announce never replaces the new group's deadline. The common announce is one conditional put as
+    before; only a refused one reads the lease record (a small consistent read) and, when that is of
+    another incarnation, the group record's item (its size in read units: up to about a hundred for a
+    large group, once after each create under a name whose lease record was left, and per late announce
+    of a deleted group). After LEASE_ATTEMPTS records changed under it, the writers that changed them
+    decide."""
     lease = ReaderLeaseRecord(reader_group_pk(scope, group), LEASE_KEY, scope=scope, group=group,
-                              group_version=version, deadline_ms=deadline,
+                              create_id=incarnation, group_version=version, deadline_ms=deadline,
                               deadline_shard=None if deadline is None else shard_key(LEASE_SHARD, f"{scope}/{group}"))
+    later = _of_incarnation(incarnation) & (ReaderLeaseRecord.group_version < version)
+    for _ in range(LEASE_ATTEMPTS):
+        if _put(lease, ReaderLeaseRecord.pk.does_not_exist() | later):
+            return
+        try:
+            there = ReaderLeaseRecord.get(reader_group_pk(scope, group), LEASE_KEY, consistent_read=True)
+        except DoesNotExist:
+            continue  # dropped since the put: put it again
+        if there.create_id == incarnation or not _left_by_another_group(lease, there):
+            return  # a later decision of this group is there, or this group was deleted
+        if _put(lease, _of_incarnation(there.create_id) & (ReaderLeaseRecord.group_version == there.group_version)):
+            return
+
+
+def _left_by_another_group(lease: ReaderLeaseRecord, there: ReaderLeaseRecord) -> bool:
+    """Whether ``there``, the lease record of another incarnation than ``lease``'s, was left by a group
+    that is gone: the group record is (still) of ``lease``'s incarnation. One without any incarnation may
+    be a previous release's announce for this very group (a rolling upgrade): it is replaced by a later
+    version, as then, or when its version is past any this group had yet (joins announce version + 1)."""
     try:
-        lease.save(condition=ReaderLeaseRecord.group_version.does_not_exist()
-                   | (ReaderLeaseRecord.group_version < version))
+        current = get_record(lease.scope, lease.group)
+    except ReaderGroupNotFound:
+        return False
+    if current.create_id != lease.create_id:
+        return False
+    if there.create_id is None:
+        return there.group_version < lease.group_version or there.group_version > current.version + 1
+    return True
+
+
+def _put(lease: ReaderLeaseRecord, condition: Any) -> bool:
+    """Save ``lease`` on ``condition``; False if the condition failed."""
+    try:
+        lease.save(condition=condition)
+        return True
     except PutError as e:
         if not failed_condition(e):
             raise
+        return False
 
 
-def drop_lease(scope: str, group: str, version: int) -> None:
-    """Delete the lease record of a deleted group, whose last version was ``version`` (a record a
-    later group of that name wrote stays)."""
-    _delete_lease(scope, group, ReaderLeaseRecord.group_version <= version)
+def _of_incarnation(incarnation: str | None) -> Any:
+    """The condition that the lease record is of the group's ``incarnation`` (None: a group created, or
+    a record written, before incarnations were recorded)."""
+    if incarnation is None:
+        return ReaderLeaseRecord.create_id.does_not_exist()
+    return ReaderLeaseRecord.create_id == incarnation
+
+
+def drop_lease(scope: str, group: str, incarnation: str | None, version: int) -> None:
+    """Delete the lease record of a deleted group (its ``incarnation``), whose last version was
+    ``version``: a record a later group of that name wrote stays, whatever its version."""
+    _delete_lease(scope, group, _of_incarnation(incarnation) & (ReaderLeaseRecord.group_version <= version))
 
 
 def drop_orphan_lease(scope: str, group: str) -> None:
-    """Delete the lease record a deleted group left, unless it changed since it was read here."""
+    """Delete the lease record a deleted group left, unless it changed since it was read here or its
+    group is there after all (a group created again since the lease job found none, which announced)."""
     try:
         orphan = ReaderLeaseRecord.get(reader_group_pk(scope, group), LEASE_KEY, consistent_read=True)
     except DoesNotExist:
         return
-    _delete_lease(scope, group, ReaderLeaseRecord.group_version == orphan.group_version)
+    try:
+        if get_record(scope, group).create_id == orphan.create_id:
+            return
+    except ReaderGroupNotFound:
+        pass
+    _delete_lease(scope, group, _of_incarnation(orphan.create_id)
+                  & (ReaderLeaseRecord.group_version == orphan.group_version))
 
 
 def _delete_lease(scope: str, group: str, condition: Any) -> None:

@@ -155,6 +155,7 @@ class Subscriptions:
             except StreamNotFound:
                 pass  # the stream was deleted: nothing of it is retained for anyone
             except ReaderGroupNotFound:
+                self._check_incarnation(scope, group, cut, state.config.generation, incarnation)
                 return  # the group was deleted (and created again): its cuts are nobody's
             except (InvalidArgument, NotFound):
                 self._check_subscription(scope, group, cut, state.config.generation, incarnation)
@@ -168,19 +169,27 @@ class Subscriptions:
         subscription of the stream is gone or of another generation. Then retention no longer follows the
         group's checkpoints, and the caller hears it (IllegalState) instead of the refusal being swallowed."""
         acknowledged = self.retention.acknowledged_cut(cut.scope, cut.stream, f"{scope}/{group}")
-        if acknowledged is not None and acknowledged.generation == generation:
-            return
-        try:
-            record = read_record(scope, group)
-            if (record.create_id != incarnation
-                    or GroupState.model_validate(record.state).config.generation != generation):
-                return
-        except ReaderGroupNotFound:
+        if (acknowledged is not None and acknowledged.generation == generation
+                or not _still(scope, group, incarnation, generation)):
             return
         found = "none" if acknowledged is None else f"generation {acknowledged.generation}'s"
         raise IllegalState(f"reader group {scope}/{group} (generation {generation}) has {found} subscription of "
                            f"{cut.scope}/{cut.stream}: retention does not follow its checkpoints there; reset "
                            "the group to subscribe again", stream=f"{cut.scope}/{cut.stream}", generation=generation)
+
+    @staticmethod
+    def _check_incarnation(scope: str, group: str, cut: StreamCutBody, generation: int,
+                           incarnation: str | None) -> None:
+        """Judge a publish refused as another incarnation's: stale (the group was deleted, perhaps created
+        again) unless the group is still ``incarnation`` at ``generation``. Then its subscription of the
+        stream is another incarnation's (one a deleted group's late publish wrote into a subscription a
+        previous release made), retention no longer follows the group there, and the caller hears it
+        (IllegalState) instead of the refusal being swallowed."""
+        if _still(scope, group, incarnation, generation):
+            raise IllegalState(f"reader group {scope}/{group} (generation {generation}) has a subscription of "
+                               f"{cut.scope}/{cut.stream} of another incarnation of the group: retention does not "
+                               "follow its checkpoints there; reset the group to subscribe again",
+                               stream=f"{cut.scope}/{cut.stream}", generation=generation)
 
     def publish_cut(self, scope: str, group: str, state: GroupState, group_incarnation: str | None,
                     cut: StreamCutBody) -> StreamCutBody:
@@ -222,3 +231,12 @@ class Subscriptions:
             return cut
         records = {r.segment_id: r for r in self.streams.store.list_segments(scope, stream)}
         return upper_bound([cut, head], records)
+
+
+def _still(scope: str, group: str, incarnation: str | None, generation: int) -> bool:
+    """Whether the group's record is still of ``incarnation`` (its create_id) at ``generation``."""
+    try:
+        record = read_record(scope, group)
+    except ReaderGroupNotFound:
+        return False
+    return record.create_id == incarnation and GroupState.model_validate(record.state).config.generation == generation

@@ -17,14 +17,15 @@ from types import SimpleNamespace
 import pytest
 from lambda_events import handler_modules, invoke
 
-from controlplane.models import reader_group_pk
+from controlplane.models import ReaderLeaseRecord, SubscriberRecord, reader_group_pk
+from controlplane.reader_groups import LEASE_KEY
 from controlplane.reader_groups import groups as groups_module
 from controlplane.reader_groups.state import read_record
 from controlplane.reader_items import ReaderItemRecord, reader_sk
 from controlplane.retention import RetentionSettings
 from controlplane.service import Controller
 from rillet.api import SegmentOffset, SyncRequest
-from rillet.errors import ReaderGroupNotFound, WriteConflict, from_wire
+from rillet.errors import IllegalState, ReaderGroupNotFound, WriteConflict, from_wire
 from rillet.framing import frame
 from rillet.models import (
     ReaderGroupConfig,
@@ -211,3 +212,165 @@ def test_a_deleted_groups_stalled_item_write_leaves_the_new_readers_item(control
     groups.sync(unique, "g", "r1", SyncRequest())
     kept = ReaderItemRecord.get(reader_group_pk(unique, "g"), reader_sk("r1"), consistent_read=True)
     assert stalled == [old.version] and kept.join == new[0].join != old.join
+
+
+# -- the group's lease record: a deleted group's late announce or drop never acts on the new group's ----
+
+
+def lease_of(scope: str) -> ReaderLeaseRecord:
+    return ReaderLeaseRecord.get(reader_group_pk(scope, "g"), LEASE_KEY, consistent_read=True)
+
+
+def dead_readers_taken_offline(groups, monkeypatch, scope: str) -> list[str]:
+    """What the lease job does once every reader's lease is long over: find the due groups, and take
+    the readers of ``scope``'s group offline."""
+    later = groups_module._now() + 10**9
+    monkeypatch.setattr(groups_module, "_now", lambda: later)
+    if (scope, "g") not in groups.groups_due_for_lease_check(limit=1000):
+        return []
+    return groups.expire_readers(scope, "g")
+
+
+def test_a_deleted_groups_late_lease_announce_does_not_replace_the_new_groups(controller, monkeypatch, unique):
+    """The deleted group's last change (its only reader leaves: no deadline, at version 3) stalls between
+    its record write and its lease announce; the group is created again and a reader joins (version 2).
+    The late announce is of a higher version, but of the deleted group: the new group's deadline stays,
+    and the lease job takes its dead reader offline."""
+    stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    groups.create(unique, "g", config(unique, StreamDataRetention.NONE))
+    groups.add_reader(unique, "g", "r1")
+    announce, stalled = groups_module.announce_lease, []
+
+    def recreated_first(*args):
+        if not stalled:
+            stalled.append(args[-2])  # the version the late announce decides
+            assert groups.delete(unique, "g") is True
+            assert groups.create(unique, "g", config(unique, StreamDataRetention.NONE)) is True
+            groups.add_reader(unique, "g", "n1")
+            stalled.append(lease_of(unique).group_version)
+        announce(*args)
+
+    monkeypatch.setattr(groups_module, "announce_lease", recreated_first)
+    groups.reader_offline(unique, "g", "r1", None)
+    assert stalled == [3, 2]  # the late announce's version is past the new group's
+
+    lease = lease_of(unique)
+    assert lease.deadline_ms is not None and lease.deadline_ms == groups.state(unique, "g").lease_deadline_ms
+    assert dead_readers_taken_offline(groups, monkeypatch, unique) == ["n1"]
+    assert lease_of(unique).create_id == read_record(unique, "g").create_id
+
+
+def test_a_deleted_groups_late_lease_drop_leaves_the_new_groups(controller, monkeypatch, unique):
+    """The delete stalls before dropping the lease record of its group's last version (2); the group is
+    created again and a reader joins, announcing version 2 too. The late drop leaves it."""
+    stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    groups.create(unique, "g", config(unique, StreamDataRetention.NONE))
+    groups.add_reader(unique, "g", "r1")
+    drop, stalled = groups_module.drop_lease, []
+
+    def recreated_first(*args):
+        assert groups.create(unique, "g", config(unique, StreamDataRetention.NONE)) is True
+        groups.add_reader(unique, "g", "n1")
+        stalled.append((args[-1], lease_of(unique).group_version))
+        drop(*args)
+
+    monkeypatch.setattr(groups_module, "drop_lease", recreated_first)
+    assert groups.delete(unique, "g") is True
+    assert stalled == [(2, 2)]  # the late drop's version reaches the new group's
+
+    assert dead_readers_taken_offline(groups, monkeypatch, unique) == ["n1"]
+    assert lease_of(unique).create_id == read_record(unique, "g").create_id
+
+
+def test_the_lease_jobs_orphan_drop_leaves_a_group_created_since_it_looked(controller, monkeypatch, unique):
+    """The lease job finds no group under the name, then the name is created and a reader joins before
+    it drops the lease record it takes for an orphan: the new group's record stays."""
+    stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    drop, created = groups_module.drop_orphan_lease, []
+
+    def created_first(*args):
+        assert groups.create(unique, "g", config(unique, StreamDataRetention.NONE)) is True
+        groups.add_reader(unique, "g", "n1")
+        created.append(lease_of(unique).group_version)
+        drop(*args)
+
+    monkeypatch.setattr(groups_module, "drop_orphan_lease", created_first)
+    assert groups.expire_readers(unique, "g") == []
+    assert created == [2]  # the new group's join announced before the drop
+    assert dead_readers_taken_offline(groups, monkeypatch, unique) == ["n1"]
+
+
+@pytest.mark.parametrize("leftover", ["a deleted group's", None], ids=["another incarnation", "previous release"])
+def test_a_new_groups_first_announce_replaces_a_deleted_groups_leftover_lease_record(controller, monkeypatch,
+                                                                                    unique, leftover):
+    """A deleted group's lease record of a higher version, without a deadline, was left under the name
+    (a late announce landing after the delete dropped the record; or one a previous release wrote, which
+    names no incarnation). The new group's first join replaces it rather than waiting for its versions
+    to pass 50, and the lease job finds its dead reader."""
+    stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    groups.create(unique, "g", config(unique, StreamDataRetention.NONE))
+    ReaderLeaseRecord(reader_group_pk(unique, "g"), LEASE_KEY, scope=unique, group="g", create_id=leftover,
+                      group_version=50).save()
+    groups.add_reader(unique, "g", "n1")
+
+    lease = lease_of(unique)
+    assert lease.deadline_ms is not None and lease.deadline_ms == groups.state(unique, "g").lease_deadline_ms
+    assert dead_readers_taken_offline(groups, monkeypatch, unique) == ["n1"]
+    assert lease_of(unique).create_id == read_record(unique, "g").create_id
+
+
+# -- subscriptions a previous release wrote without the incarnation ------------------------------------
+
+
+def checkpoint_at(groups, scope: str, segment: int, offset: int) -> None:
+    """The group's only reader passes a checkpoint at ``offset``: its cut is published."""
+    groups.add_reader(scope, "g", "r1")
+    groups.sync(scope, "g", "r1", SyncRequest())
+    groups.initiate_checkpoint(scope, "g", "cp")
+    groups.sync(scope, "g", "r1", SyncRequest(positions=[SegmentOffset(stream=f"{scope}/s", segment_id=segment,
+                                                                       offset=offset)], checkpoint="cp"))
+
+
+def test_a_subscription_rewritten_by_a_previous_release_takes_the_groups_publish_and_its_incarnation(controller,
+                                                                                                     unique):
+    """A previous release's reset rewrites the subscriber record with a full put that names no
+    incarnation. The group's next checkpoint is still acknowledged (retention truncates to it), and the
+    incarnation is written back, so a later publish of a deleted group is refused again."""
+    segment = stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    groups.create(unique, "g", config(unique, AUTO))
+    (subscriber,) = controller.retention.subscribers(unique, "s")
+    incarnation = read_record(unique, "g").create_id
+    assert subscriber.group_incarnation == incarnation
+    SubscriberRecord(subscriber.pk, subscriber.sk, group=subscriber.group, generation=subscriber.generation,
+                     cut=subscriber.cut, updated_ms=subscriber.updated_ms, write_id="previous release").save()
+    assert controller.retention.subscribers(unique, "s")[0].group_incarnation is None
+
+    checkpoint_at(groups, unique, segment, 1000)
+    assert acknowledged(controller, unique) == {segment: 1000}
+    assert controller.retention.subscribers(unique, "s")[0].group_incarnation == incarnation
+    controller.retention.cycle(unique, "s", now=1_000)
+    assert head(controller, unique) == {segment: 1000}
+    with pytest.raises(ReaderGroupNotFound):
+        controller.retention.update_truncation_cut(unique, "s", f"{unique}/g", 0, {segment: 1000},
+                                                   "a deleted group's")
+
+
+def test_a_publish_refused_for_another_incarnation_of_a_group_that_exists_is_heard(controller, unique):
+    """The group's subscription names another incarnation (a deleted group's late publish wrote it into
+    a subscription a previous release made). The group's checkpoint publish is refused, and the sync
+    says so (IllegalState: reset the group) rather than retention silently never following it."""
+    segment = stream_of_ten_events(controller, unique)
+    groups = controller.reader_groups
+    groups.create(unique, "g", config(unique, AUTO))
+    (subscriber,) = controller.retention.subscribers(unique, "s")
+    subscriber.update(actions=[SubscriberRecord.group_incarnation.set("a deleted group's")])
+
+    with pytest.raises(IllegalState, match="another incarnation"):
+        checkpoint_at(groups, unique, segment, 1000)
+    assert acknowledged(controller, unique) == {segment: 0}
+
