@@ -127,3 +127,21 @@ def test_main_called_in_process_returns_130_and_leaves_the_sigint_handler_alone(
     assert cli.main(["scope", "list"]) == cli.INTERRUPTED
     assert capsys.readouterr().err == f"{cli.INTERRUPTED_LINE}\n"
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_ctrl_c_wrapped_by_python_in_an_import_is_still_130(monkeypatch, capsys):
+    """Python 3.11 raises a Ctrl-C that lands in a class body's ``__set_name__`` (a cached_property of a
+    module being imported) as a RuntimeError caused by it; any other RuntimeError is the command's."""
+    def wrapped(argv):
+        raise RuntimeError("Error calling __set_name__") from KeyboardInterrupt()
+
+    monkeypatch.setattr("rillet.cli.run.run", wrapped)
+    assert cli.main(["scope", "list"]) == cli.INTERRUPTED
+    assert capsys.readouterr().err == f"{cli.INTERRUPTED_LINE}\n"
+
+    def failing(argv):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("rillet.cli.run.run", failing)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["scope", "list"])

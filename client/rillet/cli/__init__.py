@@ -27,7 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rillet.cli.run import run  # the parser and the SDK: a Ctrl-C while they import is caught below
 
         return run(sys.argv[1:] if own_process else list(argv))
-    except KeyboardInterrupt:  # Ctrl-C (of a `tail -f`, or while importing): the way to stop, not a failure
+    except (KeyboardInterrupt, RuntimeError) as e:  # Ctrl-C (of a `tail -f`, or while importing): the way to stop
+        # Python 3.11 wraps an exception raised in a class body's ``__set_name__`` (a cached_property of a
+        # module being imported) in a RuntimeError: a Ctrl-C there is still a Ctrl-C.
+        if not isinstance(e, KeyboardInterrupt) and not isinstance(e.__cause__, KeyboardInterrupt):
+            raise
         if own_process:
             _exit_at_next_interrupt()  # a second Ctrl-C while this one is handled
         print(INTERRUPTED_LINE, file=sys.stderr)
