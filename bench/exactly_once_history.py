@@ -343,7 +343,8 @@ def report(result: Result) -> str:
         f"    acknowledged              {a.acknowledged}",
         (f"    failed, known not stored  {a.failed_not_stored} ({result.stale_typed_failures} against a sealed "
          "incarnation)"),
-        f"    outcome unknown           {a.outcome_unknown} ({a.outcome_unknown_read} of them read)",
+        (f"    outcome unknown           {a.outcome_unknown} ({a.outcome_unknown_read} of them read, "
+         f"{len(a.unknown_read_late)} after later events of their key)"),
         f"    writer failures           {result.writer_failures or '-'}",
         f"    failed, proving nothing   {examples(a.failed_unproven)}",
         f"    unresolved futures        {examples(a.unresolved)}",

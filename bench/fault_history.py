@@ -334,7 +334,8 @@ def report(result: Result) -> str:
         f"  events written            {a.attempted}",
         f"  acknowledged              {a.acknowledged}",
         f"  failed, known not stored  {a.failed_not_stored}",
-        f"  outcome unknown           {a.outcome_unknown} ({a.outcome_unknown_read} of them read)",
+        (f"  outcome unknown           {a.outcome_unknown} ({a.outcome_unknown_read} of them read, "
+         f"{len(a.unknown_read_late)} after later events of their key)"),
         f"  failed, proving nothing   {examples(a.failed_unproven)}",
         f"  unresolved futures        {examples(a.unresolved)}",
         f"  lost                      {examples(a.lost)}",

@@ -222,6 +222,7 @@ class Anomalies:
     lost: list[str]  # acknowledged, never read
     duplicated: list[str]  # read more than once
     reordered_keys: list[str]  # a (writer, key) whose events were read out of write order
+    unknown_read_late: list[str]  # OutcomeUnknown events read after later events of their key (allowed: below)
     failed_but_stored: list[str]  # failed with anything but OutcomeUnknown, yet read
     phantoms: list[str]  # read, never written
     failure_types: dict[str, int]  # failed futures per error type
@@ -304,7 +305,9 @@ class History:
             for r in reads:
                 writer, key, seq = parse_event(r.event)
                 previous = last.get((writer, key))
-                if previous is not None and seq <= previous[0]:
+                if previous is not None and seq < previous[0] and self._unknown(r.event):
+                    pass  # an unknown outcome's late commit (see Anomalies.unknown_read_late)
+                elif previous is not None and seq <= previous[0]:
                     problems.append(f"{writer}:{key}: seq {seq} read (gseq {r.gseq} by {r.reader}) after seq "
                                     f"{previous[0]} (gseq {previous[1].gseq} by {previous[1].reader})")
                 if previous is None or seq > previous[0]:
@@ -314,6 +317,13 @@ class History:
                     problems.append(f"{writer}:{key} written out of order by the test itself: {seqs}")
         return problems
 
+    def _unknown(self, event: str) -> bool:
+        """Whether the event's future failed with OutcomeUnknown (lock held). Such an event may be stored
+        after later events of its key: its request may still be under way on the server when the writer
+        gives up on it and sends what follows (docs/sdk.md, "Outcome unknown"), as a Kafka producer's or
+        a Kinesis client's retried record may land after later ones. Acknowledged events keep their order."""
+        return self.failed.get(event, (None, None))[1] == UNKNOWN
+
     def anomalies(self) -> Anomalies:
         """The history's violations counted by kind (``check`` lists the same ones, one line each)."""
         with self.lock:
@@ -321,10 +331,14 @@ class History:
             counts = Counter(r.event for r in reads)
             highest: dict[tuple[str, str], int] = {}
             reordered: set[str] = set()
+            late: list[str] = []
             for r in reads:
                 writer, key, seq = parse_event(r.event)
                 if seq < highest.get((writer, key), -1):
-                    reordered.add(f"{writer}:{key}")
+                    if self._unknown(r.event):
+                        late.append(r.event)
+                    else:
+                        reordered.add(f"{writer}:{key}")
                 highest[(writer, key)] = max(seq, highest.get((writer, key), -1))
             unknown = [e for e, (_, o) in self.failed.items() if o == UNKNOWN]
             return Anomalies(
@@ -338,6 +352,7 @@ class History:
                 lost=sorted(self.acknowledged - set(counts)),
                 duplicated=sorted(e for e, n in counts.items() if n > 1),
                 reordered_keys=sorted(reordered),
+                unknown_read_late=sorted(late),
                 failed_but_stored=sorted(e for e, (_, o) in self.failed.items() if o != UNKNOWN and e in counts),
                 phantoms=sorted(e for e in counts if e not in self.attempted),
                 failure_types=dict(Counter(t for t, _ in self.failed.values())),

@@ -116,6 +116,26 @@ def test_the_checker_counts_each_kind_of_anomaly():
     assert any("failed with ServiceUnavailable, which proves nothing" in p for p in problems)
 
 
+def test_an_unknown_outcome_read_after_later_events_of_its_key_is_not_a_reorder_but_an_acknowledged_one_is():
+    """An event whose future failed with OutcomeUnknown may be committed late, by a request the writer
+    gave up on (docs/sdk.md): read after later events of its key, it is counted apart. An acknowledged
+    event read after a later one of its key is still a reorder."""
+    h = History()
+    late_unknown, acked, later = event_text(0, 0, 0), event_text(0, 1, 0), [event_text(0, k, 1) for k in (0, 1)]
+    for e in (late_unknown, acked, *later):
+        h.attempt(e)
+    h.fail(late_unknown, "OutcomeUnknown", UNKNOWN)
+    for e in (acked, *later):
+        h.acknowledge(e)
+    for e in (*later, late_unknown, acked):
+        h.read("r", e)
+    a = h.anomalies()
+    assert (a.reordered_keys, a.unknown_read_late) == (["w0:k1"], [late_unknown])
+    assert a.violations == 1
+    problems = h.check()
+    assert len(problems) == 1 and problems[0].startswith("w0:k1: seq 0 read"), problems
+
+
 @pytest.mark.parametrize(("error", "outcome"), [
     (rillet.OutcomeUnknown("deadline passed"), UNKNOWN), (rillet.SegmentNotFound("gone"), NOT_STORED),
     (ServiceUnavailable("503"), UNPROVEN), (rillet.Throttled("429"), UNPROVEN),
