@@ -32,7 +32,7 @@ _MODULE_OF = {
     "EventStreamClientFactory": "rillet.factory",
     "EventStreamReader": "rillet.reader_group",
     "EventStreamWriter": "rillet.writer",
-    "EventWriterConfig": "rillet.writer",
+    "EventWriterConfig": "rillet.writer_config",
     "GroupEventRead": "rillet.reader_group",
     "GroupEventsRead": "rillet.reader_group",
     "IllegalState": "rillet.errors",
@@ -103,7 +103,7 @@ _MODULE_OF = {
     "UTF8StringSerializer": "rillet.serializers",
     "ValueTooLong": "rillet.errors",
     "Version": "rillet.kvt",
-    "WriteAck": "rillet.writer",
+    "WriteAck": "rillet.writer_config",
     "WriteConflict": "rillet.errors",
     "WriterBufferFull": "rillet.errors",
     "WriterExpired": "rillet.errors",
@@ -206,7 +206,8 @@ if TYPE_CHECKING:  # the names as type checkers and IDEs see them
     from rillet.serializers import BytesSerializer, JsonSerializer, Serializer, UTF8StringSerializer
     from rillet.stream_cut import Ordering, StreamCut
     from rillet.transaction import Transaction, TransactionalEventStreamWriter
-    from rillet.writer import EventStreamWriter, EventWriterConfig, WriteAck
+    from rillet.writer import EventStreamWriter
+    from rillet.writer_config import EventWriterConfig, WriteAck
 
 
 def __getattr__(name: str) -> object:

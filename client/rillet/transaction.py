@@ -26,7 +26,8 @@ from rillet.errors import RilletError, TxnFailed
 from rillet.models import SegmentRange, TxnInfo, TxnState
 from rillet.names import txn_segment_token
 from rillet.serializers import Serializer
-from rillet.writer import EventStreamWriter, EventWriterConfig, _SegmentQueue
+from rillet.writer import EventStreamWriter, EventWriterConfig
+from rillet.writer_state import _SegmentQueue
 
 T = TypeVar("T")
 

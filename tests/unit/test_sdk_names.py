@@ -26,7 +26,7 @@ def test_type_checking_imports_name_the_same_modules_as_the_lazy_table():
 
 def test_import_rillet_loads_no_sdk_module_until_a_name_is_used():
     probe = ("import sys, rillet; heavy = [m for m in ('pydantic', 'rillet.writer', 'rillet.models', 'botocore')"
-             " if m in sys.modules]; print(heavy); rillet.EventWriterConfig; print('rillet.writer' in sys.modules)")
+             " if m in sys.modules]; print(heavy); rillet.EventWriterConfig; print('rillet.writer_config' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"
     assert out[1] == "True"

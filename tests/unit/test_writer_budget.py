@@ -13,6 +13,7 @@ import pytest
 from test_writer_contract import FakeConnection, FakeSegments, outcome, writer_on
 
 import rillet.writer
+import rillet.writer_delivery
 from rillet.framing import frame
 from rillet.writer import EventWriterConfig
 
@@ -32,7 +33,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(rillet.writer, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
+    for module in (rillet.writer, rillet.writer_delivery):  # batching and sending read the same clock
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=time.sleep))
     return clock
 
 
