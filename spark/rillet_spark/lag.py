@@ -13,6 +13,7 @@ cuts. On 4.0 and 4.1 it reads 0.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import statistics
@@ -112,13 +113,20 @@ class RilletLagListener(StreamingQueryListener):
 
 
 def _cuts(offset) -> dict[str, StreamCut]:
-    """The cuts of a Rillet source offset as the progress gives it (a JSON string or a dict); none for
-    another source's."""
+    """The cuts of a Rillet source offset as the progress gives it; none for another source's or for
+    none (a first batch's ``startOffset``). A listener's progress and ``lastProgress`` on 4.2+ hold JSON;
+    ``lastProgress`` on 4.0/4.1 holds the repr of the parsed JSON (``"{'cuts': [...]}"``, ``"None"``),
+    read as a Python literal (never evaluated). Text that is neither raises ValueError: a lag read from
+    it would be wrong, not empty."""
     if isinstance(offset, str):
         try:
             offset = json.loads(offset)
         except ValueError:
-            return {}
+            try:
+                offset = ast.literal_eval(offset)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise ValueError(f"a source offset in the progress is neither JSON nor a Python literal: "
+                                 f"{offset[:200]!r}") from None
     if not isinstance(offset, dict) or not ("cuts" in offset or "cut" in offset):
         return {}
     cuts = [StreamCut.from_text(text) for text in (offset["cuts"] if "cuts" in offset else [offset["cut"]])]

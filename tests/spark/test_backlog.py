@@ -39,7 +39,53 @@ def test_a_rate_limited_query_reports_its_backlog_until_it_catches_up(spark, sta
     behind = [backlog_bytes(p)[f"{scope}/s"] for p in progress]
     assert len(behind) == 4 and behind[0] > behind[1] > behind[2] > 0  # 200 events, 50 a batch
     assert behind[-1] == 0
-    assert backlog_bytes({"sources": [{"endOffset": "not ours", "latestOffset": None}]}) == {}
+
+
+def test_both_helpers_read_the_progress_of_query_last_progress_on_every_line(spark, stack, manager, tmp_path):
+    """``query.lastProgress`` on Spark 4.0/4.1 holds each source offset as the repr of its parsed JSON
+    (``"{'cuts': [...]}"``), on 4.2+ as JSON: ``measure`` and ``backlog_bytes`` read both. After the
+    first of two batches of 50 equal events, half the stream is behind; ``backlog_bytes``
+    reads it on 4.2+, and 0 on 4.0/4.1, where the progress' ``latestOffset`` is the batch's end."""
+    scope = "sparkl" + uuid.uuid4().hex[:8]
+    name = f"{scope}/s"
+    manager.create_scope(scope)
+    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
+    factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
+    with factory.create_event_writer("s", rillet.BytesSerializer(),
+                                     rillet.EventWriterConfig(batch_size_bytes=512)) as writer:
+        for f in [writer.write_event(f"e{i:03d}".ljust(30, ".").encode(), routing_key="k") for i in range(100)]:
+            f.result()
+    tail_bytes = sum(p.offset for p in manager.get_tail(scope, "s").positions)
+    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+             .option("s3_endpoint", stack.moto.url).option("stream", name)
+             .option("max_events_per_trigger", "50").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="50 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        first = next(p for p in query.recentProgress if p["numInputRows"])
+    finally:
+        query.stop()
+    assert first["numInputRows"] == 50
+    lag = RilletLagListener(stack.controller_url).measure(first)
+    assert lag is not None and lag.streams == {name: tail_bytes // 2}
+    assert backlog_bytes(first) == {name: tail_bytes // 2 if REPORTS_LATEST else 0}
+
+
+def test_a_progress_offset_that_does_not_parse_raises_rather_than_reading_no_backlog(stack):
+    """Another source's offset (JSON, or its repr on 4.0/4.1) is none of the helpers' business; text
+    that is neither would have read as no backlog: it raises, naming the text."""
+    others = {"sources": [{"startOffset": "None", "endOffset": '{"orders": {"0": 12}}', "latestOffset": "12"},
+                          {"startOffset": None, "endOffset": "{'orders': {'0': 12}}", "latestOffset": "None"}],
+              "id": "q", "batchId": 0}
+    assert backlog_bytes(others) == {}
+    assert RilletLagListener(stack.controller_url).measure(others) is None
+    garbled = {"sources": [{"endOffset": "{'cuts': ['a/s@1|0:0'", "latestOffset": "{'cuts': ['a/s@1|0:9'"}],
+               "id": "q", "batchId": 0}
+    with pytest.raises(ValueError, match="neither JSON nor a Python literal: .*cuts"):
+        backlog_bytes(garbled)
+    with pytest.raises(ValueError, match="neither JSON nor a Python literal: .*cuts"):
+        RilletLagListener(stack.controller_url).measure(garbled)
 
 
 def test_the_lag_listener_shows_a_rate_limited_query_fall_behind_and_catch_up(spark, stack, manager, tmp_path):
