@@ -17,6 +17,7 @@ transaction) carries none until a run writes one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from pynamodb.exceptions import UpdateError
@@ -60,13 +61,24 @@ def _cut(text: str) -> str:
     return text if len(text) <= DECISION_TEXT_MAX else text[:DECISION_TEXT_MAX - 1] + "…"
 
 
+def _lived(age_ms: int, window_ms: int) -> float:
+    """The share of a steady rate that a decayed sum started ``age_ms`` ago holds over ``window_ms``:
+    ``1 - exp(-age / window)`` (dataplane/rates.py), 1 once the window has passed. A young segment's
+    rate divided by it is its rate over the life it has had, not spread over a window it has not lived."""
+    if age_ms >= window_ms:
+        return 1.0
+    return max(1e-9, -math.expm1(-max(age_ms, 0) / window_ms))
+
+
 def _windows(policy: ScalingPolicy, info: SegmentInfo, age: int, windows_ms: tuple[int, ...]) -> list[WindowRate]:
     auto = policy.scale_type != ScaleType.FIXED_NUM_SEGMENTS
     target = float(policy.target_rate)
     rates = policy_rates(policy, info) if auto else None
-    return [WindowRate(window_ms=w, events_per_s=info.event_rates[i], bytes_per_s=info.byte_rates[i],
-                       append_requests_per_s=info.append_rates[i], waiting_appends=info.waiting_rates[i],
-                       policy_rate=rates[i] if rates else None,
+    lived = [_lived(age, w) for w in windows_ms]
+    return [WindowRate(window_ms=w, events_per_s=info.event_rates[i] / lived[i], bytes_per_s=info.byte_rates[i] / lived[i],
+                       append_requests_per_s=info.append_rates[i] / lived[i],
+                       waiting_appends=info.waiting_rates[i] / lived[i],
+                       policy_rate=rates[i] / lived[i] if rates else None,
                        split_above=HOT_FACTORS[i] * target if auto and i < len(HOT_FACTORS) else None,
                        merge_below=COLD_FACTORS[i] * target if auto else None,
                        window_passed=age > w)
@@ -115,8 +127,9 @@ def _decision_now(policy: ScalingPolicy, state: str, infos: list[tuple[SegmentRa
     if numbers.get("hot"):  # hot, yet no split: no room left
         return (f"none: segment {', '.join(numbers['hot'])} is hot, but the stream has the most segments it may "
                 f"have ({MAX_CURRENT_SEGMENTS})")
-    why = [f"segment {', '.join(numbers['hot-in-cooldown'])} would split but is in its cool-down"
-           if numbers.get("hot-in-cooldown") else "no segment is hot"]
+    if numbers.get("hot-in-cooldown"):  # a split waits for the cool-down alone: merges are beside the point
+        return f"none: segment {', '.join(numbers['hot-in-cooldown'])} would split but is in its cool-down"
+    why = ["no segment is hot"]
     if len(infos) <= policy.min_num_segments:
         why.append(f"the stream is at its minimum of {policy.min_num_segments} "
                    f"segment{'' if policy.min_num_segments == 1 else 's'}")

@@ -438,7 +438,8 @@ class RetentionStatus(_Model):
 
 
 class WindowRate(_Model):
-    """A segment's decayed rates over one of the auto-scaler's windows, and that window's thresholds."""
+    """A segment's decayed rates over one of the auto-scaler's windows, and that window's thresholds. Over a
+    window the segment has not lived yet (``window_passed`` false), its rates over its life so far."""
 
     window_ms: int
     events_per_s: float

@@ -81,7 +81,8 @@ def test_an_auto_scaled_stream_shows_thresholds_cool_down_and_decisions():
     assert rows[1].split()[1:] == ["2469", "0.0", "0.0", "0.0"]  # KB/s: bytes / 1024
     assert rows[3].split()[1:] == ["0.0"] * 4  # waiting
     assert rows[4].split()[2:] == ["50", "20", "10", "-"] and rows[5].split()[2:] == ["10", "10", "10", "5"]
-    assert text.endswith("* the segment is not older than this window yet: its split rule waits")
+    assert text.endswith("* the segment is not older than this window yet: its split rule waits, and its rates are over "
+                         "its life so far")
 
 
 def test_a_fixed_stream_says_it_does_not_auto_scale():
