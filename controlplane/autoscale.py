@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from controlplane.models import StreamRecord
@@ -206,6 +206,16 @@ def next_check(policy: ScalingPolicy, info: SegmentInfo, now_ms: int, last_scale
     return cold_at if cold_at > now_ms else None
 
 
+@dataclass
+class TickReport:
+    """What a tick looked at, for the sensor to say when it decides nothing: the streams with a due mark,
+    and those among them with a segment hot but held back by its cool-down or the stream's mute
+    (``rillet stream rates`` says which and for how long)."""
+
+    streams: int = 0
+    held_back: list[str] = field(default_factory=list)  # at most ``streams`` names
+
+
 class AutoScaler:
     """Decides for the streams whose segments are marked due in the ``scale-candidates`` index."""
 
@@ -216,6 +226,7 @@ class AutoScaler:
     def __init__(self, streams: StreamTasks, settings: AutoScaleSettings | None = None) -> None:
         self.streams = streams
         self.settings = settings or AutoScaleSettings.from_env()
+        self.last_tick = TickReport()
 
     def candidates(self, now_ms: int) -> list[tuple[str, int]]:
         """(segment, its mark) of the scale candidates due by ``now_ms``, earliest first."""
@@ -230,6 +241,7 @@ class AutoScaler:
         for name, at in self.candidates(now_ms):
             scope, stream, sid = name.split("/")
             marks.setdefault((scope, stream), {})[int(sid)] = at
+        self.last_tick = TickReport(streams=len(marks))
         deadline = time.monotonic() + self.settings.tick_budget_s
 
         def decide_in_time(item: tuple[tuple[str, str], dict[int, int]]) -> StreamScale | None:
@@ -280,6 +292,10 @@ class AutoScaler:
         last_scale = int(epoch.created_ms) if record.current_epoch else 0
         decision = decide(policy, [(current[j], infos[current[j].segment_id]) for j in around], now_ms, last_scale,
                           self.settings, width=len(current))
+        unheld = replace(self.settings, cooldown_ms=-1)  # segment_heat knows no mute: decide() holds it
+        if decision is None and any(segment_heat(policy, info, now_ms - info.created_ms, unheld) is not None
+                                    for sid, info in infos.items() if sid in due):
+            self.last_tick.held_back.append(f"{scope}/{stream}")  # list.append: safe from the tick's threads
         for sid, at in due.items():
             info = infos.get(sid)
             if info is None:  # not current: a segment of a scale that never finished, or of an older incarnation

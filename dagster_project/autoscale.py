@@ -26,6 +26,7 @@ from dagster import (
     sensor,
 )
 
+from controlplane.autoscale import TickReport
 from controlplane.scale_report import remember_decision
 from dagster_project.attempts import ATTEMPTS, Attempts, mark_unfinished
 from dagster_project.resources import RilletDeployment, sensor_interval
@@ -64,6 +65,18 @@ def scale_stream(context: OpExecutionContext, config: ScaleRequest, rillet: Rill
                                      "outcome": outcome})
 
 
+def skip_reason(tick: TickReport) -> str:
+    """Why a tick requested no run: nothing was due, or what held the due streams back."""
+    if not tick.streams:
+        return "no stream needs scaling: no segment is due for a look"
+    why = f"no stream needs scaling now ({tick.streams} stream(s) looked at)"
+    if tick.held_back:
+        shown = ", ".join(sorted(tick.held_back)[:5]) + (", ..." if len(tick.held_back) > 5 else "")
+        why += (f"; {len(tick.held_back)} with a hot segment held back by its cool-down or the mute: "
+                f"{shown} (`rillet stream rates <stream>` says for how long)")
+    return why
+
+
 @job(description="Scale a stream as auto-scaling decided.")
 def scale_stream_job() -> None:
     scale_stream()
@@ -73,9 +86,10 @@ def scale_stream_job() -> None:
         default_status=DefaultSensorStatus.RUNNING,
         description="Decides splits and merges for the streams whose segments signalled a scale candidate.")
 def autoscale_sensor(context: SensorEvaluationContext, rillet: RilletDeployment):
-    decided = rillet.controller().autoscaler.tick(now_ms())
+    autoscaler = rillet.controller().autoscaler
+    decided = autoscaler.tick(now_ms())
     if not decided:
-        return SkipReason("no stream needs scaling")
+        return SkipReason(skip_reason(autoscaler.last_tick))
     attempts = Attempts.of(context, scale_stream_job.name)
     requests, set_aside = [], []
     for s in decided:

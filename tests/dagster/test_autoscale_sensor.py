@@ -13,7 +13,8 @@ import time
 import pytest
 from dagster import RunRequest, build_sensor_context
 
-from dagster_project.autoscale import autoscale_sensor, scale_stream_job
+from controlplane.autoscale import TickReport
+from dagster_project.autoscale import autoscale_sensor, scale_stream_job, skip_reason
 from dataplane.models import META_KEY, SegmentMeta
 from dataplane.rates import Rates
 from dataplane.scale_signals import ScaleThresholds, first_check_ms, mark_actions
@@ -121,3 +122,22 @@ def test_fixed_streams_are_not_candidates(isolated, unique):
     _traffic(unique, 0, (1000.0, 1000.0, 1000.0, 1000.0))
     assert segment_name(unique, "s", 0) not in {name for name, _ in controller.autoscaler.candidates(_now())}
     assert _tick(resource, unique) == []
+
+
+def test_a_tick_that_decides_nothing_names_the_streams_a_cool_down_holds_back(isolated, unique):
+    """A segment hot over the 2-minute window but younger than the 10-minute cool-down is due (the append
+    that made it hot marked it) and not split: the tick reports its stream as held back, and the sensor's
+    skip reason says so instead of "no stream needs scaling" alone."""
+    _, resource = isolated
+    controller = resource.controller()
+    controller.streams.create_scope(unique)
+    controller.streams.create_stream(unique, "s", StreamConfiguration(
+        scaling_policy=ScalingPolicy.by_event_rate(10, 3, 1)))
+    _traffic(unique, 0, (100.0, 0.0, 0.0, 0.0), age_ms=180_000)  # hot, 3 minutes old
+    autoscaler = controller.autoscaler
+    assert [s for s in autoscaler.tick(_now()) if s.scope == unique] == []
+    assert f"{unique}/s" in autoscaler.last_tick.held_back and autoscaler.last_tick.streams >= 1
+    reason = skip_reason(autoscaler.last_tick)
+    assert f"{unique}/s" in reason and "cool-down" in reason and "rillet stream rates" in reason
+    assert skip_reason(TickReport()) == "no stream needs scaling: no segment is due for a look"
+    assert skip_reason(TickReport(streams=2)) == "no stream needs scaling now (2 stream(s) looked at)"
