@@ -4,6 +4,7 @@ two of them (see ``_StreamReader`` for how Spark 4.0/4.1 and 4.2+ differ)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -30,6 +31,24 @@ def _cuts(offset: dict) -> dict[str, str]:
 
 def _offset(cuts: dict[str, str]) -> dict:
     return {"cuts": [cuts[name] for name in sorted(cuts)]}
+
+
+@contextmanager
+def _what_to_do_when_recreated() -> Iterator[None]:
+    """A StreamRecreated met by a streaming query says how to go on: the checkpoint's offsets are of the
+    deleted stream and will be refused on every restart, so only a new checkpoint reads the new one."""
+    from rillet.errors import StreamRecreated
+
+    try:
+        yield
+    except StreamRecreated as recreated:
+        raise StreamRecreated(
+            f"{recreated.message}. This query's checkpoint holds offsets of the deleted stream, which every restart "
+            "on it meets again. To read the new stream, start the query with a new checkpointLocation: it starts "
+            "where starting_position, start_cut or starting_timestamp_ms say (by default the stream's head); with "
+            "subscriber, also under a new subscriber name, or after deleting the old one's reader group, which "
+            "still names the deleted stream.",
+            **recreated.details) from recreated
 
 
 class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
@@ -117,6 +136,10 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
                         for scope, stream in self.options.streams}
 
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
+        with _what_to_do_when_recreated():
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict | None, limit: object) -> dict:
         from rillet.stream_cut import StreamCut
 
         self._start()
@@ -150,6 +173,10 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
         return self._last_end
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        with _what_to_do_when_recreated():
+            return self._partitions(start, end)
+
+    def _partitions(self, start: dict, end: dict) -> list[RangePartition]:
         from rillet.errors import SegmentNotFound, Truncated
 
         self._start()
@@ -206,10 +233,16 @@ class _StreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):
         return head
 
     def read(self, partition: RangePartition) -> Iterator:
-        yield from _read(self.options, partition)
+        with _what_to_do_when_recreated():
+            yield from _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
         self._last_end = self._last_end or end
+        with _what_to_do_when_recreated():
+            self._publish(end)
+
+    def _publish(self, end: dict) -> None:
+        """With ``subscriber``: the committed end cut becomes the group's retention cut."""
         if self.options.subscriber:
             from rillet.reader_group import ReaderGroup
             from rillet.stream_cut import StreamCut

@@ -401,18 +401,20 @@ def test_a_query_of_a_stream_deleted_and_created_again_fails_rather_than_reading
         spark, stack, manager, scope, tmp_path):
     """Spark's offsets name the stream incarnation (``scope/stream@<created_at_ms>|...``): once the name
     holds a new stream, the query fails with StreamRecreated instead of reading the new stream at the
-    old offsets (which skipped or garbled its events); a batch read from an old cut is refused too."""
+    old offsets (which skipped or garbled its events), and the error says how to go on: the query
+    started as it says (a new checkpoint location) reads the new stream from its head. A batch read
+    from an old cut is refused too."""
     config = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1))
     manager.create_stream(scope, "s", config)
     _write(stack, scope, "s", [("k", f"a:{i}".encode()) for i in range(50)])
     old_tail = manager.get_tail(scope, "s")
     batches = {}
 
-    def start_query():
+    def start_query(checkpoint="checkpoint"):
         return (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
                 .option("stream", f"{scope}/s").option("s3_endpoint", stack.moto.url).option("encoding", "utf-8")
                 .load().writeStream.foreachBatch(_events_of_each_batch(batches))
-                .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="300 milliseconds")
+                .option("checkpointLocation", str(tmp_path / checkpoint)).trigger(processingTime="300 milliseconds")
                 .start())
 
     # The query is stopped across the delete and the create: a running one may poll in between and fail
@@ -433,8 +435,16 @@ def test_a_query_of_a_stream_deleted_and_created_again_fails_rather_than_reading
             assert time.monotonic() < deadline, "the query went on after its stream was re-created"
             time.sleep(0.3)
         assert "StreamRecreated" in str(query.exception())
+        assert "start the query with a new checkpointLocation" in str(query.exception())
     finally:
         query.stop()
     assert not any(event.startswith("b:") for events in batches.values() for event in events)
+    batches.clear()
+    query = start_query("new-checkpoint")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert _all_events(batches) == [f"b:{i}" for i in range(80)]
     with pytest.raises(Exception, match="StreamRecreated"):
         _reader(spark, stack, f"{scope}/s", start_cut=old_tail.to_text()).load().collect()
