@@ -461,7 +461,8 @@ class RetentionTasks:
             oldest = min(retention_set, key=lambda r: r.recorded_ms)
             return Decision(name, "kept", f"no cut to truncate at yet: the oldest recorded cut is "
                             f"{rounded_duration(now - oldest.recorded_ms)} old, the minimum is "
-                            f"{human_duration(policy.retention_param)} (not measured this cycle)", measured=False)
+                            f"{human_duration(policy.retention_param)}; {self._cut_spacing()} "
+                            f"(not measured this cycle)", measured=False)
         segments = self.store.list_segments(scope, stream)
         by_id = {s.segment_id: s for s in segments}
         head = self.streams.head(scope, stream, record)
@@ -700,12 +701,17 @@ class RetentionTasks:
         decision.reason = "v: the lower bound overlaps the maximum: truncate at the maximum bound"
         return max_bound
 
+    def _cut_spacing(self) -> str:
+        """How often cuts are recorded: by the retention cycle's runs (Dagster's schedule: every 30 minutes on
+        AWS, 5 in standalone), when the last record is ``frequency_ms`` old, so whichever is longer."""
+        return f"the retention cycle records a cut at most every {human_duration(self.settings.frequency_ms)}"
+
     def _no_cut_reason(self, by_size: bool, lowest: int, tail_size: int, head_size: int,
                        retention_set: list[RetentionRecord], now: int) -> str:
         """Why no recorded cut keeps the minimum: the stream holds less than it, or it grew past it after
         its oldest recorded cut (cuts are recorded at most every ``frequency_ms``)."""
         oldest = min(retention_set, key=lambda r: r.recorded_ms)
-        every = f"a cut is recorded every {human_duration(self.settings.frequency_ms)}"
+        every = self._cut_spacing()
         if not by_size:
             return (f"no cut to truncate at yet: the oldest recorded cut is {rounded_duration(now - oldest.recorded_ms)} "
                     f"old, the minimum is {human_duration(lowest)} ({every})")

@@ -42,6 +42,8 @@ def test_a_time_policy_that_cannot_truncate_yet_reads_only_the_record_and_the_se
     later = retention.cycle(unique, "s", now=1_000_000 + 60_000)  # no tail due, no cut a day old
     assert (later.outcome, later.measured) == ("kept", False)
     assert "no cut to truncate at yet" in later.reason
+    # cuts come from the cycle's runs, at most every frequency_ms: not "every 30m" whatever the schedule
+    assert "the retention cycle records a cut at most every 30m" in later.reason, later.reason
     assert dict(sent) == {"GetItem": 1, "Query": 1}
     assert retention.status(unique, "s").last_decision.retained_bytes == 100  # the measured one stays
 
