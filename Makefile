@@ -16,8 +16,12 @@ $(STAMP): $(BIN)/uv requirements.lock pyproject.toml client/pyproject.toml spark
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock -e ./client -e ./spark -e '.[dev]'
 	touch $(STAMP)
 
+# `make up ARGS="--controller-port 9190"` passes options to `rillet standalone` (its --help lists them).
+# Ctrl-C is how it stops (exit 130): success for make, so no "Error 130" line. bash, not sh: dash
+# dies of the SIGINT itself before it can look at the exit code, and make then reports "Interrupt".
+up: SHELL := /bin/bash
 up: $(STAMP)
-	$(BIN)/rillet standalone
+	$(BIN)/rillet standalone $(ARGS) || [ $$? -eq 130 ]
 
 # checkov pins its own boto3/botocore far below ours, so it gets a venv of its own (as pipx would give
 # it); its version is pinned here, and tests/infra runs it over infra/terraform.
