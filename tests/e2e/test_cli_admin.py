@@ -47,7 +47,7 @@ def test_reader_group_create_describe_reset_delete(capsys, url, stream, unique):
     code, out, _ = run(capsys, url, "--json", "rg", "describe", group)
     assert json.loads(out)["unread_bytes"] == 0 and json.loads(out)["generation"] == 1
     code, out, err = run(capsys, url, "--json", "rg", "reset", group, "--from", "head")
-    assert (code, err) == (0, "") and json.loads(out) == {"group": group, "generation": 2}
+    assert (code, err) == (0, "") and json.loads(out) == {"group": group, "generation": 2, "dropped_streams": []}
     code, out, _ = run(capsys, url, "--json", "rg", "describe", group)
     assert json.loads(out)["unread_bytes"] == 18 and json.loads(out)["generation"] == 2
 

@@ -11,7 +11,7 @@ from rillet.cli.commands import HELP
 from rillet.cli.data import resolve_cut
 from rillet.cli.format import counted, describe_retention
 from rillet.connection import Connection
-from rillet.errors import ReaderGroupNotFound
+from rillet.errors import ReaderGroupNotFound, RilletError, StreamNotFound, StreamRecreated
 from rillet.models import (
     StreamCutBody,
     StreamDataRetention,
@@ -31,6 +31,17 @@ def _print(args: argparse.Namespace, data: object, text: str) -> None:
 
 
 # -- reader groups ---------------------------------------------------------------------------------
+
+# A stream the group read that is gone: deleted, or deleted and created again (the group's positions
+# are of the old one). The group outlives it: the controller keeps its configuration and positions.
+GONE = (StreamNotFound, StreamRecreated)
+
+
+class ReaderGroupStreamsGone(RilletError):
+    """``rg reset`` of a group whose every stream was deleted: nothing is left to read again, so the
+    only way on is to delete the group (exit 1, not 3: the group exists)."""
+
+    code, status = "ReaderGroupStreamsGone", 409
 
 
 def _group(args: argparse.Namespace) -> tuple[ReaderGroupManager, str]:
@@ -57,15 +68,31 @@ def rg_list(args: argparse.Namespace) -> None:
 def _segment_rows(groups: ReaderGroupManager, cuts: dict[str, StreamCut], owners: dict[tuple[str, int], str]) -> list[dict]:
     """Per segment the group has yet to finish: where it is (offset), where the segment ends now (end)
     and the lag between, from its position to the tail (one slices request per stream; a successor it
-    has not reached yet starts at 0), with the reader that holds it."""
+    has not reached yet starts at 0), with the reader that holds it. A stream that is gone (GONE) has
+    a row per position the group kept, ``gone`` and without end or lag: nothing is left to read."""
     rows = []
     for name, cut in cuts.items():
-        for piece in groups.connection.controller.slices(cut.scope, cut.stream, cut.to_text()).slices:
+        try:
+            pieces = groups.connection.controller.slices(cut.scope, cut.stream, cut.to_text()).slices
+        except GONE:
+            rows += [{"stream": name, "segment": p.segment.number, "segment_id": p.segment.segment_id,
+                      "range": [p.segment.low, p.segment.high], "offset": p.offset, "end": None, "lag_bytes": None,
+                      "owner": owners.get((name, p.segment.segment_id)), "gone": True} for p in cut.positions]
+            continue
+        for piece in pieces:
             rows.append({"stream": name, "segment": piece.segment.number, "segment_id": piece.segment.segment_id,
                          "range": [piece.segment.low, piece.segment.high], "offset": piece.start_offset,
                          "end": piece.end_offset, "lag_bytes": piece.end_offset - piece.start_offset,
-                         "owner": owners.get((name, piece.segment.segment_id))})
+                         "owner": owners.get((name, piece.segment.segment_id)), "gone": False})
     return rows
+
+
+def _unread(rows: list[dict]) -> int:
+    return sum(row["lag_bytes"] for row in rows if not row["gone"])
+
+
+def _gone_streams(rows: list[dict]) -> list[str]:
+    return sorted({row["stream"] for row in rows if row["gone"]})
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -87,11 +114,11 @@ def rg_describe(args: argparse.Namespace) -> None:
     acknowledged = groups.connection.controller.acknowledged_cuts(groups.scope, name)
     owners = {(s.stream, s.segment.segment_id): r.reader for r in readers for s in r.segments}
     rows = _segment_rows(groups, cuts, owners)
-    unread = sum(row["lag_bytes"] for row in rows)
+    unread, gone = _unread(rows), _gone_streams(rows)
     last = info.last_checkpoint.name if info.last_checkpoint and not info.last_checkpoint.name.startswith("silent-") \
         else None
     data = {"group": args.group, "generation": info.config.generation,
-            "streams": [s.scoped_name for s in info.config.streams],
+            "streams": [s.scoped_name for s in info.config.streams], "gone_streams": gone,
             "subscriber": info.config.retention_type.value, "online_readers": info.online_readers,
             "unassigned_segments": info.unassigned_segments, "unread_bytes": unread,
             "outstanding_checkpoints": [c for c in info.outstanding_checkpoints if not c.startswith("silent-")],
@@ -100,17 +127,21 @@ def rg_describe(args: argparse.Namespace) -> None:
     now_ms = time.time() * 1000
     seen = {r.reader: f"{r.reader} (seen {_ago(now_ms - r.last_seen_ms)})" for r in readers}
     lines = [f"reader group  {args.group} (generation {info.config.generation})",
-             f"streams       {', '.join(data['streams'])}",
+             f"streams       {', '.join(s + (' (gone)' if s in gone else '') for s in data['streams'])}",
              f"subscriber    {'no' if info.config.retention_type == StreamDataRetention.NONE else info.config.retention_type.value}",
              f"readers       {', '.join(seen.get(r, r) for r in info.online_readers) or '(none online)'}",
              f"unassigned    {counted(info.unassigned_segments, 'segment')}",
              f"lag           {human_bytes(unread)} unread",
              f"checkpoints   last {last or '-'}; outstanding {', '.join(data['outstanding_checkpoints']) or '-'}"]
+    if gone:
+        lines.append(f"gone          {', '.join(gone)}: deleted since the group read it; `rg reset` reads the "
+                     f"other streams again without it{'' if len(gone) < len(cuts) else ', `rg delete` ends the group'}")
     several = len(info.config.streams) > 1
     lines += [""] + _table(
         [*(["STREAM"] if several else []), "SEGMENT", "RANGE", "OFFSET", "END", "LAG", "OWNER"],
         [[*([r["stream"]] if several else []), str(r["segment"]), f"[{r['range'][0]:.2f}, {r['range'][1]:.2f})",
-          f"{r['offset']:,}", f"{r['end']:,}", human_bytes(r["lag_bytes"]), r["owner"] or "-"] for r in rows])
+          f"{r['offset']:,}", "gone" if r["gone"] else f"{r['end']:,}",
+          "-" if r["gone"] else human_bytes(r["lag_bytes"]), r["owner"] or "-"] for r in rows])
     data["readers"] = [r.model_dump(mode="json") for r in readers]
     data["acknowledged_cuts"] = {f"{a.cut.scope}/{a.cut.stream}": {
         "cut": _cut_text(a.cut), "updated_ms": a.updated_ms, "generation": a.generation} for a in acknowledged}
@@ -120,8 +151,21 @@ def rg_describe(args: argparse.Namespace) -> None:
     _print(args, data, "\n".join(lines))
 
 
+def _lag(groups: ReaderGroupManager, name: str) -> tuple[int, list[str]]:
+    """What the group has yet to read, and the streams of it that are gone. The controller's sum fails
+    for a group with a stream gone: then the sum of ``describe``'s rows over the other streams."""
+    group = groups.get_reader_group(name)
+    try:
+        return group.unread_bytes(), []
+    except GONE:
+        rows = _segment_rows(groups, group.get_stream_cuts(), {})
+        return _unread(rows), _gone_streams(rows)
+
+
 def rg_lag(args: argparse.Namespace) -> None:
-    """One line per group: what it has yet to read (a group, or every group of a scope)."""
+    """One line per group: what it has yet to read (a group, or every group of a scope). A group with
+    a stream gone shows the lag of the others and names it; every group of a scope is shown, but for
+    one deleted since the listing."""
     if "/" in args.target:
         scope, group = split_scoped_name(args.target, "reader group")
         names = [group]
@@ -129,10 +173,18 @@ def rg_lag(args: argparse.Namespace) -> None:
         scope = validate_scope_name(args.target)
         names = list(Connection(args.endpoint).controller.list_reader_groups(scope))
     groups = ReaderGroupManager(scope, Connection(args.endpoint))
-    lags = {f"{scope}/{n}": groups.get_reader_group(n).unread_bytes() for n in names}
+    lags: dict[str, tuple[int, list[str]]] = {}
+    for name in names:
+        try:
+            lags[f"{scope}/{name}"] = _lag(groups, name)
+        except ReaderGroupNotFound:
+            if "/" in args.target:  # the group asked for: exit 3
+                raise
     width = max((len(n) for n in lags), default=0)
-    _print(args, lags, "\n".join(f"{n.ljust(width)}  {human_bytes(b)} unread" for n, b in lags.items())
-           or "(no reader groups)")
+    data = {n: b if not gone else {"unread_bytes": b, "gone_streams": gone} for n, (b, gone) in lags.items()}
+    lines = [f"{n.ljust(width)}  {human_bytes(b)} unread" + (f" (gone: {', '.join(gone)})" if gone else "")
+             for n, (b, gone) in lags.items()]
+    _print(args, data, "\n".join(lines) or "(no reader groups)")
 
 
 def _cut_text(body: StreamCutBody) -> str:
@@ -145,17 +197,27 @@ def _ago(ms: float) -> str:
 
 
 def rg_reset(args: argparse.Namespace) -> None:
-    """The same streams again, each from ``--from`` (head, tail or a stream cut): a new generation."""
+    """The same streams again, each from ``--from`` (head, tail or a stream cut): a new generation.
+    A stream deleted since is left out of the new generation (said so); a group with no stream left
+    is refused with ReaderGroupStreamsGone, which tells to delete it."""
     groups, name = _group(args)
     group = groups.get_reader_group(name)
     config = group.info().config
-    streams = []
+    streams, gone = [], []
     for s in config.streams:
-        start = resolve_cut(groups.connection, s.scope, s.stream, args.from_cut)
+        try:
+            start = resolve_cut(groups.connection, s.scope, s.stream, args.from_cut)
+        except StreamNotFound:
+            gone.append(s.scoped_name)
+            continue
         streams.append(s.model_copy(update={"start": list(start.positions), "incarnation": start.incarnation}))
+    if not streams:
+        raise ReaderGroupStreamsGone(f"every stream reader group {args.group} reads is deleted ({', '.join(gone)}): "
+                                     f"nothing to read again; delete the group (rillet rg delete {args.group})")
     new = group.reset_reader_group(config.model_copy(update={"streams": streams}))
-    _print(args, {"group": args.group, "generation": new.generation},
-           f"reader group {args.group} reset to {args.from_cut} (generation {new.generation})")
+    _print(args, {"group": args.group, "generation": new.generation, "dropped_streams": gone},
+           f"reader group {args.group} reset to {args.from_cut} (generation {new.generation})"
+           + (f"; left out {', '.join(gone)} (deleted)" if gone else ""))
 
 
 def rg_delete(args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from rillet.cli.format import counted, describe_retention, describe_scaling, one_line
-from rillet.errors import AlreadyExists, InvalidArgument, ScopeNotFound
+from rillet.errors import AlreadyExists, InvalidArgument, RilletError, ScopeNotFound
 from rillet.names import split_scoped_name
 from rillet.units import human_duration, human_size
 
@@ -249,8 +249,37 @@ def _stream_seal(args: argparse.Namespace) -> None:
     _emit(args, {"stream": args.stream, "state": state.value}, f"stream {args.stream} {state.value.lower()}")
 
 
+class StreamHasReaderGroups(RilletError):
+    """``stream delete`` of a stream reader groups of its scope read, without ``--force``: refused by
+    the CLI before any change (exit 1), as deleting it would leave the groups reading nothing there."""
+
+    code, status = "StreamHasReaderGroups", 409
+
+
+def _groups_reading(args: argparse.Namespace, scope: str, stream: str) -> list[str]:
+    """The reader groups of the scope that read the stream, read just before the delete: best effort,
+    a group created after this read is not seen (the controller does not refuse the delete itself)."""
+    from rillet.connection import Connection
+    from rillet.errors import ReaderGroupNotFound
+    from rillet.reader_group import ReaderGroup
+
+    connection = Connection(args.endpoint)
+    reading = []
+    for name in connection.controller.list_reader_groups(scope):
+        try:
+            streams = ReaderGroup(connection, scope, name).info().config.streams
+        except ReaderGroupNotFound:  # deleted since the listing: it reads nothing
+            continue
+        if any((s.scope, s.stream) == (scope, stream) for s in streams):
+            reading.append(f"{scope}/{name}")
+    return reading
+
+
 def _stream_delete(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
+    if not args.force and (reading := _groups_reading(args, scope, stream)):
+        raise StreamHasReaderGroups(f"reader groups read {args.stream}: {', '.join(reading)}; delete them first "
+                                    "(rillet rg delete) or give --force to delete the stream anyway")
     _manager(args).delete_stream(scope, stream)
     _emit(args, {"stream": args.stream, "deleted": True}, f"stream {args.stream} deleted")
 
@@ -337,6 +366,11 @@ def register(actions: argparse._SubParsersAction) -> None:
         p = actions.add_parser(name, help=help_text)
         p.add_argument("stream", help="SCOPE/STREAM")
         p.set_defaults(func=fn)
+        if name == "delete":
+            p.add_argument("--force", action="store_true",
+                           help="delete it even if reader groups of its scope read it. Without it the delete is "
+                                "refused when one does: a best-effort check, read just before the delete (a group "
+                                "created meanwhile is not seen)")
     p = actions.add_parser("list", help="list the streams of a scope")
     p.add_argument("scope")
     p.add_argument("--tag", help="only streams with this tag")
