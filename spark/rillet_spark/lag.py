@@ -114,9 +114,9 @@ class RilletLagListener(StreamingQueryListener):
 
 def _cuts(offset) -> dict[str, StreamCut]:
     """The cuts of a Rillet source offset as the progress gives it; none for another source's or for
-    none (a first batch's ``startOffset``). A listener's progress and ``lastProgress`` on 4.2+ hold JSON;
-    ``lastProgress`` on 4.0/4.1 holds the repr of the parsed JSON (``"{'cuts': [...]}"``, ``"None"``),
-    read as a Python literal (never evaluated). Text that is neither raises ValueError: a lag read from
+    none (a first batch's ``startOffset``). A listener's progress and ``lastProgress`` on 4.3 hold JSON;
+    ``lastProgress`` on 4.0 (pyspark 4.0.5) holds the repr of the parsed JSON (``"{'cuts': [...]}"``,
+    ``"None"``), read as a Python literal (never evaluated). Text that is neither raises ValueError: a lag read from
     it would be wrong, not empty."""
     if isinstance(offset, str):
         try:

@@ -42,7 +42,7 @@ def test_a_rate_limited_query_reports_its_backlog_until_it_catches_up(spark, sta
 
 
 def test_both_helpers_read_the_progress_of_query_last_progress_on_every_line(spark, stack, manager, tmp_path):
-    """``query.lastProgress`` on Spark 4.0/4.1 holds each source offset as the repr of its parsed JSON
+    """``query.lastProgress`` on Spark 4.0 holds each source offset as the repr of its parsed JSON
     (``"{'cuts': [...]}"``), on 4.2+ as JSON: ``measure`` and ``backlog_bytes`` read both. After the
     first of two batches of 50 equal events, half the stream is behind; ``backlog_bytes``
     reads it on 4.2+, and 0 on 4.0/4.1, where the progress' ``latestOffset`` is the batch's end."""
@@ -73,7 +73,7 @@ def test_both_helpers_read_the_progress_of_query_last_progress_on_every_line(spa
 
 
 def test_a_progress_offset_that_does_not_parse_raises_rather_than_reading_no_backlog(stack):
-    """Another source's offset (JSON, or its repr on 4.0/4.1) is none of the helpers' business; text
+    """Another source's offset (JSON, or its repr on 4.0) is none of the helpers' business; text
     that is neither would have read as no backlog: it raises, naming the text."""
     others = {"sources": [{"startOffset": "None", "endOffset": '{"orders": {"0": 12}}', "latestOffset": "12"},
                           {"startOffset": None, "endOffset": "{'orders': {'0': 12}}", "latestOffset": "None"}],
