@@ -11,7 +11,7 @@ from rillet.cli.commands import HELP
 from rillet.cli.data import resolve_cut
 from rillet.cli.format import counted, describe_retention
 from rillet.connection import Connection
-from rillet.errors import ReaderGroupNotFound, RilletError, StreamNotFound, StreamRecreated
+from rillet.errors import ReaderGroupNotFound, RilletError, StreamNotFound
 from rillet.models import (
     StreamCutBody,
     StreamDataRetention,
@@ -31,11 +31,6 @@ def _print(args: argparse.Namespace, data: object, text: str) -> None:
 
 
 # -- reader groups ---------------------------------------------------------------------------------
-
-# A stream the group read that is gone: deleted, or deleted and created again (the group's positions
-# are of the old one). The group outlives it: the controller keeps its configuration and positions.
-GONE = (StreamNotFound, StreamRecreated)
-
 
 class ReaderGroupStreamsGone(RilletError):
     """``rg reset`` of a group whose every stream was deleted: nothing is left to read again, so the
@@ -68,13 +63,14 @@ def rg_list(args: argparse.Namespace) -> None:
 def _segment_rows(groups: ReaderGroupManager, cuts: dict[str, StreamCut], owners: dict[tuple[str, int], str]) -> list[dict]:
     """Per segment the group has yet to finish: where it is (offset), where the segment ends now (end)
     and the lag between, from its position to the tail (one slices request per stream; a successor it
-    has not reached yet starts at 0), with the reader that holds it. A stream that is gone (GONE) has
-    a row per position the group kept, ``gone`` and without end or lag: nothing is left to read."""
+    has not reached yet starts at 0), with the reader that holds it. A stream deleted since (the group
+    outlives it, with its positions) has a row per position the group kept, ``gone`` and without end
+    or lag: nothing is left to read."""
     rows = []
     for name, cut in cuts.items():
         try:
             pieces = groups.connection.controller.slices(cut.scope, cut.stream, cut.to_text()).slices
-        except GONE:
+        except StreamNotFound:
             rows += [{"stream": name, "segment": p.segment.number, "segment_id": p.segment.segment_id,
                       "range": [p.segment.low, p.segment.high], "offset": p.offset, "end": None, "lag_bytes": None,
                       "owner": owners.get((name, p.segment.segment_id)), "gone": True} for p in cut.positions]
@@ -157,7 +153,7 @@ def _lag(groups: ReaderGroupManager, name: str) -> tuple[int, list[str]]:
     group = groups.get_reader_group(name)
     try:
         return group.unread_bytes(), []
-    except GONE:
+    except StreamNotFound:
         rows = _segment_rows(groups, group.get_stream_cuts(), {})
         return _unread(rows), _gone_streams(rows)
 
