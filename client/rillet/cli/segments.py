@@ -191,8 +191,8 @@ def rates_text(rates: StreamRates) -> str:
                   for row in rows]
         lines.append(f"  {view.status}: {view.why}")
     if any(not w.window_passed for v in rates.segments for w in v.windows):
-        lines += ["", "* the segment is not older than this window yet: its split rule waits, and its rates are over "
-                      "its life so far"]
+        lines += ["", ("* the segment is not older than this window yet: its split rule waits, and its rates are over "
+                       "its life so far")]
     return "\n".join(lines)
 
 
