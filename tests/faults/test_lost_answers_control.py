@@ -48,7 +48,7 @@ from controlplane.retention import DECISION_KEY, RetentionSettings, RetentionTas
 from controlplane.service import Controller
 from controlplane.streams import now_ms
 from controlplane.sweeper import Sweeper
-from controlplane.transactions import AppliedBatch
+from controlplane.txn_commits import AppliedBatch
 from rillet.api import SegmentOffset, SyncRequest
 from rillet.errors import KeyValueTableNotFound, SegmentNotFound, StreamNotFound
 from rillet.framing import frame

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from controlplane.transactions import TransactionTasks, TxnSettings, _overlapping, _reference_of, _same_ranges
+from controlplane.transactions import TransactionTasks, TxnSettings
+from controlplane.txn_commits import _overlapping, _reference_of, _same_ranges
 from rillet.errors import InvalidArgument, LeaseTooLarge
 from rillet.keyspace import segment_id
 from rillet.models import SegmentRange
