@@ -110,6 +110,9 @@ def test_rg_describe_shows_reader_positions_lag_and_the_acknowledged_cut(capsys,
 def test_retention_status_shows_the_last_decision_and_subscriber_lag(capsys, stack, url, stream, unique):
     code, out, _ = run(capsys, url, "retention", "status", stream)
     assert "\ndecision   none yet (no retention cycle has run)\n" in out
+    run(capsys, url, "stream", "create", f"{unique}/unkept")  # no policy: no cycle will ever run for it
+    code, out, _ = run(capsys, url, "retention", "status", f"{unique}/unkept")
+    assert "\ndecision   none: the stream has no retention policy, so the retention cycle leaves it alone\n" in out
     run(capsys, url, "rg", "create", f"{unique}/sub", "--stream", stream, "--subscriber", "manual")
     run(capsys, url, "stream", "write", stream, "hello", "world", "--no-key-and-time")  # 18 bytes not acknowledged
     with bound_to(stack) as controller:

@@ -282,9 +282,12 @@ def retention_status(args: argparse.Namespace) -> None:
              "head       " + ", ".join(f"{p.segment.number}@{p.offset}" for p in info.head)]
     now_ms = time.time() * 1000
     last = status.last_decision
-    lines.append("decision   none yet (no retention cycle has run)" if last is None else
-                 f"decision   {last.outcome} {_ago(now_ms - last.decided_ms)}"
-                 f"{' at ' + _cut_text(last.cut) if last.cut else ''}: {last.reason}")
+    if last is not None:
+        lines.append(f"decision   {last.outcome} {_ago(now_ms - last.decided_ms)}"
+                     f"{' at ' + _cut_text(last.cut) if last.cut else ''}: {last.reason}")
+    else:  # a stream without a policy is never cycled: it is not waiting for a cycle
+        lines.append("decision   none yet (no retention cycle has run)" if policy else
+                     "decision   none: the stream has no retention policy, so the retention cycle leaves it alone")
     for sub in status.subscribers:
         state = "" if sub.active is None else (" active," if sub.active else " timed out,")
         lines.append(f"subscriber {sub.group}:{state} lag {human_bytes(sub.lag_bytes)}, "
