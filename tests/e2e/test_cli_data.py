@@ -158,3 +158,12 @@ def test_tail_bad_input(capsys, url, stream, unique):
         assert exited.value.code == 2
         out, err = capsys.readouterr()
         assert out == "" and "--max-events: not a positive number" in err
+
+
+def test_an_event_too_large_names_its_line_of_the_input(capsys, url, stream, monkeypatch):
+    """A 5 MB line among small ones: refused (TooLarge, over the 4 MiB event limit), naming which line."""
+    code, out, err = run(capsys, url, "stream", "write", stream, stdin="small\n" + "x" * 5_000_000 + "\nafter\n",
+                         monkeypatch=monkeypatch)
+    assert code != 0 and out == ""
+    assert err.startswith("error: TooLarge: event 2 of the input: event of 5000000 bytes exceeds"), err[:200]
+    assert err.count("\n") == 1

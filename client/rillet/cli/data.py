@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from rillet.connection import Connection
-from rillet.errors import InvalidArgument
+from rillet.errors import InvalidArgument, RilletError
 from rillet.names import split_scoped_name
 from rillet.reader import EventRead, StreamReader
 from rillet.serializers import BytesSerializer
@@ -130,8 +130,8 @@ def resolve_cut(connection: Connection, scope: str, stream: str, text: str) -> S
     return cut.validate()
 
 
-def _events_to_write(args: argparse.Namespace) -> Iterator[tuple[str, str | None]]:
-    """(event, routing key) pairs from the arguments, or from stdin one per line."""
+def _events_to_write(args: argparse.Namespace) -> Iterator[tuple[int, str, str | None]]:
+    """(its number in the input, event, routing key) from the arguments, or from stdin one per line."""
     lines: Iterable[str] = args.events if args.events else (line.rstrip("\r\n") for line in sys.stdin)
     for number, line in enumerate(lines, 1):
         if not args.events and not line:
@@ -144,25 +144,42 @@ def _events_to_write(args: argparse.Namespace) -> Iterator[tuple[str, str | None
                 raise InvalidArgument(f"event {number} is not a JSON object with field {args.key_field!r}: "
                                       f"{line[:80]!r}") from e
             key = value if isinstance(value, str) else json.dumps(value)
-        yield line, key
+        yield number, line, key
+
+
+def _of_input_event(number: int, error: RilletError) -> RilletError:
+    """The error, naming the event of the input it is about (a line of stdin, or an argument)."""
+    return type(error)(f"event {number} of the input: {error.message}", **error.details)
 
 
 def stream_write(args: argparse.Namespace) -> None:
     scope, stream = split_scoped_name(args.stream)
     connection = Connection(args.endpoint)
     progress = Progress("wrote")
-    unconfirmed: deque[Future] = deque()  # at most UNCONFIRMED_EVENTS, so memory stays flat for any input
+    # (the event's number in the input, its future): at most UNCONFIRMED_EVENTS, so memory stays flat for any input
+    unconfirmed: deque[tuple[int, Future]] = deque()
+
+    def confirm(number: int, future: Future) -> None:
+        """Raises the typed error of an event that was not stored (or whose outcome is unknown), naming it."""
+        try:
+            future.result()
+        except RilletError as e:
+            raise _of_input_event(number, e) from e
+
     try:
         config = EventWriterConfig(store_key_and_time=args.key_and_time)
         with EventStreamWriter(connection, scope, stream, BytesSerializer(), config) as writer:
-            for event, key in _events_to_write(args):
+            for number, event, key in _events_to_write(args):
                 payload = event.encode("utf-8")
-                unconfirmed.append(writer.write_event(payload, routing_key=key))
+                try:
+                    unconfirmed.append((number, writer.write_event(payload, routing_key=key)))
+                except RilletError as e:  # refused at once: too large, or the writer's buffer full
+                    raise _of_input_event(number, e) from e
                 progress.add(len(payload))
                 if len(unconfirmed) > UNCONFIRMED_EVENTS:
-                    unconfirmed.popleft().result()
-            for future in unconfirmed:  # in the block: its own typed error, not the writer's EventsNotAcknowledged
-                future.result()  # raises the typed error of an event that was not stored (or whose outcome is unknown)
+                    confirm(*unconfirmed.popleft())
+            for number, future in unconfirmed:  # in the block: its own typed error, not EventsNotAcknowledged
+                confirm(number, future)
     finally:
         progress.done()  # ends the progress line, so an error is printed on a line of its own
     _print(args, {"stream": args.stream, "events": progress.events, "bytes": progress.bytes},
