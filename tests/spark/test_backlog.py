@@ -16,27 +16,38 @@ from rillet_spark import RilletLagListener, backlog_bytes
 REPORTS_LATEST = tuple(int(n) for n in pyspark.__version__.split(".")[:2]) >= (4, 2)
 
 
-@pytest.mark.skipif(not REPORTS_LATEST, reason="Spark 4.0/4.1 do not ask a Python source for its latest offset")
-def test_a_rate_limited_query_reports_its_backlog_until_it_catches_up(spark, stack, manager, tmp_path):
+def _stream_of(manager, stack, events: int) -> str:
+    """A new one-segment stream holding ``events`` equal 30-byte events (in blocks of 512 bytes); its name."""
     scope = "sparkl" + uuid.uuid4().hex[:8]
     manager.create_scope(scope)
     manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
     factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
     with factory.create_event_writer("s", rillet.BytesSerializer(),
                                      rillet.EventWriterConfig(batch_size_bytes=512)) as writer:
-        for f in [writer.write_event(f"e{i:03d}".ljust(30, ".").encode(), routing_key="k") for i in range(200)]:
+        for f in [writer.write_event(f"e{i:03d}".ljust(30, ".").encode(), routing_key="k") for i in range(events)]:
             f.result()
-    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
-             .option("s3_endpoint", stack.moto.url).option("stream", f"{scope}/s")
-             .option("max_events_per_trigger", "50").load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="50 milliseconds").start())
+    return f"{scope}/s"
+
+
+def _rate_limited_query(spark, stack, name: str, tmp_path):
+    """A query of ``name`` reading 50 events a batch into nothing, started."""
+    return (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
+            .option("s3_endpoint", stack.moto.url).option("stream", name)
+            .option("max_events_per_trigger", "50").load()
+            .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="50 milliseconds").start())
+
+
+@pytest.mark.skipif(not REPORTS_LATEST, reason="Spark 4.0/4.1 do not ask a Python source for its latest offset")
+def test_a_rate_limited_query_reports_its_backlog_until_it_catches_up(spark, stack, manager, tmp_path):
+    name = _stream_of(manager, stack, 200)
+    query = _rate_limited_query(spark, stack, name, tmp_path)
     try:
         query.processAllAvailable()
         progress = [p for p in query.recentProgress if p["numInputRows"]]
     finally:
         query.stop()
-    behind = [backlog_bytes(p)[f"{scope}/s"] for p in progress]
+    behind = [backlog_bytes(p)[name] for p in progress]
     assert len(behind) == 4 and behind[0] > behind[1] > behind[2] > 0  # 200 events, 50 a batch
     assert behind[-1] == 0
 
@@ -46,21 +57,9 @@ def test_both_helpers_read_the_progress_of_query_last_progress_on_every_line(spa
     (``"{'cuts': [...]}"``), on 4.2+ as JSON: ``measure`` and ``backlog_bytes`` read both. After the
     first of two batches of 50 equal events, half the stream is behind; ``backlog_bytes``
     reads it on 4.2+, and 0 on 4.0/4.1, where the progress' ``latestOffset`` is the batch's end."""
-    scope = "sparkl" + uuid.uuid4().hex[:8]
-    name = f"{scope}/s"
-    manager.create_scope(scope)
-    manager.create_stream(scope, "s", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
-    factory = rillet.EventStreamClientFactory(scope, stack.controller_url)
-    with factory.create_event_writer("s", rillet.BytesSerializer(),
-                                     rillet.EventWriterConfig(batch_size_bytes=512)) as writer:
-        for f in [writer.write_event(f"e{i:03d}".ljust(30, ".").encode(), routing_key="k") for i in range(100)]:
-            f.result()
-    tail_bytes = sum(p.offset for p in manager.get_tail(scope, "s").positions)
-    query = (spark.readStream.format("rillet").option("endpoint", stack.controller_url)
-             .option("s3_endpoint", stack.moto.url).option("stream", name)
-             .option("max_events_per_trigger", "50").load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="50 milliseconds").start())
+    name = _stream_of(manager, stack, 100)
+    tail_bytes = sum(p.offset for p in manager.get_tail(*name.split("/")).positions)
+    query = _rate_limited_query(spark, stack, name, tmp_path)
     try:
         query.processAllAvailable()
         first = next(p for p in query.recentProgress if p["numInputRows"])
